@@ -1,0 +1,132 @@
+#include "loop.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "kiln/runtime/env.h"
+
+namespace kiln::cpu {
+
+int num_threads() {
+  static int n = env::num_threads();
+  return n;
+}
+
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
+  if (n <= 0) return;
+  int nt = int(std::min<int64_t>(num_threads(), (n + grain - 1) / std::max<int64_t>(grain, 1)));
+  if (nt <= 1 || omp_in_parallel()) {
+    f(0, n);
+    return;
+  }
+  // Exceptions must not cross the OpenMP region: keep the first and rethrow after it.
+  std::exception_ptr err;
+#pragma omp parallel num_threads(nt)
+  {
+    int t = omp_get_thread_num(), k = omp_get_num_threads();
+    int64_t chunk = (n + k - 1) / k;
+    int64_t b = t * chunk, e = std::min(n, b + chunk);
+    if (b < e) {
+      try {
+        f(b, e);
+      } catch (...) {
+#pragma omp critical
+        if (!err) err = std::current_exception();
+      }
+    }
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+Iter::Iter(const std::vector<Tensor>& ops, IntArrayRef shape) : n_(int(ops.size())) {
+  KILN_INTERNAL_ASSERT(n_ >= 1 && n_ <= kMaxOperands);
+  const int64_t nd = int64_t(shape.size());
+  numel_ = 1;
+  for (int64_t s : shape) numel_ *= s;
+  // byte strides per operand in the broadcast shape, outermost first
+  std::array<std::vector<int64_t>, kMaxOperands> st;
+  for (int k = 0; k < n_; ++k) {
+    const Tensor& t = ops[k];
+    st[k].assign(nd, 0);
+    int64_t off = nd - t.dim();
+    for (int64_t d = 0; d < t.dim(); ++d)
+      if (t.sizes()[d] != 1) st[k][d + off] = t.strides()[d] * t.element_size();
+    base_[k] = static_cast<char*>(t.data_ptr());
+  }
+  // Order dims innermost first: by the output's stride, then the inputs', ascending; a stable
+  // sort keeps the row-major order among ties (e.g. broadcast dims of the output).
+  std::vector<int64_t> perm(nd);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::reverse(perm.begin(), perm.end());
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t x, int64_t y) {
+    for (int k = 0; k < n_; ++k) {
+      int64_t a = std::abs(st[k][x]), b = std::abs(st[k][y]);
+      if (a == 0 || b == 0) continue;  // broadcast dims say nothing about order
+      if (a != b) return a < b;
+    }
+    return false;
+  });
+  // Drop size-1 dims and merge dim pairs that are contiguous in every operand.
+  for (int64_t d : perm) {
+    if (shape[d] == 1) continue;
+    if (!shape_.empty()) {
+      int64_t last = int64_t(shape_.size()) - 1;
+      bool mergeable = true;
+      for (int k = 0; k < n_ && mergeable; ++k)
+        mergeable = st[k][d] == strides_[k][last] * shape_[last];
+      if (mergeable) {
+        shape_[last] *= shape[d];
+        continue;
+      }
+    }
+    shape_.push_back(shape[d]);
+    for (int k = 0; k < n_; ++k) strides_[k].push_back(st[k][d]);
+  }
+  if (shape_.empty()) {
+    shape_.push_back(numel_ == 0 ? 0 : 1);
+    for (int k = 0; k < n_; ++k) strides_[k].push_back(0);
+  }
+}
+
+void Iter::serial_range(const Loop& loop, int64_t begin, int64_t end) const {
+  const int nd = ndim();
+  std::array<int64_t, 64> small_idx{};
+  std::vector<int64_t> big_idx;
+  int64_t* idx = small_idx.data();
+  if (nd > 64) {
+    big_idx.assign(nd, 0);
+    idx = big_idx.data();
+  }
+  int64_t rem = begin;
+  for (int d = 0; d < nd; ++d) {
+    idx[d] = rem % shape_[d];
+    rem /= shape_[d];
+  }
+  std::array<char*, kMaxOperands> ptr;
+  std::array<int64_t, kMaxOperands> inner;
+  for (int k = 0; k < n_; ++k) inner[k] = strides_[k][0];
+  while (begin < end) {
+    int64_t n = std::min(shape_[0] - idx[0], end - begin);
+    for (int k = 0; k < n_; ++k) {
+      char* p = base_[k];
+      for (int d = 0; d < nd; ++d) p += idx[d] * strides_[k][d];
+      ptr[k] = p;
+    }
+    loop(ptr.data(), inner.data(), n);
+    begin += n;
+    idx[0] += n;
+    for (int d = 0; d < nd - 1 && idx[d] == shape_[d]; ++d) {
+      idx[d] = 0;
+      ++idx[d + 1];
+    }
+  }
+}
+
+void Iter::for_each(const Loop& loop, int64_t grain) const {
+  if (numel_ == 0) return;
+  parallel_for(numel_, grain, [&](int64_t b, int64_t e) { serial_range(loop, b, e); });
+}
+
+}  // namespace kiln::cpu

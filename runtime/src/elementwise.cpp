@@ -1,0 +1,816 @@
+// Elementwise ops: unary math, binary arithmetic, comparisons, logical/bitwise ops, where,
+// clamp, lerp, addcmul, masked_fill, and their in-place forms.
+#include <atomic>
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "cpu/vec.h"
+#include "ops_common.h"
+
+namespace kiln {
+
+using namespace detail;
+
+namespace {
+
+using Launch = std::function<void(const cpu::Iter&)>;
+
+// out = f(inputs...) computed in dtype `ct`, into a new tensor of dtype `out_dt`, or into
+// `self` for the in-place forms (through a temporary when self's dtype differs from out_dt).
+Tensor run(std::string_view op, std::initializer_list<Arg> args, DType ct, DType out_dt,
+           const Launch& launch, Tensor* self = nullptr) {
+  check_cpu(op, args);
+  std::vector<int64_t> shape = broadcast_all(args, op);
+  std::vector<Tensor> ops;
+  ops.reserve(args.size() + 1);
+  if (self) {
+    if (!check_inplace(op, *self, out_dt, shape)) {
+      Tensor tmp = run(op, args, ct, out_dt, launch);
+      self->copy_(tmp);
+      return *self;
+    }
+    ops.push_back(*self);
+    for (const Arg& a : args) ops.push_back(unalias(*self, prepared(a, ct)));
+  } else {
+    ops.push_back(empty(shape, out_dt));
+    for (const Arg& a : args) ops.push_back(prepared(a, ct));
+  }
+  if (shape::numel(shape) > 0) launch(cpu::Iter(ops, shape));
+  return ops[0];
+}
+
+// ---------------------------------------------------------------- unary
+
+DType float_compute(DType d) { return is_floating(d) ? d : kDefaultFloat; }
+
+// A float-valued unary op: integers and bool are computed in the default float dtype.
+// `sf` is a generic scalar lambda; `vf`/`vd` are SIMD forms for contiguous float32/float64.
+template <typename SF, typename VF, typename VD>
+Tensor float_unary(std::string_view op, const Tensor& x, SF sf, VF vf, VD vd) {
+  DType ct = float_compute(x.dtype());
+  return run(op, {x}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_FLOAT(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      it.for_each([&](char** p, const int64_t* s, int64_t n) {
+#if KILN_HAVE_VEC
+        if constexpr (std::is_same_v<T, float> && !std::is_same_v<VF, std::nullptr_t>) {
+          if (s[0] == 4 && s[1] == 4) {
+            cpu::vec::map_f32(reinterpret_cast<const float*>(p[1]), reinterpret_cast<float*>(p[0]), n, vf);
+            return;
+          }
+        }
+        if constexpr (std::is_same_v<T, double> && !std::is_same_v<VD, std::nullptr_t>) {
+          if (s[0] == 8 && s[1] == 8) {
+            cpu::vec::map_f64(reinterpret_cast<const double*>(p[1]), reinterpret_cast<double*>(p[0]), n, vd);
+            return;
+          }
+        }
+#endif
+        if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+          T* o = reinterpret_cast<T*>(p[0]);
+          const T* a = reinterpret_cast<const T*>(p[1]);
+          for (int64_t i = 0; i < n; ++i) o[i] = T(sf(opmath_t<T>(a[i])));
+        } else {
+          for (int64_t i = 0; i < n; ++i)
+            *reinterpret_cast<T*>(p[0] + i * s[0]) =
+                T(sf(opmath_t<T>(*reinterpret_cast<const T*>(p[1] + i * s[1]))));
+        }
+      });
+    });
+  });
+}
+
+// A unary op that keeps the dtype (ints stay ints). `allow_bool` says whether bool is valid.
+template <typename F>
+Tensor same_unary(std::string_view op, const Tensor& x, bool allow_bool, F f, Tensor* self = nullptr) {
+  DType ct = x.dtype();
+  KILN_CHECK(allow_bool || ct != kBool, op, "\"", op, "\" not implemented for 'bool'");
+  return run(op, {x}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      cpu::unary_loop<T, T>(it, [&](T v) { return T(f(opmath_t<T>(v))); });
+    });
+  }, self);
+}
+
+// A unary predicate producing bool.
+template <typename F>
+Tensor pred_unary(std::string_view op, const Tensor& x, F f) {
+  DType ct = x.dtype();
+  return run(op, {x}, ct, kBool, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      cpu::unary_loop<bool, T>(it, [&](T v) { return bool(f(opmath_t<T>(v))); });
+    });
+  });
+}
+
+template <typename T> constexpr bool is_fp = std::is_floating_point_v<T>;
+
+template <typename T> T sigmoid_s(T x) { return T(1) / (T(1) + std::exp(-x)); }
+constexpr double kSqrt1_2 = 0.70710678118654752440;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+
+}  // namespace
+
+#if KILN_HAVE_VEC
+#define KILN_VF(expr) [](cpu::vec::VF x) { return expr; }
+#define KILN_VD(expr) [](cpu::vec::VD x) { return expr; }
+#else
+#define KILN_VF(expr) nullptr
+#define KILN_VD(expr) nullptr
+#endif
+
+// Transcendental ops with a SLEEF vector form.
+#define KILN_FLOAT_UNARY_SLEEF(fn, sleef, scalar_expr)                                 \
+  Tensor fn(const Tensor& x) {                                                         \
+    return float_unary(#fn, x, [](auto v) { return scalar_expr; },                     \
+                       KILN_VF(KILN_SLEEF_F(sleef)(x)), KILN_VD(KILN_SLEEF_D(sleef)(x))); \
+  }
+KILN_FLOAT_UNARY_SLEEF(exp, exp, std::exp(v))
+KILN_FLOAT_UNARY_SLEEF(exp2, exp2, std::exp2(v))
+KILN_FLOAT_UNARY_SLEEF(expm1, expm1, std::expm1(v))
+KILN_FLOAT_UNARY_SLEEF(log, log, std::log(v))
+KILN_FLOAT_UNARY_SLEEF(log2, log2, std::log2(v))
+KILN_FLOAT_UNARY_SLEEF(log1p, log1p, std::log1p(v))
+KILN_FLOAT_UNARY_SLEEF(sin, sin, std::sin(v))
+KILN_FLOAT_UNARY_SLEEF(cos, cos, std::cos(v))
+KILN_FLOAT_UNARY_SLEEF(tan, tan, std::tan(v))
+KILN_FLOAT_UNARY_SLEEF(asin, asin, std::asin(v))
+KILN_FLOAT_UNARY_SLEEF(acos, acos, std::acos(v))
+KILN_FLOAT_UNARY_SLEEF(atan, atan, std::atan(v))
+KILN_FLOAT_UNARY_SLEEF(sinh, sinh, std::sinh(v))
+KILN_FLOAT_UNARY_SLEEF(cosh, cosh, std::cosh(v))
+KILN_FLOAT_UNARY_SLEEF(tanh, tanh, std::tanh(v))
+KILN_FLOAT_UNARY_SLEEF(erf, erf, std::erf(v))
+#undef KILN_FLOAT_UNARY_SLEEF
+
+// Plain arithmetic: the compiler vectorises the scalar loop (sqrt needs -fno-math-errno).
+Tensor sqrt(const Tensor& x) { return float_unary("sqrt", x, [](auto v) { return std::sqrt(v); }, nullptr, nullptr); }
+Tensor rsqrt(const Tensor& x) {
+  return float_unary("rsqrt", x, [](auto v) { return decltype(v)(1) / std::sqrt(v); }, nullptr, nullptr);
+}
+Tensor reciprocal(const Tensor& x) {
+  return float_unary("reciprocal", x, [](auto v) { return decltype(v)(1) / v; }, nullptr, nullptr);
+}
+Tensor sigmoid(const Tensor& x) {
+  return float_unary("sigmoid", x, [](auto v) { return sigmoid_s(v); },
+                     KILN_VF(1.0f / (1.0f + KILN_SLEEF_F(exp)(-x))),
+                     KILN_VD(1.0 / (1.0 + KILN_SLEEF_D(exp)(-x))));
+}
+Tensor silu(const Tensor& x) {
+  KILN_CHECK(is_floating(x.dtype()), "silu", "\"silu\" not implemented for '", name(x.dtype()), "'");
+  return float_unary("silu", x, [](auto v) { return v * sigmoid_s(v); },
+                     KILN_VF(x / (1.0f + KILN_SLEEF_F(exp)(-x))),
+                     KILN_VD(x / (1.0 + KILN_SLEEF_D(exp)(-x))));
+}
+Tensor gelu(const Tensor& x, std::string_view approximate) {
+  KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu",
+             "approximate argument must be either none or tanh, got '", approximate, "'");
+  KILN_CHECK(is_floating(x.dtype()), "gelu", "\"GeluKernelImpl\" not implemented for '", name(x.dtype()), "'");
+  if (approximate == "tanh") {
+    return float_unary("gelu", x, [](auto v) {
+          using T = decltype(v);
+          return T(0.5) * v * (T(1) + std::tanh(T(kSqrt2OverPi) * (v + T(0.044715) * v * v * v)));
+        },
+        KILN_VF(0.5f * x * (1.0f + KILN_SLEEF_F(tanh)(float(kSqrt2OverPi) * (x + 0.044715f * x * x * x)))),
+        KILN_VD(0.5 * x * (1.0 + KILN_SLEEF_D(tanh)(kSqrt2OverPi * (x + 0.044715 * x * x * x)))));
+  }
+  return float_unary("gelu", x, [](auto v) {
+        using T = decltype(v);
+        return T(0.5) * v * (T(1) + std::erf(v * T(kSqrt1_2)));
+      },
+      KILN_VF(0.5f * x * (1.0f + KILN_SLEEF_F(erf)(x * float(kSqrt1_2)))),
+      KILN_VD(0.5 * x * (1.0 + KILN_SLEEF_D(erf)(x * kSqrt1_2))));
+}
+
+Tensor neg(const Tensor& x) {
+  KILN_CHECK(x.dtype() != kBool, "neg",
+             "Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+             "to invert a mask, use the `~` or `logical_not()` operator instead.");
+  return same_unary("neg", x, false, [](auto v) { return -v; });
+}
+Tensor abs(const Tensor& x) {
+  return same_unary("abs", x, false, [](auto v) {
+    if constexpr (std::is_unsigned_v<decltype(v)>) return v;
+    else return v < 0 ? decltype(v)(-v) : v == 0 ? decltype(v)(0) : v;  // abs(-0.0) = 0.0
+  });
+}
+Tensor sign(const Tensor& x) {
+  return same_unary("sign", x, true, [](auto v) {
+    using T = decltype(v);
+    if constexpr (std::is_same_v<T, bool>) return v;
+    else return T((T(0) < v) - (v < T(0)));
+  });
+}
+Tensor relu(const Tensor& x) {
+  return same_unary("relu", x, false, [](auto v) { return v < 0 ? decltype(v)(0) : v; });
+}
+Tensor& relu_(Tensor& x) {
+  same_unary("relu_", x, false, [](auto v) { return v < 0 ? decltype(v)(0) : v; }, &x);
+  return x;
+}
+
+#define KILN_ROUNDING_UNARY(fn, expr)                                                        \
+  Tensor fn(const Tensor& x) {                                                               \
+    if (!is_floating(x.dtype())) return x.clone();                                           \
+    return same_unary(#fn, x, false, [](auto v) { return expr; });                          \
+  }
+KILN_ROUNDING_UNARY(floor, std::floor(v))
+KILN_ROUNDING_UNARY(ceil, std::ceil(v))
+KILN_ROUNDING_UNARY(trunc, std::trunc(v))
+KILN_ROUNDING_UNARY(round, std::nearbyint(v))  // half to even, as PyTorch
+#undef KILN_ROUNDING_UNARY
+
+Tensor isnan(const Tensor& x) {
+  return pred_unary("isnan", x, [](auto v) {
+    if constexpr (is_fp<decltype(v)>) return std::isnan(v); else return false;
+  });
+}
+Tensor isinf(const Tensor& x) {
+  return pred_unary("isinf", x, [](auto v) {
+    if constexpr (is_fp<decltype(v)>) return std::isinf(v); else return false;
+  });
+}
+Tensor isfinite(const Tensor& x) {
+  return pred_unary("isfinite", x, [](auto v) {
+    if constexpr (is_fp<decltype(v)>) return std::isfinite(v); else return true;
+  });
+}
+Tensor logical_not(const Tensor& x) {
+  return pred_unary("logical_not", x, [](auto v) { return !(v != decltype(v)(0)); });
+}
+Tensor bitwise_not(const Tensor& x) {
+  KILN_CHECK(!is_floating(x.dtype()), "bitwise_not", "\"bitwise_not_cpu\" not implemented for '",
+             name(x.dtype()), "'");
+  return same_unary("bitwise_not", x, true, [](auto v) {
+    using V = decltype(v);
+    if constexpr (std::is_same_v<V, bool>) return !v;
+    else if constexpr (std::is_floating_point_v<V>) return v;  // rejected above
+    else return V(~v);
+  });
+}
+
+Tensor nan_to_num(const Tensor& x, std::optional<double> nan, std::optional<double> posinf,
+                  std::optional<double> neginf) {
+  if (!is_floating(x.dtype())) return x.clone();
+  DType ct = x.dtype();
+  return run("nan_to_num", {x}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_FLOAT(ct, "nan_to_num", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      double hi = std::is_same_v<T, Half> ? 65504.0
+                  : std::is_same_v<T, BFloat16> ? 3.3895313892515355e38
+                  : double(std::numeric_limits<T>::max());
+      M vn = M(nan.value_or(0.0)), vp = M(posinf.value_or(hi)), vm = M(neginf.value_or(-hi));
+      cpu::unary_loop<T, T>(it, [=](T t) {
+        M v = M(t);
+        return T(std::isnan(v) ? vn : v == std::numeric_limits<M>::infinity() ? vp
+                 : v == -std::numeric_limits<M>::infinity() ? vm : v);
+      });
+    });
+  });
+}
+
+// ---------------------------------------------------------------- binary
+
+namespace {
+
+// out = f(a, b) with inputs and output of the compute dtype, for the dtypes `Dispatch` allows.
+template <typename F>
+void same_binary_launch(const cpu::Iter& it, DType ct, std::string_view op, F f) {
+  KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+    using T = scalar_t;
+    using M = opmath_t<T>;
+    cpu::binary_loop<T, T, T>(it, [&](T a, T b) { return T(f(M(a), M(b))); });
+  });
+}
+
+void check_alpha(std::string_view op, DType ct, const Scalar& alpha) {
+  KILN_CHECK(is_floating(ct) || !alpha.is_floating(), op,
+             "For integral input tensors, argument alpha must not be a floating point number.");
+  KILN_CHECK(ct != kBool || alpha.is_bool() || alpha.to_int() == 1 || alpha.to_int() == 0, op,
+             "Boolean alpha only supported for Boolean results.");
+}
+
+Tensor add_impl(std::string_view op, const Arg& a, const Arg& b, const Scalar& alpha, Tensor* self) {
+  DType ct = result_type({a, b});
+  check_alpha(op, ct, alpha);
+  bool unit = alpha.to_double() == 1.0;
+  return run(op, {a, b}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      if constexpr (std::is_same_v<T, bool>) {
+        bool al = alpha.to_bool();
+        cpu::binary_loop<T, T, T>(it, [=](T x, T y) { return bool(x || (al && y)); });
+      } else if (unit) {
+        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(M(x) + M(y)); });
+      } else {
+        M al = alpha.to<M>();
+        cpu::binary_loop<T, T, T>(it, [=](T x, T y) { return T(M(x) + al * M(y)); });
+      }
+    });
+  }, self);
+}
+
+void check_sub(const Arg& a, const Arg& b) {
+  KILN_CHECK(a.t.dtype() != kBool && b.t.dtype() != kBool, "sub",
+             "Subtraction, the `-` operator, with a bool tensor is not supported. If you are "
+             "trying to invert a mask, use the `~` or `logical_not()` operator instead.");
+}
+
+Tensor mul_impl(const Arg& a, const Arg& b, Tensor* self) {
+  DType ct = result_type({a, b});
+  return run(self ? "mul_" : "mul", {a, b}, ct, ct, [&](const cpu::Iter& it) {
+    if (ct == kBool) return cpu::binary_loop<bool, bool, bool>(it, [](bool x, bool y) { return x && y; });
+    same_binary_launch(it, ct, "mul", [](auto x, auto y) { return x * y; });
+  }, self);
+}
+
+// Python-style floor division of floats, exact at the edges (as CPython's float // does).
+template <typename M>
+M floor_div_float(M a, M b) {
+  if (b == 0) return a / b;
+  M mod = std::fmod(a, b);
+  M div = (a - mod) / b;
+  if (mod != 0 && ((b < 0) != (mod < 0))) div -= M(1);
+  M fl;
+  if (div != 0) {
+    fl = std::floor(div);
+    if (div - fl > M(0.5)) fl += M(1);
+  } else {
+    fl = std::copysign(M(0), a / b);
+  }
+  return fl;
+}
+
+template <typename T>
+T int_floor_div(T a, T b) {
+  if constexpr (std::is_signed_v<T>) {
+    if (b == -1) return T(-a);  // avoids the INT_MIN / -1 trap; wraps like PyTorch
+    T q = T(a / b);
+    if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+    return q;
+  } else {
+    return T(a / b);
+  }
+}
+
+// An integer kernel with a zero divisor sets the flag instead of trapping; the op then fails.
+struct ZeroDivision {
+  std::atomic<bool> seen{false};
+  void check(std::string_view op) const {
+    KILN_CHECK(!seen.load(), op, "ZeroDivisionError: integer division or modulo by zero");
+  }
+};
+
+enum class DivMode { True, Trunc, Floor };
+DivMode parse_mode(std::optional<std::string_view> m) {
+  if (!m) return DivMode::True;
+  if (*m == "trunc") return DivMode::Trunc;
+  if (*m == "floor") return DivMode::Floor;
+  KILN_FAIL("div", "div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *m, "'");
+}
+
+Tensor div_impl(std::string_view op, const Arg& a, const Arg& b, DivMode mode, Tensor* self) {
+  DType common = result_type({a, b});
+  DType ct = mode == DivMode::True ? float_compute(common) : common;
+  if (mode != DivMode::True)
+    KILN_CHECK(ct != kBool, op, "\"div_floor/trunc\" not implemented for 'bool'");
+  ZeroDivision zd;
+  Tensor r = run(op, {a, b}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      if constexpr (std::is_same_v<T, bool>) {
+        return;
+      } else if constexpr (std::is_integral_v<T>) {
+        cpu::binary_loop<T, T, T>(it, [&](T x, T y) -> T {
+          if (y == 0) { zd.seen.store(true, std::memory_order_relaxed); return 0; }
+          if (mode == DivMode::Floor) return int_floor_div(x, y);
+          if constexpr (std::is_signed_v<T>) if (y == -1) return T(-x);
+          return T(x / y);
+        });
+      } else if (mode == DivMode::True) {
+        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(M(x) / M(y)); });
+      } else if (mode == DivMode::Trunc) {
+        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(std::trunc(M(x) / M(y))); });
+      } else {
+        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(floor_div_float(M(x), M(y))); });
+      }
+    });
+  }, self);
+  zd.check(op);
+  return r;
+}
+
+Tensor remainder_like(std::string_view op, const Arg& a, const Arg& b, bool python_sign) {
+  DType ct = result_type({a, b});
+  KILN_CHECK(ct != kBool, op, "\"", op, "\" not implemented for 'bool'");
+  ZeroDivision zd;
+  Tensor r = run(op, {a, b}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      if constexpr (std::is_same_v<T, bool>) {
+        return;
+      } else if constexpr (std::is_integral_v<T>) {
+        cpu::binary_loop<T, T, T>(it, [&](T x, T y) -> T {
+          if (y == 0) { zd.seen.store(true, std::memory_order_relaxed); return 0; }
+          if constexpr (std::is_signed_v<T>) if (y == -1) return 0;
+          T m = T(x % y);
+          if (python_sign && m != 0 && ((m < 0) != (y < 0))) m = T(m + y);
+          return m;
+        });
+      } else {
+        cpu::binary_loop<T, T, T>(it, [=](T x, T y) {
+          M m = std::fmod(M(x), M(y));
+          if (python_sign && m != 0 && ((M(y) < 0) != (m < 0))) m += M(y);
+          return T(m);
+        });
+      }
+    });
+  });
+  zd.check(op);
+  return r;
+}
+
+template <typename T>
+T int_pow(T base, T exp) {
+  if constexpr (std::is_signed_v<T>) {
+    if (exp < 0) {
+      if (base == 1) return 1;
+      if (base == -1) return (exp & 1) ? T(-1) : T(1);
+      return 0;
+    }
+  }
+  // unsigned arithmetic wraps like PyTorch's and avoids signed-overflow UB
+  using U = std::make_unsigned_t<T>;
+  U r = 1, b = U(base);
+  auto e = std::make_unsigned_t<T>(exp);
+  while (e) {
+    if (e & 1) r = U(r * b);
+    b = U(b * b);
+    e >>= 1;
+  }
+  return T(r);
+}
+
+Tensor pow_impl(const Arg& a, const Arg& b) {
+  DType ct = result_type({a, b});
+  if (b.wrapped && !is_floating(ct) && b.t.item().to_int() < 0 && !b.t.is_floating_point())
+    KILN_FAIL("pow", "Integers to negative integer powers are not allowed.");
+  if (b.wrapped && is_floating(ct)) {
+    // x ** 2, x ** 0.5, ... as PyTorch special-cases them: exact and vectorisable.
+    double e = b.t.item().to_double();
+    if (e == 2.0) return mul(a.t, a.t).to(ct);
+    if (e == 1.0) return as_dtype(a.t, ct).clone();
+    if (e == 0.5) return sqrt(as_dtype(a.t, ct));
+    if (e == -1.0) return reciprocal(as_dtype(a.t, ct));
+  }
+  return run("pow", {a, b}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, "pow", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      if constexpr (std::is_same_v<T, bool>) {
+        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return bool(x || !y); });
+      } else if constexpr (std::is_integral_v<T>) {
+        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return int_pow(x, y); });
+      } else {
+        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(std::pow(M(x), M(y))); });
+      }
+    });
+  });
+}
+
+// Comparisons compute in the promoted dtype and produce bool.
+template <typename F>
+Tensor compare(std::string_view op, const Arg& a, const Arg& b, F f) {
+  DType ct = result_type({a, b});
+  return run(op, {a, b}, ct, kBool, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      cpu::binary_loop<bool, T, T>(it, [&](T x, T y) { return bool(f(M(x), M(y))); });
+    });
+  });
+}
+
+template <typename F>
+Tensor logical(std::string_view op, const Tensor& a, const Tensor& b, F f) {
+  return run(op, {a, b}, kBool, kBool, [&](const cpu::Iter& it) {
+    cpu::binary_loop<bool, bool, bool>(it, [&](bool x, bool y) { return bool(f(x, y)); });
+  });
+}
+
+template <typename F>
+Tensor bitwise(std::string_view op, const Arg& a, const Arg& b, F f) {
+  DType ct = result_type({a, b});
+  KILN_CHECK(!is_floating(ct), op, "\"", op, "_cpu\" not implemented for '", name(ct), "'");
+  return run(op, {a, b}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_INTEGRAL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(x, y)); });
+    });
+  });
+}
+
+template <typename F>
+Tensor float_binary(std::string_view op, const Arg& a, const Arg& b, F f) {
+  DType ct = float_compute(result_type({a, b}));
+  return run(op, {a, b}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_FLOAT(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(M(x), M(y))); });
+    });
+  });
+}
+
+template <typename F>
+Tensor minmax(std::string_view op, const Tensor& a, const Tensor& b, F pick) {
+  DType ct = result_type({a, b});
+  return run(op, {a, b}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      cpu::binary_loop<T, T, T>(it, [&](T x, T y) {
+        M u = M(x), v = M(y);
+        if constexpr (std::is_floating_point_v<M>)
+          if (std::isnan(u) || std::isnan(v)) return T(std::numeric_limits<M>::quiet_NaN());
+        return T(pick(u, v));
+      });
+    });
+  });
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) { return add_impl("add", a, b, alpha, nullptr); }
+Tensor add(const Tensor& a, const Scalar& b, const Scalar& alpha) { return add_impl("add", a, b, alpha, nullptr); }
+Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  check_sub(a, b);
+  return add_impl("sub", a, b, -alpha, nullptr);
+}
+Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha) {
+  check_sub(a, b);
+  return add_impl("sub", a, b, -alpha, nullptr);
+}
+Tensor rsub(const Tensor& a, const Scalar& b) {
+  check_sub(a, b);
+  return add_impl("rsub", Arg(b), a, -1, nullptr);
+}
+Tensor mul(const Tensor& a, const Tensor& b) { return mul_impl(a, b, nullptr); }
+Tensor mul(const Tensor& a, const Scalar& b) { return mul_impl(a, b, nullptr); }
+Tensor div(const Tensor& a, const Tensor& b, std::optional<std::string_view> m) {
+  return div_impl("div", a, b, parse_mode(m), nullptr);
+}
+Tensor div(const Tensor& a, const Scalar& b, std::optional<std::string_view> m) {
+  return div_impl("div", a, b, parse_mode(m), nullptr);
+}
+Tensor div(const Scalar& a, const Tensor& b, std::optional<std::string_view> m) {
+  return div_impl("div", Arg(a), b, parse_mode(m), nullptr);
+}
+Tensor floor_divide(const Tensor& a, const Tensor& b) { return div_impl("floor_divide", a, b, DivMode::Floor, nullptr); }
+Tensor floor_divide(const Tensor& a, const Scalar& b) { return div_impl("floor_divide", a, b, DivMode::Floor, nullptr); }
+Tensor remainder(const Tensor& a, const Tensor& b) { return remainder_like("remainder", a, b, true); }
+Tensor remainder(const Tensor& a, const Scalar& b) { return remainder_like("remainder", a, b, true); }
+Tensor fmod(const Tensor& a, const Tensor& b) { return remainder_like("fmod", a, b, false); }
+Tensor fmod(const Tensor& a, const Scalar& b) { return remainder_like("fmod", a, b, false); }
+Tensor pow(const Tensor& a, const Tensor& b) { return pow_impl(a, b); }
+Tensor pow(const Tensor& a, const Scalar& b) { return pow_impl(a, b); }
+Tensor pow(const Scalar& a, const Tensor& b) { return pow_impl(Arg(a), b); }
+Tensor atan2(const Tensor& a, const Tensor& b) {
+  return float_binary("atan2", a, b, [](auto x, auto y) { return std::atan2(x, y); });
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return minmax("maximum", a, b, [](auto x, auto y) { return x > y ? x : y; });
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return minmax("minimum", a, b, [](auto x, auto y) { return x < y ? x : y; });
+}
+
+#define KILN_COMPARE(fn, expr)                                                                  \
+  Tensor fn(const Tensor& a, const Tensor& b) { return compare(#fn, a, b, [](auto x, auto y) { return expr; }); } \
+  Tensor fn(const Tensor& a, const Scalar& b) { return compare(#fn, a, b, [](auto x, auto y) { return expr; }); }
+KILN_COMPARE(eq, x == y) KILN_COMPARE(ne, x != y) KILN_COMPARE(lt, x < y)
+KILN_COMPARE(le, x <= y) KILN_COMPARE(gt, x > y) KILN_COMPARE(ge, x >= y)
+#undef KILN_COMPARE
+
+#define KILN_BITWISE(fn, expr)                                                                  \
+  Tensor fn(const Tensor& a, const Tensor& b) { return bitwise(#fn, a, b, [](auto x, auto y) { return expr; }); } \
+  Tensor fn(const Tensor& a, const Scalar& b) { return bitwise(#fn, a, b, [](auto x, auto y) { return expr; }); }
+KILN_BITWISE(bitwise_and, x & y) KILN_BITWISE(bitwise_or, x | y) KILN_BITWISE(bitwise_xor, x ^ y)
+#undef KILN_BITWISE
+
+Tensor logical_and(const Tensor& a, const Tensor& b) { return logical("logical_and", a, b, [](bool x, bool y) { return x && y; }); }
+Tensor logical_or(const Tensor& a, const Tensor& b) { return logical("logical_or", a, b, [](bool x, bool y) { return x || y; }); }
+Tensor logical_xor(const Tensor& a, const Tensor& b) { return logical("logical_xor", a, b, [](bool x, bool y) { return x != y; }); }
+
+Tensor operator-(const Tensor& x) { return neg(x); }
+Tensor operator~(const Tensor& x) { return bitwise_not(x); }
+Tensor operator!(const Tensor& x) { return logical_not(x); }
+
+// ---------------------------------------------------------------- ternary
+
+namespace {
+Tensor where_impl(const Tensor& cond, const Arg& a, const Arg& b) {
+  KILN_CHECK(cond.dtype() == kBool, "where", "where expected condition to be a boolean tensor, but got a tensor with dtype ",
+             name(cond.dtype()));
+  DType ct = result_type({a, b});
+  return run("where", {kept(cond), a, b}, ct, ct, [&](const cpu::Iter& it) {
+    // where() only moves values, so it dispatches on the storage size, not the dtype.
+    auto go = [&](auto tag) {
+      using T = decltype(tag);
+      cpu::ternary_loop<T, bool, T, T>(it, [](bool c, T x, T y) { return c ? x : y; });
+    };
+    switch (itemsize(ct)) {
+      case 1: go(uint8_t{}); break;
+      case 2: go(uint16_t{}); break;
+      case 4: go(uint32_t{}); break;
+      default: go(uint64_t{}); break;
+    }
+  });
+}
+}  // namespace
+
+Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) { return where_impl(c, a, b); }
+Tensor where(const Tensor& c, const Tensor& a, const Scalar& b) { return where_impl(c, a, b); }
+Tensor where(const Tensor& c, const Scalar& a, const Tensor& b) { return where_impl(c, a, b); }
+Tensor where(const Tensor& c, const Scalar& a, const Scalar& b) { return where_impl(c, Arg(a), Arg(b)); }
+
+namespace {
+// clamp with optional lower/upper bounds (tensors or wrapped scalars). NaN in x or a bound wins.
+Tensor clamp_impl(std::string_view op, const Tensor& x, const std::optional<Arg>& lo,
+                  const std::optional<Arg>& hi, Tensor* self) {
+  KILN_CHECK(lo || hi, op, "At least one of 'min' or 'max' must not be None");
+  KILN_CHECK(x.dtype() != kBool, op, "\"clamp\" not implemented for 'bool'");
+  Arg L = lo ? *lo : Arg(x), H = hi ? *hi : Arg(x);
+  DType ct = lo && hi ? result_type({x, L, H}) : lo ? result_type({x, L}) : result_type({x, H});
+  bool has_lo = bool(lo), has_hi = bool(hi);
+  return run(op, {x, L, H}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      cpu::ternary_loop<T, T, T, T>(it, [=](T tv, T tl, T th) {
+        M v = M(tv);
+        if constexpr (std::is_floating_point_v<M>) {
+          if (std::isnan(v)) return tv;
+          if (has_lo && std::isnan(M(tl))) return tl;
+          if (has_hi && std::isnan(M(th))) return th;
+        }
+        if (has_lo && v < M(tl)) v = M(tl);
+        if (has_hi && v > M(th)) v = M(th);
+        return T(v);
+      });
+    });
+  }, self);
+}
+std::optional<Arg> opt_arg(const std::optional<Scalar>& s) {
+  return s ? std::optional<Arg>(Arg(*s)) : std::nullopt;
+}
+std::optional<Arg> opt_arg(const std::optional<Tensor>& t) {
+  return t ? std::optional<Arg>(Arg(*t)) : std::nullopt;
+}
+}  // namespace
+
+Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  return clamp_impl("clamp", x, opt_arg(lo), opt_arg(hi), nullptr);
+}
+Tensor clamp(const Tensor& x, const std::optional<Tensor>& lo, const std::optional<Tensor>& hi) {
+  return clamp_impl("clamp", x, opt_arg(lo), opt_arg(hi), nullptr);
+}
+Tensor& clamp_(Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  clamp_impl("clamp_", x, opt_arg(lo), opt_arg(hi), &x);
+  return x;
+}
+
+namespace {
+Tensor lerp_impl(const Tensor& s, const Tensor& e, const Arg& w) {
+  KILN_CHECK(s.dtype() == e.dtype(), "lerp", "expected dtype ", name(s.dtype()),
+             " for `end` but got dtype ", name(e.dtype()));
+  KILN_CHECK(w.wrapped || w.t.dtype() == s.dtype(), "lerp", "expected dtype ", name(s.dtype()),
+             " for `weight` but got dtype ", name(w.t.dtype()));
+  DType ct = s.dtype();
+  KILN_CHECK(is_floating(ct), "lerp", "\"lerp_kernel_scalar\" not implemented for '", name(ct), "'");
+  return run("lerp", {s, e, w}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_FLOAT(ct, "lerp", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      cpu::ternary_loop<T, T, T, T>(it, [](T a, T b, T wt) {
+        M x = M(a), y = M(b), t = M(wt);
+        // PyTorch's two-sided form: exact at both ends
+        return T(std::abs(t) < M(0.5) ? x + t * (y - x) : y - (y - x) * (M(1) - t));
+      });
+    });
+  });
+}
+}  // namespace
+
+Tensor lerp(const Tensor& s, const Tensor& e, const Scalar& w) { return lerp_impl(s, e, w); }
+Tensor lerp(const Tensor& s, const Tensor& e, const Tensor& w) { return lerp_impl(s, e, w); }
+
+Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  DType ct = result_type({self, t1, t2});
+  check_alpha("addcmul", ct, value);
+  return run("addcmul", {self, t1, t2}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, "addcmul", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      using M = opmath_t<T>;
+      if constexpr (std::is_same_v<T, bool>) {
+        cpu::ternary_loop<T, T, T, T>(it, [](T a, T b, T c) { return bool(a || (b && c)); });
+      } else {
+        M v = value.to<M>();
+        cpu::ternary_loop<T, T, T, T>(it, [=](T a, T b, T c) { return T(M(a) + v * M(b) * M(c)); });
+      }
+    });
+  });
+}
+
+namespace {
+Tensor masked_fill_impl(std::string_view op, const Tensor& x, const Tensor& mask, const Scalar& v, Tensor* self) {
+  KILN_CHECK(mask.dtype() == kBool, op, "masked_fill only supports boolean masks, but got mask with dtype ",
+             name(mask.dtype()));
+  DType ct = x.dtype();
+  Tensor fillv = scalar_tensor(v, ct);
+  return run(op, {x, kept(mask), fillv}, ct, ct, [&](const cpu::Iter& it) {
+    KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+      using T = scalar_t;
+      cpu::ternary_loop<T, T, bool, T>(it, [](T a, bool m, T f) { return m ? f : a; });
+    });
+  }, self);
+}
+}  // namespace
+
+Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& v) {
+  return masked_fill_impl("masked_fill", x, mask, v, nullptr);
+}
+
+// ---------------------------------------------------------------- Tensor methods (elementwise)
+
+#define KILN_UNARY_METHOD_DEF(fn) Tensor Tensor::fn() const { return kiln::fn(*this); }
+KILN_UNARY_METHOD_DEF(neg) KILN_UNARY_METHOD_DEF(abs) KILN_UNARY_METHOD_DEF(sign)
+KILN_UNARY_METHOD_DEF(exp) KILN_UNARY_METHOD_DEF(exp2) KILN_UNARY_METHOD_DEF(expm1)
+KILN_UNARY_METHOD_DEF(log) KILN_UNARY_METHOD_DEF(log2) KILN_UNARY_METHOD_DEF(log1p)
+KILN_UNARY_METHOD_DEF(sqrt) KILN_UNARY_METHOD_DEF(rsqrt) KILN_UNARY_METHOD_DEF(reciprocal)
+KILN_UNARY_METHOD_DEF(sin) KILN_UNARY_METHOD_DEF(cos) KILN_UNARY_METHOD_DEF(tan)
+KILN_UNARY_METHOD_DEF(asin) KILN_UNARY_METHOD_DEF(acos) KILN_UNARY_METHOD_DEF(atan)
+KILN_UNARY_METHOD_DEF(sinh) KILN_UNARY_METHOD_DEF(cosh) KILN_UNARY_METHOD_DEF(tanh)
+KILN_UNARY_METHOD_DEF(sigmoid) KILN_UNARY_METHOD_DEF(relu) KILN_UNARY_METHOD_DEF(silu)
+KILN_UNARY_METHOD_DEF(erf) KILN_UNARY_METHOD_DEF(floor) KILN_UNARY_METHOD_DEF(ceil)
+KILN_UNARY_METHOD_DEF(round) KILN_UNARY_METHOD_DEF(trunc) KILN_UNARY_METHOD_DEF(isnan)
+KILN_UNARY_METHOD_DEF(isinf) KILN_UNARY_METHOD_DEF(isfinite) KILN_UNARY_METHOD_DEF(logical_not)
+KILN_UNARY_METHOD_DEF(bitwise_not)
+#undef KILN_UNARY_METHOD_DEF
+
+Tensor Tensor::gelu(std::string_view a) const { return kiln::gelu(*this, a); }
+Tensor Tensor::nan_to_num(std::optional<double> n, std::optional<double> p, std::optional<double> m) const {
+  return kiln::nan_to_num(*this, n, p, m);
+}
+Tensor Tensor::add(const Tensor& o, const Scalar& al) const { return kiln::add(*this, o, al); }
+Tensor Tensor::add(const Scalar& o, const Scalar& al) const { return kiln::add(*this, o, al); }
+Tensor Tensor::sub(const Tensor& o, const Scalar& al) const { return kiln::sub(*this, o, al); }
+Tensor Tensor::sub(const Scalar& o, const Scalar& al) const { return kiln::sub(*this, o, al); }
+Tensor Tensor::mul(const Tensor& o) const { return kiln::mul(*this, o); }
+Tensor Tensor::mul(const Scalar& o) const { return kiln::mul(*this, o); }
+Tensor Tensor::div(const Tensor& o, std::optional<std::string_view> m) const { return kiln::div(*this, o, m); }
+Tensor Tensor::div(const Scalar& o, std::optional<std::string_view> m) const { return kiln::div(*this, o, m); }
+Tensor Tensor::pow(const Tensor& e) const { return kiln::pow(*this, e); }
+Tensor Tensor::pow(const Scalar& e) const { return kiln::pow(*this, e); }
+Tensor Tensor::remainder(const Tensor& o) const { return kiln::remainder(*this, o); }
+Tensor Tensor::remainder(const Scalar& o) const { return kiln::remainder(*this, o); }
+Tensor Tensor::fmod(const Tensor& o) const { return kiln::fmod(*this, o); }
+Tensor Tensor::fmod(const Scalar& o) const { return kiln::fmod(*this, o); }
+Tensor Tensor::floor_divide(const Tensor& o) const { return kiln::floor_divide(*this, o); }
+Tensor Tensor::floor_divide(const Scalar& o) const { return kiln::floor_divide(*this, o); }
+Tensor Tensor::maximum(const Tensor& o) const { return kiln::maximum(*this, o); }
+Tensor Tensor::minimum(const Tensor& o) const { return kiln::minimum(*this, o); }
+Tensor Tensor::atan2(const Tensor& o) const { return kiln::atan2(*this, o); }
+#define KILN_BINARY_METHOD_DEF(fn)                                                \
+  Tensor Tensor::fn(const Tensor& o) const { return kiln::fn(*this, o); }         \
+  Tensor Tensor::fn(const Scalar& o) const { return kiln::fn(*this, o); }
+KILN_BINARY_METHOD_DEF(eq) KILN_BINARY_METHOD_DEF(ne) KILN_BINARY_METHOD_DEF(lt)
+KILN_BINARY_METHOD_DEF(le) KILN_BINARY_METHOD_DEF(gt) KILN_BINARY_METHOD_DEF(ge)
+KILN_BINARY_METHOD_DEF(bitwise_and) KILN_BINARY_METHOD_DEF(bitwise_or) KILN_BINARY_METHOD_DEF(bitwise_xor)
+#undef KILN_BINARY_METHOD_DEF
+Tensor Tensor::logical_and(const Tensor& o) const { return kiln::logical_and(*this, o); }
+Tensor Tensor::logical_or(const Tensor& o) const { return kiln::logical_or(*this, o); }
+Tensor Tensor::logical_xor(const Tensor& o) const { return kiln::logical_xor(*this, o); }
+Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const { return kiln::clamp(*this, lo, hi); }
+Tensor Tensor::masked_fill(const Tensor& m, const Scalar& v) const { return kiln::masked_fill(*this, m, v); }
+
+Tensor& Tensor::add_(const Tensor& o, const Scalar& al) { add_impl("add_", *this, o, al, this); return *this; }
+Tensor& Tensor::add_(const Scalar& o, const Scalar& al) { add_impl("add_", *this, o, al, this); return *this; }
+Tensor& Tensor::sub_(const Tensor& o, const Scalar& al) { check_sub(*this, o); add_impl("sub_", *this, o, -al, this); return *this; }
+Tensor& Tensor::sub_(const Scalar& o, const Scalar& al) { check_sub(*this, o); add_impl("sub_", *this, o, -al, this); return *this; }
+Tensor& Tensor::mul_(const Tensor& o) { mul_impl(*this, o, this); return *this; }
+Tensor& Tensor::mul_(const Scalar& o) { mul_impl(*this, o, this); return *this; }
+Tensor& Tensor::div_(const Tensor& o, std::optional<std::string_view> m) { div_impl("div_", *this, o, parse_mode(m), this); return *this; }
+Tensor& Tensor::div_(const Scalar& o, std::optional<std::string_view> m) { div_impl("div_", *this, o, parse_mode(m), this); return *this; }
+Tensor& Tensor::relu_() { return kiln::relu_(*this); }
+Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) { return kiln::clamp_(*this, lo, hi); }
+Tensor& Tensor::masked_fill_(const Tensor& m, const Scalar& v) { masked_fill_impl("masked_fill_", *this, m, v, this); return *this; }
+
+}  // namespace kiln

@@ -1,0 +1,315 @@
+#include "kiln/runtime/factories.h"
+
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <numeric>
+
+#include "ops_common.h"
+#include "philox.h"
+
+namespace kiln {
+
+using namespace detail;
+
+namespace {
+void check_sizes(IntArrayRef sizes, std::string_view op) {
+  for (int64_t s : sizes)
+    KILN_CHECK(s >= 0, op, "Trying to create tensor with negative dimension ", s, ": ", sizes.vec());
+}
+}  // namespace
+
+Tensor empty(IntArrayRef sizes, TensorOptions opts) {
+  check_sizes(sizes, "empty");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->dtype = opts.dtype_or(kDefaultFloat);
+  impl->sizes = sizes.vec();
+  impl->strides = shape::contiguous_strides(sizes);
+  impl->refresh();
+  impl->storage = Storage::allocate(size_t(impl->numel * itemsize(impl->dtype)), opts.device_);
+  return Tensor(std::move(impl));
+}
+
+Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, TensorOptions opts) {
+  check_sizes(sizes, "empty_strided");
+  KILN_CHECK(sizes.size() == strides.size(), "empty_strided", "mismatch in length of strides (",
+             strides.size(), ") and shape (", sizes.size(), ")");
+  int64_t extent = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    KILN_CHECK(strides[i] >= 0, "empty_strided", "negative stride ", strides[i]);
+    if (sizes[i] == 0) extent = 0;
+    if (extent) extent += (sizes[i] - 1) * strides[i];
+  }
+  Tensor base = empty({extent}, opts);
+  return base.as_strided(sizes, strides, 0);
+}
+
+Tensor zeros(IntArrayRef sizes, TensorOptions opts) { return empty(sizes, opts).zero_(); }
+Tensor ones(IntArrayRef sizes, TensorOptions opts) { return empty(sizes, opts).fill_(1); }
+
+Tensor full(IntArrayRef sizes, const Scalar& v, TensorOptions opts) {
+  if (!opts.dtype_) opts.dtype_ = v.dtype();
+  return empty(sizes, opts).fill_(v);
+}
+
+Tensor scalar_tensor(const Scalar& v, TensorOptions opts) {
+  if (!opts.dtype_) opts.dtype_ = v.is_floating() ? kDefaultFloat : v.dtype();
+  return empty({}, opts).fill_(v);
+}
+
+Tensor arange(const Scalar& end, TensorOptions opts) { return arange(0, end, 1, opts); }
+
+Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, TensorOptions opts) {
+  bool all_int = !start.is_floating() && !end.is_floating() && !step.is_floating();
+  DType dt = opts.dtype_or(all_int ? kInt64 : kDefaultFloat);
+  double s = start.to_double(), e = end.to_double(), st = step.to_double();
+  KILN_CHECK(st != 0, "arange", "step must be nonzero");
+  KILN_CHECK(std::isfinite(s) && std::isfinite(e), "arange", "unsupported range: ", s, " -> ", e);
+  KILN_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange",
+             "upper bound and larger bound inconsistent with step sign (start ", s, ", end ", e,
+             ", step ", st, ")");
+  int64_t n = all_int ? (end.to_int() - start.to_int() + step.to_int() - (step.to_int() > 0 ? 1 : -1)) /
+                            step.to_int()
+                      : int64_t(std::ceil((e - s) / st));
+  Tensor out = empty({n}, opts.dtype(dt));
+  KILN_DISPATCH_ALL(dt, "arange", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+    scalar_t* p = out.data_ptr<scalar_t>();
+    if constexpr (std::is_same_v<scalar_t, bool>) {
+      KILN_FAIL("arange", "\"arange\" not implemented for 'bool'");
+    } else if (all_int && is_integral(dt)) {
+      for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(start.to_int() + i * step.to_int());
+    } else {
+      for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(s + double(i) * st);
+    }
+  });
+  return out;
+}
+
+Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, TensorOptions opts) {
+  KILN_CHECK(steps >= 0, "linspace", "number of steps must be non-negative, got ", steps);
+  DType dt = opts.dtype_or(kDefaultFloat);
+  Tensor out = empty({steps}, opts.dtype(dt));
+  double s = start.to_double(), e = end.to_double();
+  double step = steps > 1 ? (e - s) / double(steps - 1) : 0.0;
+  int64_t half = steps / 2;
+  KILN_DISPATCH_ALL(dt, "linspace", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+    scalar_t* p = out.data_ptr<scalar_t>();
+    // Like PyTorch: the first half counts up from start, the second half down from end, so
+    // both endpoints are exact.
+    for (int64_t i = 0; i < steps; ++i) {
+      double v = i < half ? s + step * double(i) : e - step * double(steps - i - 1);
+      if constexpr (std::is_integral_v<scalar_t> && !std::is_same_v<scalar_t, bool>)
+        p[i] = scalar_t(std::trunc(v));
+      else
+        p[i] = convert<scalar_t>(v);
+    }
+  });
+  return out;
+}
+
+Tensor logspace(const Scalar& start, const Scalar& end, int64_t steps, double base, TensorOptions opts) {
+  DType dt = opts.dtype_or(kDefaultFloat);
+  Tensor exps = linspace(start, end, steps, opts.dtype(kFloat64));
+  Tensor out = empty({steps}, opts.dtype(dt));
+  const double* e = exps.data_ptr<double>();
+  KILN_DISPATCH_ALL(dt, "logspace", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+    scalar_t* p = out.data_ptr<scalar_t>();
+    for (int64_t i = 0; i < steps; ++i) p[i] = convert<scalar_t>(std::pow(base, e[i]));
+  });
+  return out;
+}
+
+Tensor eye(int64_t n, TensorOptions opts) { return eye(n, n, opts); }
+Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
+  KILN_CHECK(n >= 0 && m >= 0, "eye", "n and m must be non-negative, got n = ", n, ", m = ", m);
+  Tensor out = zeros({n, m}, opts);
+  if (n && m) out.diagonal().fill_(1);
+  return out;
+}
+
+// ---- random ----
+
+namespace {
+struct GeneratorState {
+  std::mutex mu;
+  uint64_t seed = 67280421310721ull;
+  uint64_t offset = 0;  // Philox blocks consumed so far
+};
+GeneratorState& gen() {
+  static GeneratorState g;
+  return g;
+}
+// Reserves `blocks` Philox blocks for one call and returns (key, first counter).
+std::pair<uint64_t, uint64_t> reserve(uint64_t blocks) {
+  GeneratorState& g = gen();
+  std::lock_guard<std::mutex> lock(g.mu);
+  uint64_t first = g.offset;
+  g.offset += blocks;
+  return {g.seed, first};
+}
+
+// Fills a contiguous tensor; element i takes lane i % 4 of block counter + i / 4 (uniform) or
+// two lanes of block counter + i / 2 (normal, double).
+template <typename F>
+void fill_blocks(int64_t n, int64_t per_block, F f) {
+  uint64_t nb = uint64_t((n + per_block - 1) / per_block);
+  auto [key, first] = reserve(nb);
+  cpu::parallel_for(int64_t(nb), 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) f(i, philox::block(key, first + uint64_t(i)));
+  });
+}
+}  // namespace
+
+void manual_seed(uint64_t seed) {
+  GeneratorState& g = gen();
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.seed = seed;
+  g.offset = 0;
+}
+
+Tensor rand(IntArrayRef sizes, TensorOptions opts) {
+  DType dt = opts.dtype_or(kDefaultFloat);
+  KILN_CHECK(is_floating(dt), "rand", "\"check_uniform_bounds\" not implemented for '", name(dt), "'");
+  Tensor out = empty(sizes, opts.dtype(dt));
+  int64_t n = out.numel();
+  KILN_DISPATCH_FLOAT(dt, "rand", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+    scalar_t* p = out.data_ptr<scalar_t>();
+    if constexpr (std::is_same_v<scalar_t, double>) {
+      fill_blocks(n, 2, [&](int64_t b, const philox::Block& r) {
+        for (int k = 0; k < 2 && 2 * b + k < n; ++k) p[2 * b + k] = philox::uniform_f64(r[2 * k], r[2 * k + 1]);
+      });
+    } else {
+      fill_blocks(n, 4, [&](int64_t b, const philox::Block& r) {
+        for (int k = 0; k < 4 && 4 * b + k < n; ++k) {
+          float u = philox::uniform_f32(r[k]);
+          scalar_t v = scalar_t(u);
+          // rounding to 16 bits can reach 1.0; keep the interval half-open
+          if (float(v) >= 1.0f) v = scalar_t(std::nextafter(1.0f, 0.0f));
+          p[4 * b + k] = v;
+        }
+      });
+    }
+  });
+  return out;
+}
+
+Tensor randn(IntArrayRef sizes, TensorOptions opts) {
+  DType dt = opts.dtype_or(kDefaultFloat);
+  KILN_CHECK(is_floating(dt), "randn", "\"normal\" not implemented for '", name(dt), "'");
+  Tensor out = empty(sizes, opts.dtype(dt));
+  int64_t n = out.numel();
+  // Box-Muller: each block of four 32-bit draws gives two normals from two 53-bit uniforms.
+  KILN_DISPATCH_FLOAT(dt, "randn", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+    scalar_t* p = out.data_ptr<scalar_t>();
+    fill_blocks(n, 2, [&](int64_t b, const philox::Block& r) {
+      double u1 = philox::uniform_f64(r[0], r[1]), u2 = philox::uniform_f64(r[2], r[3]);
+      double radius = std::sqrt(-2.0 * std::log1p(-u1));  // 1 - u1 in (0, 1]: log is finite
+      double theta = 2.0 * M_PI * u2;
+      if (2 * b < n) p[2 * b] = convert<scalar_t>(radius * std::cos(theta));
+      if (2 * b + 1 < n) p[2 * b + 1] = convert<scalar_t>(radius * std::sin(theta));
+    });
+  });
+  return out;
+}
+
+Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts) {
+  KILN_CHECK(low < high, "randint", "random_ expects 'from' to be less than 'to', but got from=",
+             low, " >= to=", high);
+  DType dt = opts.dtype_or(kInt64);
+  Tensor out = empty(sizes, opts.dtype(kInt64));
+  int64_t n = out.numel();
+  uint64_t range = uint64_t(high) - uint64_t(low);
+  int64_t* p = out.data_ptr<int64_t>();
+  // 64 random bits per element: the modulo bias is below 2^-32 for any range under 2^32.
+  fill_blocks(n, 2, [&](int64_t b, const philox::Block& r) {
+    for (int k = 0; k < 2 && 2 * b + k < n; ++k) {
+      uint64_t x = (uint64_t(r[2 * k]) << 32) | r[2 * k + 1];
+      p[2 * b + k] = low + int64_t(x % range);
+    }
+  });
+  return as_dtype(out, dt);
+}
+
+Tensor randint(int64_t high, IntArrayRef sizes, TensorOptions opts) { return randint(0, high, sizes, opts); }
+
+Tensor randperm(int64_t n, TensorOptions opts) {
+  KILN_CHECK(n >= 0, "randperm", "n must be non-negative, got ", n);
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  std::iota(v.begin(), v.end(), 0);
+  // Fisher-Yates with one Philox block per swap.
+  auto [key, first] = reserve(uint64_t(n));
+  for (int64_t i = n - 1; i > 0; --i) {
+    auto r = philox::block(key, first + uint64_t(i));
+    uint64_t x = (uint64_t(r[0]) << 32) | r[1];
+    std::swap(v[size_t(i)], v[size_t(x % uint64_t(i + 1))]);
+  }
+  return as_dtype(from_vector(v), opts.dtype_or(kInt64));
+}
+
+// ---- *_like ----
+
+namespace {
+TensorOptions like(const Tensor& t, TensorOptions o) {
+  if (!o.dtype_) o.dtype_ = t.dtype();
+  return o;
+}
+}  // namespace
+Tensor empty_like(const Tensor& t, TensorOptions o) { return empty(t.sizes(), like(t, o)); }
+Tensor zeros_like(const Tensor& t, TensorOptions o) { return zeros(t.sizes(), like(t, o)); }
+Tensor ones_like(const Tensor& t, TensorOptions o) { return ones(t.sizes(), like(t, o)); }
+Tensor full_like(const Tensor& t, const Scalar& v, TensorOptions o) { return full(t.sizes(), v, like(t, o)); }
+Tensor rand_like(const Tensor& t, TensorOptions o) { return rand(t.sizes(), like(t, o)); }
+Tensor randn_like(const Tensor& t, TensorOptions o) { return randn(t.sizes(), like(t, o)); }
+
+// ---- from host data ----
+
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, IntArrayRef sizes) {
+  std::vector<int64_t> sz = sizes.empty() ? std::vector<int64_t>{int64_t(values.size())} : sizes.vec();
+  KILN_CHECK(shape::numel(sz) == int64_t(values.size()), "from_vector", "shape ", sz, " needs ",
+             shape::numel(sz), " values but ", values.size(), " were given");
+  Tensor out = empty(sz, dtype_of<T>());
+  std::copy(values.begin(), values.end(), out.data_ptr<T>());
+  return out;
+}
+template Tensor from_vector<uint8_t>(const std::vector<uint8_t>&, IntArrayRef);
+template Tensor from_vector<int8_t>(const std::vector<int8_t>&, IntArrayRef);
+template Tensor from_vector<int16_t>(const std::vector<int16_t>&, IntArrayRef);
+template Tensor from_vector<int32_t>(const std::vector<int32_t>&, IntArrayRef);
+template Tensor from_vector<int64_t>(const std::vector<int64_t>&, IntArrayRef);
+template Tensor from_vector<Half>(const std::vector<Half>&, IntArrayRef);
+template Tensor from_vector<BFloat16>(const std::vector<BFloat16>&, IntArrayRef);
+template Tensor from_vector<float>(const std::vector<float>&, IntArrayRef);
+template Tensor from_vector<double>(const std::vector<double>&, IntArrayRef);
+
+Tensor from_vector(const std::vector<bool>& values, IntArrayRef sizes) {
+  std::vector<uint8_t> bytes(values.begin(), values.end());
+  return from_vector(bytes, sizes).to(kBool);
+}
+
+Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions opts, Storage::Deleter deleter) {
+  return from_blob(data, sizes, shape::contiguous_strides(sizes), opts, std::move(deleter));
+}
+
+Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions opts,
+                 Storage::Deleter deleter) {
+  check_sizes(sizes, "from_blob");
+  KILN_CHECK(sizes.size() == strides.size(), "from_blob", "mismatch in length of strides (",
+             strides.size(), ") and shape (", sizes.size(), ")");
+  DType dt = opts.dtype_or(kDefaultFloat);
+  int64_t extent = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) extent = 0;
+    if (extent) extent += (sizes[i] - 1) * strides[i];
+  }
+  KILN_CHECK(data || extent == 0, "from_blob", "null data pointer for a tensor of shape ", sizes.vec());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = Storage::wrap(data, size_t(extent * itemsize(dt)), opts.device_, std::move(deleter));
+  impl->sizes = sizes.vec();
+  impl->strides = strides.vec();
+  impl->dtype = dt;
+  impl->refresh();
+  return Tensor(std::move(impl));
+}
+
+}  // namespace kiln

@@ -1,0 +1,140 @@
+// Joining and indexing: cat, stack, split, chunk, index_select, gather.
+#include <atomic>
+
+#include "ops_common.h"
+
+namespace kiln {
+
+using namespace detail;
+
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
+  KILN_CHECK(!ts.empty(), "cat", "torch.cat(): expected a non-empty list of Tensors");
+  // PyTorch skips legacy 1-d empty tensors ([0]) when the others have more dims.
+  const Tensor* ref = nullptr;
+  for (auto& t : ts)
+    if (!(t.dim() == 1 && t.numel() == 0)) { ref = &t; break; }
+  if (!ref) ref = &ts[0];
+  int64_t nd = ref->dim();
+  KILN_CHECK(nd > 0, "cat", "zero-dimensional tensor cannot be concatenated");
+  int64_t d = shape::wrap_dim(dim, nd, "cat");
+  DType dt = ts[0].dtype();
+  std::vector<Arg> args;
+  for (auto& t : ts) args.emplace_back(t);
+  dt = result_type(std::span<const Arg>(args));
+  std::vector<int64_t> out_shape = ref->sizes().vec();
+  out_shape[d] = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Tensor& t = ts[i];
+    check_cpu("cat", {t});
+    if (t.dim() == 1 && t.numel() == 0 && nd != 1) continue;
+    KILN_CHECK(t.dim() == nd, "cat", "Tensors must have same number of dimensions: got ", nd, " and ", t.dim());
+    for (int64_t k = 0; k < nd; ++k)
+      KILN_CHECK(k == d || t.sizes()[k] == ref->sizes()[k], "cat", "Sizes of tensors must match except in dimension ",
+                 d, ". Expected size ", ref->sizes()[k], " but got size ", t.sizes()[k], " for tensor number ", i,
+                 " in the list.");
+    out_shape[d] += t.sizes()[d];
+  }
+  Tensor out = empty(out_shape, dt);
+  int64_t off = 0;
+  for (auto& t : ts) {
+    if (t.dim() == 1 && t.numel() == 0 && nd != 1) continue;
+    out.narrow(d, off, t.sizes()[d]).copy_(t);
+    off += t.sizes()[d];
+  }
+  return out;
+}
+
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
+  KILN_CHECK(!ts.empty(), "stack", "stack expects a non-empty TensorList");
+  int64_t d = shape::wrap_dim(dim, ts[0].dim() + 1, "stack");
+  for (size_t i = 1; i < ts.size(); ++i)
+    KILN_CHECK(ts[i].sizes() == ts[0].sizes(), "stack", "stack expects each tensor to be equal size, but got ",
+               ts[0].sizes().vec(), " at entry 0 and ", ts[i].sizes().vec(), " at entry ", i);
+  std::vector<Tensor> us;
+  for (auto& t : ts) us.push_back(t.unsqueeze(d));
+  return cat(us, d);
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t split_size, int64_t dim) { return x.split(split_size, dim); }
+std::vector<Tensor> chunk(const Tensor& x, int64_t chunks, int64_t dim) { return x.chunk(chunks, dim); }
+
+namespace {
+void check_index_dtype(std::string_view op, const Tensor& index) {
+  KILN_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, op, op,
+             "(): Expected dtype int32/int64 for index, got ", name(index.dtype()));
+}
+}  // namespace
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
+  check_cpu("index_select", {x, index_in});
+  check_index_dtype("index_select", index_in);
+  KILN_CHECK(index_in.dim() <= 1, "index_select", "index_select(): Index is supposed to be a vector, got shape ",
+             index_in.sizes().vec());
+  int64_t d = shape::wrap_dim(dim, x.dim(), "index_select");
+  Tensor index = index_in.to(kInt64).contiguous();
+  const int64_t* idx = index.data_ptr<int64_t>();
+  int64_t n = index.numel(), size = x.dim() ? x.sizes()[d] : 1;
+  for (int64_t i = 0; i < n; ++i)
+    KILN_CHECK(idx[i] >= -size && idx[i] < size, "index_select", "index out of range in self: index ", idx[i],
+               " at position ", i, " for dimension ", d, " of size ", size);
+  std::vector<int64_t> shape = x.sizes().vec();
+  if (x.dim() == 0) {
+    KILN_CHECK(n == 1, "index_select", "index_select(): a 0-dim input takes exactly one index, got ", n);
+    return x.clone();
+  }
+  shape[d] = n;
+  Tensor out = empty(shape, x.dtype());
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t j = idx[i] < 0 ? idx[i] + size : idx[i];
+    out.select(d, i).copy_(x.select(d, j));
+  }
+  return out;
+}
+
+Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
+  check_cpu("gather", {x, index_in});
+  check_index_dtype("gather", index_in);
+  int64_t nd = std::max<int64_t>(x.dim(), 1);
+  int64_t d = shape::wrap_dim(dim, x.dim(), "gather");
+  KILN_CHECK(std::max<int64_t>(index_in.dim(), 1) == nd, "gather",
+             "Index tensor must have the same number of dimensions as input tensor (input ", x.sizes().vec(),
+             ", index ", index_in.sizes().vec(), ")");
+  Tensor xv = x.dim() == 0 ? x.view({1}) : x;
+  Tensor index = (index_in.dim() == 0 ? index_in.view({1}) : index_in).to(kInt64);
+  for (int64_t k = 0; k < nd; ++k)
+    KILN_CHECK(k == d || index.sizes()[k] <= xv.sizes()[k], "gather", "Size does not match at dimension ", k,
+               " expected index ", index_in.sizes().vec(), " to be smaller than self ", x.sizes().vec(),
+               " apart from dimension ", d);
+  Tensor out = empty(index.sizes(), x.dtype());
+  int64_t size = xv.sizes()[d], xs = xv.strides()[d];
+  // Iterate out/index together with x's view restricted to index's extent and dim d pinned.
+  std::vector<int64_t> base_sizes = index.sizes().vec();
+  std::vector<int64_t> base_strides = xv.strides().vec();
+  base_strides[d] = 0;
+  Tensor xb = xv.as_strided(base_sizes, base_strides, xv.storage_offset());
+  std::atomic<bool> bad_seen{false};
+  std::atomic<int64_t> bad{0};
+  KILN_DISPATCH_ALL(x.dtype(), "gather", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+    using T = scalar_t;
+    cpu::Iter it({out, index, xb}, index.sizes());
+    it.for_each([&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t j = *reinterpret_cast<const int64_t*>(p[1] + i * s[1]);
+        if (j < 0 || j >= size) {
+          bad.store(j);
+          bad_seen.store(true);
+          continue;
+        }
+        *reinterpret_cast<T*>(p[0] + i * s[0]) = reinterpret_cast<const T*>(p[2] + i * s[2])[j * xs];
+      }
+    });
+  });
+  KILN_CHECK(!bad_seen.load(), "gather", "index ", bad.load(),
+             " is out of bounds for dimension ", d, " with size ", size);
+  return x.dim() == 0 ? out.view({}) : out;
+}
+
+Tensor Tensor::index_select(int64_t d, const Tensor& i) const { return kiln::index_select(*this, d, i); }
+Tensor Tensor::gather(int64_t d, const Tensor& i) const { return kiln::gather(*this, d, i); }
+
+}  // namespace kiln

@@ -1,0 +1,75 @@
+#include "ops_common.h"
+
+namespace kiln::detail {
+
+Arg::Arg(const Scalar& s) : wrapped(true) {
+  if (s.is_bool()) t = scalar_tensor(s, kBool);
+  else if (s.is_integral()) t = scalar_tensor(s, kInt64);
+  else t = scalar_tensor(s, kFloat64);
+}
+
+namespace {
+std::optional<DType> promote(std::optional<DType> a, DType b) {
+  return a ? promote_types(*a, b) : b;
+}
+// PyTorch's combine_categories: a lower-priority group only matters when it is of a
+// higher category (bool < integral < floating) than the higher-priority group.
+std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> lower) {
+  if (!higher) return lower;
+  if (!lower) return higher;
+  if (is_floating(*higher)) return higher;
+  if (*higher == DType::Bool || is_floating(*lower)) return promote_types(*higher, *lower);
+  return higher;
+}
+}  // namespace
+
+DType result_type(std::span<const Arg> args) {
+  std::optional<DType> dim_r, zero_r, wrapped_r;
+  for (const Arg& a : args) {
+    DType d = a.t.dtype();
+    if (a.wrapped) wrapped_r = promote(wrapped_r, is_floating(d) ? kDefaultFloat : d);
+    else if (a.t.dim() == 0) zero_r = promote(zero_r, d);
+    else dim_r = promote(dim_r, d);
+  }
+  return *combine(dim_r, combine(zero_r, wrapped_r));
+}
+
+std::vector<int64_t> broadcast_all(std::initializer_list<Arg> args, std::string_view op) {
+  std::vector<int64_t> shape;
+  for (const Arg& a : args) shape = broadcast_shapes(shape, a.t.sizes(), op);
+  return shape;
+}
+
+void check_cpu(std::string_view op, std::initializer_list<Arg> args) {
+  for (const Arg& a : args)
+    KILN_CHECK(a.t.device().is_cpu(), op,
+               "Expected all tensors to be on the same device, but found at least one on ",
+               a.t.device().str(), " (the CPU eager kernels run cpu tensors only)");
+}
+
+bool check_inplace(std::string_view op, const Tensor& self, DType compute, IntArrayRef shape) {
+  KILN_CHECK(can_cast(compute, self.dtype()), op, "result type ", name(compute),
+             " can't be cast to the desired output type ", name(self.dtype()));
+  KILN_CHECK(IntArrayRef(self.sizes()) == shape, op, "output with shape ", self.sizes().vec(),
+             " doesn't match the broadcast shape ", shape.vec());
+  check_no_internal_overlap(op, self);
+  return compute == self.dtype();
+}
+
+Tensor unalias(const Tensor& out, const Tensor& in) {
+  if (!in.is_alias_of(out)) return in;
+  if (in.storage_offset() == out.storage_offset() && in.sizes() == out.sizes() &&
+      in.strides() == out.strides())
+    return in;
+  return in.clone();
+}
+
+void check_no_internal_overlap(std::string_view op, const Tensor& out) {
+  for (int64_t d = 0; d < out.dim(); ++d)
+    KILN_CHECK(!(out.strides()[d] == 0 && out.sizes()[d] > 1), op,
+               "unsupported operation: more than one element of the written-to tensor refers to "
+               "a single memory location (size ", out.sizes().vec(), ", stride ",
+               out.strides().vec(), "). Please clone() the tensor before performing the operation.");
+}
+
+}  // namespace kiln::detail

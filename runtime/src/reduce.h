@@ -1,0 +1,144 @@
+// The reduction engine (internal): reduces a tensor over a set of dims with an Op.
+//
+// An Op provides `acc_t`, identity(), reduce(acc, x) (x already converted to acc_t),
+// combine(acc, acc) and project(acc, count) -> output value. Contiguous runs are reduced into
+// several independent lanes (so the compiler vectorises without reassociating) and long runs
+// are split pairwise, which keeps float sums accurate to O(log n) roundings.
+#pragma once
+#include <vector>
+
+#include "ops_common.h"
+
+namespace kiln::detail {
+
+struct ReducePlan {
+  struct Dim { int64_t size, in_stride, out_stride; };  // strides in elements
+  std::vector<Dim> kept, reduced;  // innermost first
+  int64_t out_numel = 1, reduce_numel = 1;
+  bool inner_reduced = false;  // the dim with the smallest input stride is reduced
+};
+
+// Plans reducing x (dims in `mask`) into `out`, a contiguous tensor with x's keepdim shape.
+ReducePlan plan_reduce(const Tensor& x, const std::vector<bool>& mask, const Tensor& out);
+
+// Output shape with or without the reduced dims.
+std::vector<int64_t> reduced_shape(IntArrayRef sizes, const std::vector<bool>& mask, bool keepdim);
+
+inline constexpr int kLanes = 16;
+inline constexpr int64_t kPairwiseBlock = 4096;
+
+// Reduces n elements at stride s (elements) into one accumulator: lanes within a block,
+// blocks combined pairwise.
+template <typename In, typename Op>
+typename Op::acc_t reduce_run(const In* p, int64_t n, int64_t s, const Op& op) {
+  using A = typename Op::acc_t;
+  if (n > kPairwiseBlock) {
+    int64_t half = (n / 2 + kLanes - 1) / kLanes * kLanes;
+    return op.combine(reduce_run(p, half, s, op), reduce_run(p + half * s, n - half, s, op));
+  }
+  A lanes[kLanes];
+  for (int j = 0; j < kLanes; ++j) lanes[j] = op.identity();
+  int64_t i = 0;
+  if (s == 1) {
+    for (; i + kLanes <= n; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) lanes[j] = op.reduce(lanes[j], A(opmath_t<In>(p[i + j])));
+  } else {
+    for (; i + kLanes <= n; i += kLanes)
+      for (int j = 0; j < kLanes; ++j) lanes[j] = op.reduce(lanes[j], A(opmath_t<In>(p[(i + j) * s])));
+  }
+  for (; i < n; ++i) lanes[0] = op.reduce(lanes[0], A(opmath_t<In>(p[i * s])));
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) lanes[j] = op.combine(lanes[j], lanes[j + w]);
+  return lanes[0];
+}
+
+template <typename In, typename Out, typename Op>
+void reduce_kernel(const Tensor& x, const std::vector<bool>& mask, const Tensor& out, const Op& op) {
+  using A = typename Op::acc_t;
+  ReducePlan plan = plan_reduce(x, mask, out);
+  const In* in = static_cast<const In*>(x.data_ptr());
+  Out* o = static_cast<Out*>(out.data_ptr());
+  const int64_t count = plan.reduce_numel;
+  if (plan.out_numel == 0) return;
+
+  // Walks the reduced dims other than `skip` innermost ones, calling f(input offset).
+  auto for_reduced = [&](size_t skip, auto&& f) {
+    const auto& R = plan.reduced;
+    std::vector<int64_t> idx(R.size(), 0);
+    int64_t off = 0;
+    while (true) {
+      f(off);
+      size_t d = skip;
+      for (; d < R.size(); ++d) {
+        off += R[d].in_stride;
+        if (++idx[d] < R[d].size) break;
+        off -= R[d].in_stride * R[d].size;
+        idx[d] = 0;
+      }
+      if (d >= R.size()) return;
+    }
+  };
+  // Offsets of output element `lin` (kept dims, innermost first, starting at `first`).
+  auto kept_offsets = [&](int64_t lin, size_t first, int64_t& in_off, int64_t& out_off) {
+    in_off = out_off = 0;
+    for (size_t d = first; d < plan.kept.size(); ++d) {
+      int64_t i = lin % plan.kept[d].size;
+      lin /= plan.kept[d].size;
+      in_off += i * plan.kept[d].in_stride;
+      out_off += i * plan.kept[d].out_stride;
+    }
+  };
+
+  if (count == 0) {
+    for (int64_t i = 0; i < plan.out_numel; ++i) o[i] = Out(op.project(op.identity(), 0));
+    return;
+  }
+  if (plan.inner_reduced || plan.kept.empty()) {
+    // One accumulator per output element; the innermost reduced dim is the vector loop.
+    const auto& r0 = plan.reduced[0];
+    cpu::parallel_for(plan.out_numel, std::max<int64_t>(1, cpu::kParallelGrain / count), [&](int64_t b, int64_t e) {
+      for (int64_t lin = b; lin < e; ++lin) {
+        int64_t ib, ob;
+        kept_offsets(lin, 0, ib, ob);
+        A acc = op.identity();
+        bool first = true;
+        for_reduced(1, [&](int64_t roff) {
+          A part = reduce_run(in + ib + roff, r0.size, r0.in_stride, op);
+          acc = first ? part : op.combine(acc, part);
+          first = false;
+        });
+        o[ob] = Out(op.project(acc, count));
+      }
+    });
+    return;
+  }
+  // The innermost dim is kept: accumulate a block of neighbouring outputs at once, reading
+  // each input row contiguously (e.g. x.sum(0) of a row-major matrix).
+  const auto& k0 = plan.kept[0];
+  int64_t rows = plan.out_numel / k0.size;
+  constexpr int64_t kBlock = 256;
+  int64_t blocks_per_row = (k0.size + kBlock - 1) / kBlock;
+  cpu::parallel_for(rows * blocks_per_row, std::max<int64_t>(1, cpu::kParallelGrain / (count * kBlock)),
+                    [&](int64_t b, int64_t e) {
+    A acc[kBlock];
+    for (int64_t t = b; t < e; ++t) {
+      int64_t row = t / blocks_per_row, j0 = (t % blocks_per_row) * kBlock;
+      int64_t nb = std::min(kBlock, k0.size - j0);
+      int64_t ib, ob;
+      kept_offsets(row, 1, ib, ob);
+      ib += j0 * k0.in_stride;
+      ob += j0 * k0.out_stride;
+      for (int64_t j = 0; j < nb; ++j) acc[j] = op.identity();
+      for_reduced(0, [&](int64_t roff) {
+        const In* p = in + ib + roff;
+        if (k0.in_stride == 1)
+          for (int64_t j = 0; j < nb; ++j) acc[j] = op.reduce(acc[j], A(opmath_t<In>(p[j])));
+        else
+          for (int64_t j = 0; j < nb; ++j) acc[j] = op.reduce(acc[j], A(opmath_t<In>(p[j * k0.in_stride])));
+      });
+      for (int64_t j = 0; j < nb; ++j) o[ob + j * k0.out_stride] = Out(op.project(acc[j], count));
+    }
+  });
+}
+
+}  // namespace kiln::detail

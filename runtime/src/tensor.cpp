@@ -1,0 +1,415 @@
+// Tensor metadata, host access and views. Views build a new TensorImpl on the same storage.
+#include "kiln/runtime/tensor.h"
+
+#include <iostream>
+
+#include "kiln/runtime/factories.h"
+#include "kiln/runtime/ops.h"
+#include "shape.h"
+
+namespace kiln {
+
+void TensorImpl::refresh() {
+  numel = shape::numel(sizes);
+  contiguous = shape::is_contiguous(sizes, strides);
+}
+
+namespace {
+Tensor make_view(const Tensor& base, std::vector<int64_t> sizes, std::vector<int64_t> strides,
+                 int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = base.storage();
+  impl->sizes = std::move(sizes);
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  impl->dtype = base.dtype();
+  impl->refresh();
+  return Tensor(std::move(impl));
+}
+}  // namespace
+
+int64_t Tensor::size(int64_t d) const { return impl().sizes[shape::wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::stride(int64_t d) const {
+  return impl().strides[shape::wrap_dim(d, dim(), "stride")];
+}
+
+// ---- host access ----
+
+void* Tensor::data_ptr() const {
+  KILN_CHECK(is_cpu(), "data_ptr", "tensor is on ", device().str(), "; copy it with .to(kCPU) first");
+  auto* base = static_cast<char*>(storage()->data());
+  return base ? base + storage_offset() * element_size() : nullptr;
+}
+
+template <typename T>
+T* Tensor::data_ptr() const {
+  KILN_CHECK(dtype_of<T>() == dtype(), "data_ptr", "expected scalar type ", name(dtype_of<T>()),
+             " but found ", name(dtype()));
+  return static_cast<T*>(data_ptr());
+}
+
+Scalar Tensor::item() const {
+  KILN_CHECK(numel() == 1, "item", "a Tensor with ", numel(),
+             " elements cannot be converted to Scalar");
+  Tensor c = to(kCPU);
+  return KILN_DISPATCH_ALL(dtype(), "item", [&](auto scalar_tag_) -> Scalar { using scalar_t = decltype(scalar_tag_);
+    scalar_t v = *static_cast<const scalar_t*>(c.data_ptr());
+    if constexpr (std::is_same_v<scalar_t, bool>) return Scalar(v);
+    else if constexpr (std::is_integral_v<scalar_t>) return Scalar(int64_t(v));
+    else return Scalar(double(opmath_t<scalar_t>(v)));
+  });
+}
+
+template <typename T>
+T Tensor::item() const {
+  return item().to<T>();
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = to(kCPU).to(dtype_of<T>()).contiguous();
+  const T* p = static_cast<const T*>(c.data_ptr());
+  return std::vector<T>(p, p + c.numel());
+}
+
+Tensor::operator bool() const {
+  KILN_CHECK(numel() == 1, "bool", "Boolean value of Tensor with ", numel(),
+             " elements is ambiguous; reduce it first (any(), all(), sum() > 0)");
+  return item().to_bool();
+}
+
+#define KILN_INSTANTIATE_HOST(T)                         \
+  template T* Tensor::data_ptr<T>() const;               \
+  template T Tensor::item<T>() const;                    \
+  template std::vector<T> Tensor::to_vector<T>() const;
+KILN_INSTANTIATE_HOST(uint8_t) KILN_INSTANTIATE_HOST(int8_t) KILN_INSTANTIATE_HOST(int16_t)
+KILN_INSTANTIATE_HOST(int32_t) KILN_INSTANTIATE_HOST(int64_t) KILN_INSTANTIATE_HOST(Half)
+KILN_INSTANTIATE_HOST(BFloat16) KILN_INSTANTIATE_HOST(float) KILN_INSTANTIATE_HOST(double)
+template bool* Tensor::data_ptr<bool>() const;
+template bool Tensor::item<bool>() const;
+#undef KILN_INSTANTIATE_HOST
+
+// std::vector<bool> is packed, so bool goes through uint8.
+template <>
+std::vector<bool> Tensor::to_vector<bool>() const {
+  Tensor c = to(kCPU).to(kBool).contiguous();
+  const bool* p = static_cast<const bool*>(c.data_ptr());
+  return std::vector<bool>(p, p + c.numel());
+}
+
+// ---- views ----
+
+Tensor Tensor::view(IntArrayRef shape_) const {
+  auto sizes = shape::infer_size(shape_, numel(), "view");
+  auto st = shape::view_strides(impl().sizes, impl().strides, sizes);
+  KILN_CHECK(st, "view", "view size is not compatible with input tensor's size ", impl().sizes,
+             " and stride ", impl().strides,
+             " (at least one dimension spans across two contiguous subspaces). Use .reshape(...) instead.");
+  return make_view(*this, std::move(sizes), std::move(*st), storage_offset());
+}
+
+Tensor Tensor::reshape(IntArrayRef shape_) const {
+  auto sizes = shape::infer_size(shape_, numel(), "reshape");
+  if (auto st = shape::view_strides(impl().sizes, impl().strides, sizes))
+    return make_view(*this, std::move(sizes), std::move(*st), storage_offset());
+  return contiguous().view(sizes);
+}
+
+Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  int64_t n = dim();
+  d0 = shape::wrap_dim(d0, n, "transpose");
+  d1 = shape::wrap_dim(d1, n, "transpose");
+  auto sizes = impl().sizes;
+  auto st = impl().strides;
+  if (n > 0) {
+    std::swap(sizes[d0], sizes[d1]);
+    std::swap(st[d0], st[d1]);
+  }
+  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+}
+
+Tensor Tensor::t() const {
+  KILN_CHECK(dim() <= 2, "t", "t() expects a tensor with <= 2 dimensions, but self is ", dim(), "D");
+  return dim() < 2 ? *this : transpose(0, 1);
+}
+
+Tensor Tensor::permute(IntArrayRef dims) const {
+  int64_t n = dim();
+  KILN_CHECK(int64_t(dims.size()) == n, "permute", "number of dims don't match in permute: got ",
+             dims.size(), " dims for a tensor of shape ", impl().sizes);
+  std::vector<int64_t> sizes(n), st(n);
+  std::vector<bool> seen(n, false);
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t d = shape::wrap_dim(dims[i], n, "permute");
+    KILN_CHECK(!seen[d], "permute", "repeated dim ", d, " in permutation ", dims.vec());
+    seen[d] = true;
+    sizes[i] = impl().sizes[d];
+    st[i] = impl().strides[d];
+  }
+  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+}
+
+Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> end,
+                     int64_t step) const {
+  KILN_CHECK(dim() > 0, "slice", "slice() cannot be applied to a 0-dim tensor");
+  d = shape::wrap_dim(d, dim(), "slice");
+  KILN_CHECK(step > 0, "slice", "slice step must be positive, got ", step);
+  int64_t n = impl().sizes[d];
+  auto clamp_index = [n](int64_t i) {
+    if (i < 0) i += n;
+    return std::clamp<int64_t>(i, 0, n);
+  };
+  int64_t s = start ? clamp_index(*start) : 0;
+  int64_t e = end ? clamp_index(*end) : n;
+  int64_t len = e > s ? (e - s + step - 1) / step : 0;
+  auto sizes = impl().sizes;
+  auto st = impl().strides;
+  int64_t offset = storage_offset() + s * st[d];
+  sizes[d] = len;
+  st[d] *= step;
+  return make_view(*this, std::move(sizes), std::move(st), offset);
+}
+
+Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  KILN_CHECK(dim() > 0, "narrow", "narrow() cannot be applied to a 0-dim tensor");
+  d = shape::wrap_dim(d, dim(), "narrow");
+  int64_t n = impl().sizes[d];
+  KILN_CHECK(start >= -n && start <= n, "narrow", "start (", start,
+             ") is out of range for dimension ", d, " of size ", n);
+  if (start < 0) start += n;
+  KILN_CHECK(length >= 0 && start + length <= n, "narrow", "start (", start, ") + length (",
+             length, ") exceeds dimension size (", n, ")");
+  return slice(d, start, start + length);
+}
+
+Tensor Tensor::select(int64_t d, int64_t index) const {
+  KILN_CHECK(dim() > 0, "select", "select() cannot be applied to a 0-dim tensor");
+  d = shape::wrap_dim(d, dim(), "select");
+  int64_t n = impl().sizes[d];
+  KILN_CHECK(index >= -n && index < n, "select", "index ", index,
+             " is out of bounds for dimension ", d, " with size ", n);
+  if (index < 0) index += n;
+  auto sizes = impl().sizes;
+  auto st = impl().strides;
+  int64_t offset = storage_offset() + index * st[d];
+  sizes.erase(sizes.begin() + d);
+  st.erase(st.begin() + d);
+  return make_view(*this, std::move(sizes), std::move(st), offset);
+}
+
+Tensor Tensor::index(std::initializer_list<indexing::TensorIndex> idx) const {
+  return index(std::vector<indexing::TensorIndex>(idx));
+}
+
+Tensor Tensor::index(const std::vector<indexing::TensorIndex>& idx) const {
+  using K = indexing::TensorIndex::Kind;
+  int64_t consumed = 0, ellipses = 0;
+  for (auto& i : idx) {
+    if (i.kind == K::Integer || i.kind == K::Slice) ++consumed;
+    if (i.kind == K::Ellipsis) ++ellipses;
+  }
+  KILN_CHECK(ellipses <= 1, "index", "an index can only have a single ellipsis ('...')");
+  KILN_CHECK(consumed <= dim(), "index", "too many indices for tensor of dimension ", dim(),
+             " (got ", consumed, ")");
+  Tensor r = *this;
+  int64_t d = 0;
+  for (auto& i : idx) {
+    switch (i.kind) {
+      case K::Integer: r = r.select(d, i.integer); break;
+      case K::Slice: r = r.slice(d, i.slice.start, i.slice.stop, i.slice.step); ++d; break;
+      case K::None: r = r.unsqueeze(d); ++d; break;
+      case K::Ellipsis: d += dim() - consumed; break;
+    }
+  }
+  return r;
+}
+
+Tensor& Tensor::index_put_(std::initializer_list<indexing::TensorIndex> idx, const Tensor& v) {
+  index(idx).copy_(v);
+  return *this;
+}
+Tensor& Tensor::index_put_(std::initializer_list<indexing::TensorIndex> idx, const Scalar& v) {
+  index(idx).fill_(v);
+  return *this;
+}
+
+Tensor& Tensor::operator=(const Tensor& src) && {
+  copy_(src);
+  return *this;
+}
+Tensor& Tensor::operator=(const Scalar& v) && {
+  fill_(v);
+  return *this;
+}
+
+Tensor Tensor::expand(IntArrayRef target) const {
+  int64_t n = dim(), m = int64_t(target.size());
+  KILN_CHECK(m >= n, "expand", "the number of sizes provided (", m,
+             ") must be greater or equal to the number of dimensions in the tensor (", n, ")");
+  std::vector<int64_t> sizes(m), st(m);
+  for (int64_t i = m - 1; i >= 0; --i) {
+    int64_t j = i - (m - n);
+    int64_t want = target[i];
+    if (j < 0) {
+      KILN_CHECK(want >= 0, "expand", "the expanded size of the tensor (", want,
+                 ") isn't allowed in a leading, non-existing dimension ", i);
+      sizes[i] = want;
+      st[i] = 0;
+      continue;
+    }
+    int64_t have = impl().sizes[j];
+    if (want == -1) want = have;
+    KILN_CHECK(have == want || have == 1, "expand", "The expanded size of the tensor (", want,
+               ") must match the existing size (", have, ") at non-singleton dimension ", i,
+               ".  Target sizes: ", target.vec(), ".  Tensor sizes: ", impl().sizes);
+    sizes[i] = want;
+    st[i] = have == want ? impl().strides[j] : 0;
+  }
+  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+}
+
+Tensor Tensor::squeeze() const {
+  std::vector<int64_t> sizes, st;
+  for (int64_t i = 0; i < dim(); ++i)
+    if (impl().sizes[i] != 1) {
+      sizes.push_back(impl().sizes[i]);
+      st.push_back(impl().strides[i]);
+    }
+  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+}
+
+Tensor Tensor::squeeze(int64_t d) const {
+  d = shape::wrap_dim(d, dim(), "squeeze");
+  if (dim() == 0 || impl().sizes[d] != 1) return make_view(*this, impl().sizes, impl().strides, storage_offset());
+  auto sizes = impl().sizes;
+  auto st = impl().strides;
+  sizes.erase(sizes.begin() + d);
+  st.erase(st.begin() + d);
+  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+}
+
+Tensor Tensor::unsqueeze(int64_t d) const {
+  d = shape::wrap_dim(d, dim() + 1, "unsqueeze");
+  auto sizes = impl().sizes;
+  auto st = impl().strides;
+  int64_t s = d < dim() ? sizes[d] * st[d] : 1;
+  sizes.insert(sizes.begin() + d, 1);
+  st.insert(st.begin() + d, s);
+  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+}
+
+Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  if (dim() == 0) return reshape({1});
+  start = shape::wrap_dim(start, dim(), "flatten");
+  end = shape::wrap_dim(end, dim(), "flatten");
+  KILN_CHECK(start <= end, "flatten", "start_dim (", start, ") cannot come after end_dim (", end, ")");
+  std::vector<int64_t> sizes;
+  for (int64_t i = 0; i < start; ++i) sizes.push_back(impl().sizes[i]);
+  int64_t m = 1;
+  for (int64_t i = start; i <= end; ++i) m *= impl().sizes[i];
+  sizes.push_back(m);
+  for (int64_t i = end + 1; i < dim(); ++i) sizes.push_back(impl().sizes[i]);
+  return reshape(sizes);
+}
+
+Tensor Tensor::diagonal(int64_t offset, int64_t d1, int64_t d2) const {
+  KILN_CHECK(dim() >= 2, "diagonal", "diagonal requires a tensor with at least 2 dimensions, got ",
+             dim(), "D");
+  d1 = shape::wrap_dim(d1, dim(), "diagonal");
+  d2 = shape::wrap_dim(d2, dim(), "diagonal");
+  KILN_CHECK(d1 != d2, "diagonal", "diagonal dimensions cannot be identical ", d1, ", ", d2);
+  int64_t n1 = impl().sizes[d1], n2 = impl().sizes[d2];
+  int64_t start = storage_offset(), len;
+  if (offset >= 0) {
+    len = std::max<int64_t>(std::min(n1, n2 - offset), 0);
+    if (len > 0) start += offset * impl().strides[d2];
+  } else {
+    len = std::max<int64_t>(std::min(n1 + offset, n2), 0);
+    if (len > 0) start -= offset * impl().strides[d1];
+  }
+  std::vector<int64_t> sizes, st;
+  for (int64_t i = 0; i < dim(); ++i)
+    if (i != d1 && i != d2) {
+      sizes.push_back(impl().sizes[i]);
+      st.push_back(impl().strides[i]);
+    }
+  sizes.push_back(len);
+  st.push_back(impl().strides[d1] + impl().strides[d2]);
+  return make_view(*this, std::move(sizes), std::move(st), start);
+}
+
+Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef st, std::optional<int64_t> off) const {
+  KILN_CHECK(sizes.size() == st.size(), "as_strided", "mismatch in length of strides (", st.size(),
+             ") and shape (", sizes.size(), ")");
+  int64_t offset = off.value_or(storage_offset());
+  int64_t max_index = offset;
+  bool empty = false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    KILN_CHECK(sizes[i] >= 0 && st[i] >= 0, "as_strided", "negative size or stride: sizes ",
+               sizes.vec(), ", strides ", st.vec());
+    if (sizes[i] == 0) empty = true;
+    else max_index += (sizes[i] - 1) * st[i];
+  }
+  KILN_CHECK(offset >= 0, "as_strided", "negative storage offset ", offset);
+  KILN_CHECK(empty || (max_index + 1) * element_size() <= int64_t(storage()->nbytes()), "as_strided",
+             "setStorage: sizes ", sizes.vec(), ", strides ", st.vec(), " and storage offset ",
+             offset, " require ", (max_index + 1) * element_size(),
+             " bytes, but the storage has only ", storage()->nbytes());
+  return make_view(*this, sizes.vec(), st.vec(), offset);
+}
+
+std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
+  KILN_CHECK(dim() > 0, "split", "split expects at least a 1-dimensional tensor");
+  d = shape::wrap_dim(d, dim(), "split");
+  int64_t n = impl().sizes[d];
+  KILN_CHECK(split_size > 0 || (split_size == 0 && n == 0), "split",
+             "split_size can only be 0 if dimension size is 0, but got dimension size of ", n);
+  std::vector<Tensor> out;
+  if (n == 0) return {*this};
+  for (int64_t s = 0; s < n; s += split_size) out.push_back(narrow(d, s, std::min(split_size, n - s)));
+  return out;
+}
+
+std::vector<Tensor> Tensor::split(IntArrayRef sizes, int64_t d) const {
+  KILN_CHECK(dim() > 0, "split", "split expects at least a 1-dimensional tensor");
+  d = shape::wrap_dim(d, dim(), "split");
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    KILN_CHECK(s >= 0, "split", "split sizes must be non-negative, got ", sizes.vec());
+    total += s;
+  }
+  KILN_CHECK(total == impl().sizes[d], "split", "split_with_sizes expects split_sizes to sum exactly to ",
+             impl().sizes[d], " (input tensor's size at dimension ", d, "), but got split_sizes=",
+             sizes.vec());
+  std::vector<Tensor> out;
+  int64_t s = 0;
+  for (int64_t len : sizes) {
+    out.push_back(narrow(d, s, len));
+    s += len;
+  }
+  return out;
+}
+
+std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
+  KILN_CHECK(dim() > 0, "chunk", "chunk expects at least a 1-dimensional tensor");
+  KILN_CHECK(chunks > 0, "chunk", "chunk expects `chunks` to be greater than 0, got: ", chunks);
+  d = shape::wrap_dim(d, dim(), "chunk");
+  int64_t n = impl().sizes[d];
+  int64_t each = (n + chunks - 1) / chunks;
+  if (each == 0) {
+    std::vector<Tensor> out;
+    for (int64_t i = 0; i < chunks; ++i) out.push_back(narrow(d, 0, 0));
+    return out;
+  }
+  return split(each, d);
+}
+
+std::vector<Tensor> Tensor::unbind(int64_t d) const {
+  KILN_CHECK(dim() > 0, "unbind", "unbind expects at least a 1-dimensional tensor");
+  d = shape::wrap_dim(d, dim(), "unbind");
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < impl().sizes[d]; ++i) out.push_back(select(d, i));
+  return out;
+}
+
+}  // namespace kiln

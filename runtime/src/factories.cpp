@@ -97,7 +97,7 @@ Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, TensorOpt
     // Like PyTorch: the first half counts up from start, the second half down from end, so
     // both endpoints are exact.
     for (int64_t i = 0; i < steps; ++i) {
-      double v = i < half ? s + step * double(i) : e - step * double(steps - i - 1);
+      double v = (i < half || steps == 1) ? s + step * double(i) : e - step * double(steps - i - 1);
       if constexpr (std::is_integral_v<scalar_t> && !std::is_same_v<scalar_t, bool>)
         p[i] = scalar_t(std::trunc(v));
       else

@@ -75,8 +75,10 @@ Formatter make_formatter(DType dt, const std::vector<double>& vals) {
       else f.sci_mode = mx / mn > 1000.0 || mx > 1e8 || mn < 1e-4;
     }
   }
+  // As PyTorch: float widths come from the nonzero finite values only.
   f.width = 1;
-  for (double v : vals) f.width = std::max(f.width, f.raw(v).size());
+  for (double v : vals)
+    if (!is_floating(dt) || (std::isfinite(v) && v != 0)) f.width = std::max(f.width, f.raw(v).size());
   return f;
 }
 

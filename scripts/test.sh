@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds everything and runs the whole test suite with CTest.
+#   scripts/test.sh              release build + tests
+#   KILN_TEST_SANITIZE=1 scripts/test.sh   also an ASan+UBSan build of the suite (build-asan/)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+cmake -S . -B build -G Ninja -DKILN_BUILD_TESTS=ON
+cmake --build build
+ctest --test-dir build --output-on-failure -j2
+if [[ "${KILN_TEST_SANITIZE:-0}" == "1" ]]; then
+  cmake -S . -B build-asan -G Ninja -DKILN_BUILD_TESTS=ON -DKILN_SANITIZE=ON \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_TOOLS=OFF
+  cmake --build build-asan
+  # OpenMP's runtime keeps thread-local state that LeakSanitizer reports at exit; leaks are
+  # not what this run is for.
+  ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-asan --output-on-failure -j2
+fi

@@ -1,0 +1,72 @@
+#include "test_util.h"
+
+using namespace kiln;
+using kiln::testing::expect_error;
+using kiln::testing::expect_values;
+
+namespace {
+// Reference product through broadcasting and sum, independent of the BLAS path.
+Tensor ref_mm(const Tensor& a, const Tensor& b) { return (a.unsqueeze(2) * b.unsqueeze(0)).sum({1}); }
+double max_diff(const Tensor& a, const Tensor& b) { return (a.to(kFloat64) - b.to(kFloat64)).abs().max().item<double>(); }
+}  // namespace
+
+TEST(Linalg, MmAllLayouts) {
+  manual_seed(5);
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor a = randn({5, 7}, dt), b = randn({7, 3}, dt);
+    Tensor want = ref_mm(a, b);
+    EXPECT_LT(max_diff(mm(a, b), want), 1e-4);
+    EXPECT_LT(max_diff(mm(a.t().contiguous().t(), b), want), 1e-4);
+    EXPECT_LT(max_diff(mm(a, b.t().contiguous().t()), want), 1e-4);
+    EXPECT_LT(max_diff(mm(a.slice(1, 0, 7, 1), b.slice(0, 0, 7)), want), 1e-4);
+    Tensor big = randn({5, 14}, dt);
+    EXPECT_LT(max_diff(mm(big.slice(1, 0, 14, 2), b), ref_mm(big.slice(1, 0, 14, 2), b)), 1e-4);
+  }
+  Tensor ia = arange(6, kInt32).view({2, 3}), ib = arange(6, kInt32).view({3, 2});
+  expect_values(mm(ia, ib), {2, 2}, {10, 13, 28, 40}, 0);
+  EXPECT_LT(max_diff(mm(ia.to(kFloat16), ib.to(kFloat16)), mm(ia, ib)), 1e-3);
+  expect_error([&] { mm(ia, ia); }, "mat1 and mat2 shapes cannot be multiplied (2x3 and 2x3)");
+  expect_error([&] { mm(ia, ib.to(kInt64)); }, "same dtype");
+}
+
+TEST(Linalg, MatmulRankCases) {
+  manual_seed(6);
+  Tensor v = randn({4}), w = randn({4}), m = randn({3, 4}), n = randn({4, 5});
+  EXPECT_EQ(matmul(v, w).dim(), 0);
+  EXPECT_NEAR(matmul(v, w).item<double>(), (v * w).sum().item<double>(), 1e-5);
+  EXPECT_EQ(matmul(m, v).sizes().vec(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(matmul(v, n).sizes().vec(), (std::vector<int64_t>{5}));
+  Tensor b3 = randn({2, 3, 4}), b4 = randn({2, 1, 4, 5});
+  EXPECT_EQ(matmul(b3, n).sizes().vec(), (std::vector<int64_t>{2, 3, 5}));
+  EXPECT_EQ(matmul(b3, v).sizes().vec(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(matmul(v, b4).sizes().vec(), (std::vector<int64_t>{2, 1, 5}));
+  Tensor r = matmul(b3, b4);
+  EXPECT_EQ(r.sizes().vec(), (std::vector<int64_t>{2, 2, 3, 5}));
+  EXPECT_LT(max_diff(r.index({1, 0}), ref_mm(b3[0], b4.index({1, 0}))), 1e-4);
+  EXPECT_LT(max_diff(bmm(b3, b4.squeeze(1)).select(0, 1), ref_mm(b3[1], b4.index({1, 0}))), 1e-4);
+  expect_error([&] { matmul(scalar_tensor(1.0), v); }, "at least 1D");
+  expect_error([&] { bmm(m, n); }, "3D tensor");
+}
+
+TEST(Linalg, AddmmAndEinsum) {
+  manual_seed(8);
+  Tensor a = randn({3, 4}), b = randn({4, 2}), c = randn({2});
+  EXPECT_LT(max_diff(addmm(c, a, b, 0.5, 2.0), c * 0.5 + mm(a, b) * 2.0), 1e-5);
+  EXPECT_LT(max_diff(einsum("ij,jk->ik", {a, b}), mm(a, b)), 1e-5);
+  EXPECT_LT(max_diff(einsum("ij,jk", {a, b}), mm(a, b)), 1e-5);  // implicit output
+  EXPECT_EQ(max_diff(einsum("ij->ji", {a}), a.t()), 0);
+  EXPECT_LT(max_diff(einsum("ij->", {a}), a.sum()), 1e-5);
+  Tensor sq = randn({4, 4});
+  EXPECT_EQ(max_diff(einsum("ii->i", {sq}), sq.diagonal()), 0);
+  EXPECT_LT(max_diff(einsum("ii", {sq}), sq.diagonal().sum()), 1e-6);
+  Tensor q = randn({2, 3, 5, 8}), k = randn({2, 3, 6, 8});
+  Tensor s = einsum("bhqd,bhkd->bhqk", {q, k});
+  EXPECT_EQ(s.sizes().vec(), (std::vector<int64_t>{2, 3, 5, 6}));
+  EXPECT_LT(max_diff(s, matmul(q, k.transpose(-1, -2))), 1e-4);
+  EXPECT_LT(max_diff(einsum("...ij,...jk->...ik", {q, k.transpose(-1, -2)}), s), 1e-4);
+  EXPECT_LT(max_diff(einsum("i,j->ij", {c, c}), c.unsqueeze(1) * c), 1e-6);
+  EXPECT_LT(max_diff(einsum("ij,ij,ij->i", {a, a, a}), (a * a * a).sum({1})), 1e-5);
+  expect_error([&] { einsum("ij,jk->ik", {a}); }, "einsum");
+  expect_error([&] { einsum("ijk->i", {a}); }, "does not match the number of dimensions");
+  expect_error([&] { einsum("ij->iz", {a}); }, "output subscript z does not appear");
+}

@@ -1,0 +1,163 @@
+#include "test_util.h"
+
+using namespace kiln;
+using kiln::testing::expect_error;
+using kiln::testing::expect_values;
+
+TEST(Elementwise, BroadcastingArithmetic) {
+  Tensor m = arange(6, kFloat32).view({2, 3});
+  Tensor b = from_vector<float>({10, 20, 30});
+  expect_values(m + b, {2, 3}, {10, 21, 32, 13, 24, 35}, 0);
+  expect_values(add(m, b, 2), {2, 3}, {20, 41, 62, 23, 44, 65}, 0);
+  expect_values(m.t() + m.t(), {3, 2}, {0, 6, 2, 8, 4, 10}, 0);
+  expect_values(2 - m, {2, 3}, {2, 1, 0, -1, -2, -3}, 0);
+  expect_values(1.0 / (m + 1), {2, 3}, {1, 0.5, 1.0 / 3, 0.25, 0.2, 1.0 / 6});
+  expect_values(m.unsqueeze(2) * b.view({1, 1, 3}), {2, 3, 3},
+                {0, 0, 0, 10, 20, 30, 20, 40, 60, 30, 60, 90, 40, 80, 120, 50, 100, 150}, 0);
+}
+
+TEST(Elementwise, LargeStridedMatchesContiguous) {
+  // exercises the threaded path and dim coalescing on a permuted input
+  manual_seed(1);
+  Tensor x = randn({64, 128, 40});
+  Tensor p = x.permute({2, 0, 1});
+  Tensor got = (p * 2 + 1).contiguous();
+  Tensor want = (p.contiguous() * 2 + 1);
+  EXPECT_TRUE(eq(got, want).all().item<bool>());
+}
+
+TEST(Elementwise, Division) {
+  Tensor a = from_vector<int64_t>({7, -7, 7, -7}), b = from_vector<int64_t>({2, 2, -2, -2});
+  EXPECT_EQ(div(a, b).dtype(), kFloat32);
+  expect_values(div(a, b), {4}, {3.5, -3.5, -3.5, 3.5});
+  expect_values(div(a, b, "trunc"), {4}, {3, -3, -3, 3}, 0);
+  expect_values(div(a, b, "floor"), {4}, {3, -4, -4, 3}, 0);
+  expect_values(floor_divide(a, b), {4}, {3, -4, -4, 3}, 0);
+  expect_values(remainder(a, b), {4}, {1, 1, -1, -1}, 0);
+  expect_values(fmod(a, b), {4}, {1, -1, 1, -1}, 0);
+  Tensor f = from_vector<double>({7.5, -7.5});
+  expect_values(div(f, 2.0, "floor"), {2}, {3, -4}, 0);
+  expect_values(remainder(f, 2.0), {2}, {1.5, 0.5}, 0);
+  expect_values(div(from_vector<float>({1, -1, 0}), 0.0), {3}, {INFINITY, -INFINITY, NAN});
+  expect_error([&] { div(a, zeros({4}, kInt64), "trunc"); }, "ZeroDivisionError");
+  expect_error([&] { remainder(a, 0); }, "ZeroDivisionError");
+  expect_error([&] { div(a, b, "round"); }, "rounding_mode");
+}
+
+TEST(Elementwise, PowAndMath) {
+  Tensor x = from_vector<float>({1, 2, 3});
+  expect_values(pow(x, 2), {3}, {1, 4, 9}, 0);
+  expect_values(pow(x, 0.5), {3}, {1, std::sqrt(2.0), std::sqrt(3.0)});
+  expect_values(pow(2, x), {3}, {2, 4, 8});
+  Tensor i = from_vector<int64_t>({2, 3, -2});
+  expect_values(pow(i, 3), {3}, {8, 27, -8}, 0);
+  EXPECT_EQ(pow(i, 3).dtype(), kInt64);
+  expect_error([&] { pow(i, -1); }, "Integers to negative integer powers are not allowed");
+  expect_values(exp(from_vector<double>({0, 1})), {2}, {1, M_E}, 1e-12);
+  expect_values(sigmoid(from_vector<float>({0})), {1}, {0.5});
+  expect_values(gelu(from_vector<double>({1.0})), {1}, {0.8413447460685429}, 1e-9);
+  expect_values(gelu(from_vector<double>({1.0}), "tanh"), {1}, {0.8411919906082768}, 1e-9);
+  expect_values(silu(from_vector<double>({1.0})), {1}, {0.7310585786300049}, 1e-12);
+  EXPECT_EQ(sin(from_vector<int32_t>({0})).dtype(), kFloat32);
+  expect_values(round(from_vector<float>({0.5, 1.5, 2.5, -0.5})), {4}, {0, 2, 2, -0}, 0);
+  expect_values(nan_to_num(from_vector<float>({NAN, INFINITY, -INFINITY, 1})), {4},
+                {0, 3.4028234663852886e38, -3.4028234663852886e38, 1}, 1e-6);
+}
+
+TEST(Elementwise, TranscendentalsMatchLibmOnLargeArrays) {
+  // the vector (SLEEF) path must agree with the scalar libm path to ~1 ulp
+  manual_seed(3);
+  Tensor x = randn({4099}) * 3;
+  Tensor xd = x.to(kFloat64);
+  for (auto f : {+[](const Tensor& t) { return sin(t); }, +[](const Tensor& t) { return exp(t); },
+                 +[](const Tensor& t) { return tanh(t); }, +[](const Tensor& t) { return erf(t); }}) {
+    Tensor got = f(x).to(kFloat64), want = f(xd);
+    double err = (got - want).abs().max().item<double>();
+    EXPECT_LT(err, 1e-5 * std::max(1.0, want.abs().max().item<double>()));
+  }
+}
+
+TEST(Elementwise, ComparisonsLogicalBitwise) {
+  Tensor a = from_vector<float>({1, 2, NAN}), b = from_vector<float>({1, 3, NAN});
+  expect_values(a == b, {3}, {1, 0, 0}, 0);
+  expect_values(a != b, {3}, {0, 1, 1}, 0);
+  expect_values(a < 2, {3}, {1, 0, 0}, 0);
+  EXPECT_EQ((a >= b).dtype(), kBool);
+  Tensor t = from_vector(std::vector<bool>{true, false, true});
+  expect_values(logical_xor(t, from_vector(std::vector<bool>{true, true, false})), {3}, {0, 1, 1}, 0);
+  expect_values(~t, {3}, {0, 1, 0}, 0);
+  Tensor i = from_vector<int32_t>({12, 10});
+  expect_values(i & 6, {2}, {4, 2}, 0);
+  expect_values(i ^ i, {2}, {0, 0}, 0);
+  expect_values(~i, {2}, {-13, -11}, 0);
+  expect_error([&] { a & a; }, "not implemented for 'float32'");
+  expect_values(maximum(a, b), {3}, {1, 3, NAN});
+}
+
+TEST(Elementwise, WhereClampLerpAddcmulMaskedFill) {
+  Tensor x = from_vector<float>({-2, -0.5, 0.5, 2});
+  expect_values(where(x > 0, x, zeros({1})), {4}, {0, 0, 0.5, 2}, 0);
+  expect_values(where(x > 0, 1.0, -1.0), {4}, {-1, -1, 1, 1}, 0);
+  expect_values(clamp(x, -1, 1), {4}, {-1, -0.5, 0.5, 1}, 0);
+  expect_values(clamp(x, std::nullopt, 0), {4}, {-2, -0.5, 0, 0}, 0);
+  expect_values(clamp(from_vector<float>({NAN}), 0, 1), {1}, {NAN});
+  expect_values(lerp(zeros({2}), ones({2}) * 10, 0.25), {2}, {2.5, 2.5}, 0);
+  expect_values(addcmul(ones({2}), from_vector<float>({2, 3}), from_vector<float>({4, 5}), 0.5), {2}, {5, 8.5}, 0);
+  expect_values(masked_fill(x, x < 0, 9), {4}, {9, 9, 0.5, 2}, 0);
+  expect_error([&] { where(x, x, x); }, "boolean");
+  expect_error([&] { masked_fill(x, x, 1); }, "boolean masks");
+  expect_error([&] { clamp(x, std::optional<Scalar>(), std::optional<Scalar>()); }, "At least one of 'min' or 'max'");
+}
+
+TEST(InPlace, KeepsDestinationDtypeAndWritesBase) {
+  Tensor i = from_vector<int32_t>({1, 2, 3});
+  i.add_(from_vector<int64_t>({10, 10, 10}));
+  EXPECT_EQ(i.dtype(), kInt32);
+  expect_values(i, {3}, {11, 12, 13}, 0);
+  expect_error([&] { i.add_(0.5); }, "result type float32 can't be cast to the desired output type int32");
+  expect_error([&] { i.div_(2); }, "can't be cast");
+  Tensor f = zeros({2, 3});
+  f.add_(from_vector<float>({1, 2, 3}));  // broadcast into the destination
+  expect_error([&] { f.slice(0, 0, 1).add_(zeros({2, 3})); }, "doesn't match the broadcast shape");
+  Tensor col = f.select(1, 0);
+  col.mul_(5);
+  col.sub_(1);
+  col.div_(2);
+  expect_values(f, {2, 3}, {2, 2, 3, 2, 2, 3}, 0);
+  Tensor r = from_vector<float>({-1, 3, 9});
+  r.relu_().clamp_(0, 6);
+  expect_values(r, {3}, {0, 3, 6}, 0);
+  Tensor z = ones({2, 2});
+  z.zero_();
+  z += 2;
+  z *= z;
+  z -= 1;
+  z /= 3;
+  expect_values(z, {2, 2}, {1, 1, 1, 1}, 0);
+  Tensor c = zeros({2, 2}, kInt64);
+  c.copy_(from_vector<double>({1.9, -1.9}));
+  expect_values(c, {2, 2}, {1, -1, 1, -1}, 0);
+}
+
+TEST(Elementwise, EmptyAndZeroDim) {
+  Tensor e = empty({0, 4});
+  EXPECT_EQ((e + 1).sizes().vec(), (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(sin(e).numel(), 0);
+  Tensor s = scalar_tensor(3.0);
+  EXPECT_EQ((s * ones({2})).dim(), 1);
+  EXPECT_EQ((s + s).dim(), 0);
+  EXPECT_EQ((e + ones({1, 4})).sizes().vec(), (std::vector<int64_t>{0, 4}));
+}
+
+TEST(Join, CatStackIndexSelectGather) {
+  Tensor a = arange(6).view({2, 3}), b = arange(3).view({1, 3});
+  expect_values(cat({a, b}), {3, 3}, {0, 1, 2, 3, 4, 5, 0, 1, 2}, 0);
+  expect_values(cat({a, a}, 1), {2, 6}, {0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5}, 0);
+  EXPECT_EQ(cat({ones({2}, kInt32), ones({2}, kFloat64)}).dtype(), kFloat64);
+  EXPECT_EQ(stack({a, a}, 1).sizes().vec(), (std::vector<int64_t>{2, 2, 3}));
+  expect_error([&] { cat({a, arange(4).view({1, 4})}); }, "Sizes of tensors must match except in dimension 0");
+  expect_values(index_select(a, 1, from_vector<int64_t>({2, 0})), {2, 2}, {2, 0, 5, 3}, 0);
+  expect_values(gather(a, 1, from_vector<int64_t>({0, 0, 2, 1}, {2, 2})), {2, 2}, {0, 0, 5, 4}, 0);
+  expect_error([&] { index_select(a, 0, from_vector<int64_t>({2})); }, "index out of range");
+  expect_error([&] { gather(a, 1, from_vector<int64_t>({3}, {1, 1})); }, "out of bounds");
+}

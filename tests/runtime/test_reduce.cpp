@@ -1,0 +1,116 @@
+#include "test_util.h"
+
+using namespace kiln;
+using kiln::testing::expect_error;
+using kiln::testing::expect_values;
+
+TEST(Reduce, SumMeanProdOverDims) {
+  Tensor x = arange(24, kFloat32).view({2, 3, 4});
+  EXPECT_EQ(x.sum().item<float>(), 276.0f);
+  expect_values(x.sum({1}), {2, 4}, {12, 15, 18, 21, 48, 51, 54, 57}, 0);
+  expect_values(x.sum({0, 2}, true), {1, 3, 1}, {60, 92, 124}, 0);
+  expect_values(x.sum({-1}), {2, 3}, {6, 22, 38, 54, 70, 86}, 0);
+  // a permuted input takes the "innermost dim kept" path
+  expect_values(x.permute({2, 0, 1}).sum({1, 2}), {4}, {60, 66, 72, 78}, 0);
+  expect_values(x.mean({2}), {2, 3}, {1.5, 5.5, 9.5, 13.5, 17.5, 21.5});
+  expect_values(from_vector<int32_t>({1, 2, 3, 4}).prod(), {}, {24}, 0);
+  EXPECT_EQ(from_vector<int32_t>({1}).sum().dtype(), kInt64);
+  EXPECT_EQ(ones({3}, kBool).sum().item<int64_t>(), 3);
+  EXPECT_EQ(x.sum({1}, false, kFloat64).dtype(), kFloat64);
+  expect_error([&] { arange(3).mean(); }, "could not infer output dtype");
+  expect_error([&] { x.sum({1, 1}); }, "appears multiple times");
+  expect_error([&] { x.sum({3}); }, "Dimension out of range (expected to be in range of [-3, 2], but got 3)");
+}
+
+TEST(Reduce, EmptyAndZeroDim) {
+  EXPECT_EQ(zeros({0}).sum().item<float>(), 0.0f);
+  EXPECT_EQ(zeros({0}).prod().item<float>(), 1.0f);
+  EXPECT_TRUE(std::isnan(zeros({0}).mean().item<float>()));
+  expect_values(zeros({2, 0}).sum({1}), {2}, {0, 0}, 0);
+  EXPECT_EQ(zeros({0, 3}).sum({0}).sizes().vec(), (std::vector<int64_t>{3}));
+  expect_error([] { zeros({0}).max(); }, "Expected reduction dim to be specified");
+  expect_error([] { zeros({0, 2}).amax({0}); }, "Expected reduction dim 0 to have non-zero size");
+  Tensor s = scalar_tensor(5.0);
+  EXPECT_EQ(s.sum({0}).item<float>(), 5.0f);
+  EXPECT_EQ(s.amax().item<float>(), 5.0f);
+}
+
+TEST(Reduce, AccurateFloatSums) {
+  // 1 + many tiny values: a naive float accumulator loses them all
+  Tensor x = full({1 << 20}, 1e-8, kFloat32);
+  x.index({0}) = 1.0;
+  EXPECT_NEAR(x.sum().item<double>(), 1.0 + 1e-8 * ((1 << 20) - 1), 1e-6);
+  manual_seed(7);
+  Tensor d = randn({1000003}, kFloat64);
+  std::vector<double> v = d.to_vector<double>();
+  long double ref = 0;
+  for (double e : v) ref += e;
+  EXPECT_NEAR(d.sum().item<double>(), double(ref), 1e-9);
+}
+
+TEST(Reduce, ExtremaNaNAndIndices) {
+  Tensor x = from_vector<float>({3, 1, 4, 1, 5, 9, 2, 6}, {2, 4});
+  expect_values(x.amax({1}), {2}, {4, 9}, 0);
+  expect_values(x.amin({0}), {4}, {3, 1, 2, 1}, 0);
+  auto [v, i] = x.max(1);
+  expect_values(v, {2}, {4, 9}, 0);
+  expect_values(i, {2}, {2, 1}, 0);
+  auto [mv, mi] = x.min(1, true);
+  EXPECT_EQ(mi.sizes().vec(), (std::vector<int64_t>{2, 1}));
+  expect_values(mi, {2, 1}, {1, 2}, 0);  // first occurrence wins
+  EXPECT_EQ(x.argmax().item<int64_t>(), 5);
+  expect_values(x.argmin(0), {4}, {0, 0, 1, 0}, 0);
+  Tensor n = from_vector<float>({1, NAN, 3});
+  EXPECT_TRUE(std::isnan(n.max().item<float>()));
+  EXPECT_EQ(n.argmax().item<int64_t>(), 1);
+  EXPECT_EQ(nansum(n).item<float>(), 4.0f);
+}
+
+TEST(Reduce, NormVarStdAnyAll) {
+  Tensor x = from_vector<double>({3, -4, 0, 12}, {2, 2});
+  expect_values(x.norm(), {}, {13}, 1e-12);
+  expect_values(x.norm(1, {1}), {2}, {7, 12}, 1e-12);
+  expect_values(x.norm(INFINITY, {0}), {2}, {3, 12}, 0);
+  Tensor v = from_vector<double>({1, 2, 3, 4});
+  expect_values(v.var(), {}, {5.0 / 3}, 1e-12);
+  expect_values(v.var({}, 0), {}, {1.25}, 1e-12);
+  expect_values(v.std({0}, 1, true), {1}, {std::sqrt(5.0 / 3)}, 1e-12);
+  Tensor b = from_vector(std::vector<bool>{false, true, false, false}, {2, 2});
+  expect_values(b.any({1}), {2}, {1, 0}, 0);
+  expect_values(b.all({0}), {2}, {0, 0}, 0);
+  EXPECT_EQ(ones({2}, kUInt8).any().dtype(), kUInt8);
+  EXPECT_EQ(ones({2}, kFloat32).all().dtype(), kBool);
+  expect_error([] { arange(4).norm(); }, "floating point");
+}
+
+TEST(Reduce, SoftmaxLogSoftmaxLogsumexpCumsum) {
+  Tensor x = from_vector<float>({1, 2, 3, 1000, 1000, 1000}, {2, 3});
+  Tensor s = softmax(x, -1);
+  expect_values(s.sum({1}), {2}, {1, 1});
+  expect_values(s.select(0, 1), {3}, {1.0 / 3, 1.0 / 3, 1.0 / 3});
+  expect_values(log_softmax(x, 1).select(0, 0), {3}, {-2.40760596, -1.40760596, -0.40760596}, 1e-5);
+  expect_values(softmax(x, 0).select(1, 0), {2}, {0, 1});
+  expect_values(logsumexp(x, {1}), {2}, {3.40760596, 1001.09861229}, 1e-5);
+  Tensor ninf = full({2}, -INFINITY);
+  EXPECT_EQ(logsumexp(ninf, {0}).item<float>(), -INFINITY);
+  expect_values(cumsum(arange(5), 0), {5}, {0, 1, 3, 6, 10}, 0);
+  expect_values(cumsum(arange(6, kFloat32).view({2, 3}), 0), {2, 3}, {0, 1, 2, 3, 5, 7}, 0);
+  EXPECT_EQ(cumsum(ones({2}, kInt8), 0).dtype(), kInt64);
+}
+
+TEST(Reduce, LargeRowAndColumnSums) {
+  manual_seed(11);
+  Tensor x = randn({300, 500}, kFloat64);
+  Tensor rows = x.sum({1}), cols = x.sum({0});
+  std::vector<double> v = x.to_vector<double>();
+  for (int r : {0, 150, 299}) {
+    double ref = 0;
+    for (int c = 0; c < 500; ++c) ref += v[size_t(r * 500 + c)];
+    EXPECT_NEAR(rows.index({r}).item<double>(), ref, 1e-10);
+  }
+  for (int c : {0, 250, 499}) {
+    double ref = 0;
+    for (int r = 0; r < 300; ++r) ref += v[size_t(r * 500 + c)];
+    EXPECT_NEAR(cols.index({c}).item<double>(), ref, 1e-10);
+  }
+}

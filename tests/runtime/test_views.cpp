@@ -1,0 +1,116 @@
+#include "test_util.h"
+
+using namespace kiln;
+using kiln::testing::expect_error;
+using kiln::testing::expect_values;
+
+TEST(Views, ShareStorageAndSeeWrites) {
+  Tensor x = arange(12, kFloat32).view({3, 4});
+  Tensor t = x.t();
+  EXPECT_TRUE(t.is_alias_of(x));
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_EQ(t.strides().vec(), (std::vector<int64_t>{1, 4}));
+  t.select(0, 1).fill_(-1);  // column 1 of x
+  expect_values(x.select(1, 1), {3}, {-1, -1, -1});
+  Tensor row = x[2];
+  row.add_(100);
+  EXPECT_EQ(x.index({2, 3}).item<float>(), 111.0f);
+}
+
+TEST(Views, ReshapeIsViewWhenPossibleElseCopy) {
+  Tensor x = arange(24).view({2, 3, 4});
+  Tensor v = x.reshape({6, 4});
+  EXPECT_TRUE(v.is_alias_of(x));
+  Tensor p = x.permute({2, 0, 1});
+  Tensor c = p.reshape({-1});
+  EXPECT_FALSE(c.is_alias_of(x));
+  EXPECT_EQ(c.to_vector<int64_t>()[1], 4);
+  // merging dims that are still adjacent in memory stays a view
+  Tensor s = x.transpose(0, 1);  // [3, 2, 4]
+  EXPECT_TRUE(s.reshape({3, 8}).is_alias_of(x) == false);
+  EXPECT_TRUE(x.slice(2, 0, 2).reshape({6, 2}).is_alias_of(x));
+  expect_error([&] { p.view({-1}); }, "view size is not compatible");
+  expect_error([&] { x.view({5, 5}); }, "invalid for input of size 24");
+  expect_error([&] { x.view({-1, -1}); }, "only one dimension can be inferred");
+}
+
+TEST(Views, SliceNarrowSelectIndex) {
+  Tensor x = arange(10);
+  expect_values(x.slice(0, 1, 8, 3), {3}, {1, 4, 7}, 0);
+  expect_values(x.slice(0, -3), {3}, {7, 8, 9}, 0);
+  expect_values(x.slice(0, 5, 2), {0}, {}, 0);
+  expect_values(x.narrow(0, 2, 3), {3}, {2, 3, 4}, 0);
+  using namespace kiln::indexing;
+  Tensor m = arange(12).view({3, 4});
+  expect_values(m.index({Slice(), 1}), {3}, {1, 5, 9}, 0);
+  expect_values(m.index({Ellipsis, Slice(1, std::nullopt, 2)}), {3, 2},
+                {1, 3, 5, 7, 9, 11}, 0);
+  EXPECT_EQ(m.index({None, 0}).sizes().vec(), (std::vector<int64_t>{1, 4}));
+  expect_error([&] { m.select(1, 4); }, "index 4 is out of bounds for dimension 1 with size 4");
+  expect_error([&] { m.index({0, 0, 0}); }, "too many indices");
+}
+
+TEST(Views, AssignIntoSliceWritesBase) {
+  Tensor x = zeros({3, 3});
+  x.slice(0, 0, 2) = ones({3});  // broadcast into rows 0 and 1
+  x.index({2, indexing::Slice(1)}) = 5;
+  expect_values(x, {3, 3}, {1, 1, 1, 1, 1, 1, 0, 5, 5}, 0);
+  Tensor y = x;  // rebinding a named tensor does not copy
+  y = zeros({1});
+  EXPECT_EQ(x.numel(), 9);
+}
+
+TEST(Views, ExpandSqueezeUnsqueezeFlattenDiagonal) {
+  Tensor b = from_vector<float>({1, 2, 3});
+  Tensor e = b.expand({2, 3});
+  EXPECT_EQ(e.strides().vec(), (std::vector<int64_t>{0, 1}));
+  expect_values(e, {2, 3}, {1, 2, 3, 1, 2, 3}, 0);
+  expect_error([&] { b.expand({2, 4}); }, "must match the existing size (3)");
+  expect_error([&] { e.add_(1); }, "more than one element of the written-to tensor");
+  Tensor u = b.unsqueeze(0).unsqueeze(2);
+  EXPECT_EQ(u.sizes().vec(), (std::vector<int64_t>{1, 3, 1}));
+  EXPECT_EQ(u.squeeze().sizes().vec(), (std::vector<int64_t>{3}));
+  EXPECT_EQ(u.squeeze(0).sizes().vec(), (std::vector<int64_t>{3, 1}));
+  Tensor m = arange(16, kFloat32).view({2, 2, 4});
+  EXPECT_EQ(m.flatten(1).sizes().vec(), (std::vector<int64_t>{2, 8}));
+  Tensor sq = arange(9).view({3, 3});
+  expect_values(sq.diagonal(), {3}, {0, 4, 8}, 0);
+  expect_values(sq.diagonal(1), {2}, {1, 5}, 0);
+  expect_values(sq.diagonal(-1), {2}, {3, 7}, 0);
+  sq.diagonal().zero_();
+  EXPECT_EQ(sq.sum().item<int64_t>(), 36 - 12);
+}
+
+TEST(Views, SplitChunkUnbindAreViews) {
+  Tensor x = arange(10);
+  auto parts = x.split(4);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[2].numel(), 2);
+  EXPECT_TRUE(parts[1].is_alias_of(x));
+  auto ch = chunk(x, 3);
+  ASSERT_EQ(ch.size(), 3u);
+  EXPECT_EQ(ch[0].numel(), 4);
+  auto ws = x.split({3, 7});
+  EXPECT_EQ(ws[1].numel(), 7);
+  expect_error([&] { x.split({3, 3}); }, "sum exactly to 10");
+}
+
+TEST(Views, ContiguousCloneAndStridedCopy) {
+  Tensor x = arange(6, kFloat64).view({2, 3}).t();
+  Tensor c = x.contiguous();
+  EXPECT_TRUE(c.is_contiguous());
+  EXPECT_FALSE(c.is_alias_of(x));
+  expect_values(c, {3, 2}, {0, 3, 1, 4, 2, 5}, 0);
+  Tensor k = arange(6, kFloat64).view({2, 3});
+  EXPECT_TRUE(k.contiguous().is_same(k));
+  Tensor cl = k.clone();
+  cl.fill_(0);
+  EXPECT_EQ(k.sum().item<double>(), 15.0);
+}
+
+TEST(Views, InPlaceThroughOverlappingViewIsSafe) {
+  // x += x.t() must read the original values, not ones already overwritten
+  Tensor x = arange(4, kFloat32).view({2, 2});
+  x.add_(x.t());
+  expect_values(x, {2, 2}, {0, 3, 3, 6}, 0);
+}

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Interleaved comparison of kiln eager (kiln-eager-bench) with PyTorch 1.13 eager
+(tools/bench_torch_eager.py) under glibc malloc and under jemalloc, on every seed workload.
+
+Builds nothing: it runs an existing kiln-eager-bench (build it first, e.g.
+  cmake -S . -B build-bench -G Ninja -DKILN_BUILD_TESTS=OFF && ninja -C build-bench kiln-eager-bench).
+
+For each round, for each workload: kiln, torch (glibc), torch (jemalloc), one fresh process
+each, back to back; each round ends with the bandwidth references (kiln stream_copy and
+stream_triad, torch stream_copy). Every process runs with the same threads and OpenMP wait
+policy. The table pools the timed reps of all rounds per (workload, implementation) and shows
+their median, and kiln/torch ratios of those medians (< 1: kiln faster). The CPU time other
+processes used while each measurement ran is recorded ("other load", in cores), since this
+machine is shared.
+
+Usage: tools/compare_eager.py [--rounds 3] [--reps 10] [--filter a,b] [--raw out.jsonl]
+"""
+import argparse
+import datetime
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEED = ["add_sin_cos", "poly", "where_scale", "broadcast_bias", "transpose_add", "unrolled_loop",
+        "inplace_chain", "gelu_tanh", "sum_f64", "row_sum", "softmax", "log_softmax", "layernorm",
+        "nbody_forces", "bias_relu", "attention_scores", "branch_sign", "add_sin_cos_bf16"]
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+TORCH_PY = "/usr/bin/python3"  # Debian's python3-torch (1.13)
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_busy_jiffies():
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = v
+    return user + nice + system + irq + softirq + steal
+
+
+def others_load(seconds=0.5):
+    """Cores busy over `seconds` while this harness sleeps (so: other processes)."""
+    b0 = cpu_busy_jiffies()
+    time.sleep(seconds)
+    return (cpu_busy_jiffies() - b0) / HZ / seconds
+
+
+def wait_idle(max_wait, threshold):
+    waited = 0.0
+    while waited < max_wait:
+        if others_load() < threshold:
+            break
+        waited += 0.5
+    return waited
+
+
+def children_cpu():
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_one(cmd, env):
+    """Runs cmd; returns (its JSON lines, wall seconds, cores other processes used meanwhile)."""
+    c0, b0, t0 = children_cpu(), cpu_busy_jiffies(), time.monotonic()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate()
+    wall = time.monotonic() - t0
+    busy = (cpu_busy_jiffies() - b0) / HZ
+    own = children_cpu() - c0  # the child's CPU time (it has been reaped)
+    if p.returncode != 0:
+        sys.exit(f"compare_eager: {' '.join(cmd)} failed ({p.returncode}):\n{err}")
+    lines = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
+    return lines, wall, max(0.0, (busy - own) / wall)
+
+
+def fmt_ms(s):
+    return f"{s * 1e3:.3f}" if s < 0.01 else f"{s * 1e3:.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kiln-bench", default=os.path.join(ROOT, "build-bench/tools/kiln-eager-bench"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--wait-policy", default="PASSIVE",
+                    help="OMP_WAIT_POLICY for every process ('default' leaves it unset); see docs/perf.md")
+    ap.add_argument("--wait-idle", type=float, default=10.0,
+                    help="before each measurement wait up to this many seconds for other load to drop")
+    ap.add_argument("--idle-threshold", type=float, default=0.5, help="cores of other load counted as idle")
+    ap.add_argument("--filter", default="", help="comma-separated seed workloads (default: all)")
+    ap.add_argument("--raw", default="", help="also write every JSON line here")
+    args = ap.parse_args()
+
+    if not os.access(args.kiln_bench, os.X_OK):
+        sys.exit(f"compare_eager: {args.kiln_bench} not found; build it first:\n"
+                 "  cmake -S . -B build-bench -G Ninja -DKILN_BUILD_TESTS=OFF && ninja -C build-bench kiln-eager-bench")
+    if not os.path.exists(JEMALLOC):
+        sys.exit(f"compare_eager: {JEMALLOC} missing (apt-get install -y libjemalloc2)")
+    names = [n for n in args.filter.split(",") if n] or SEED
+
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.update(OMP_NUM_THREADS=str(args.threads), KILN_NUM_THREADS=str(args.threads),
+               OPENBLAS_NUM_THREADS=str(args.threads))
+    if args.wait_policy.lower() == "default":
+        env.pop("OMP_WAIT_POLICY", None)
+    else:
+        env["OMP_WAIT_POLICY"] = args.wait_policy
+    env_je = dict(env, LD_PRELOAD=JEMALLOC)
+    common = ["--json", "--reps", str(args.reps), "--warmup", str(args.warmup)]
+    torch_cmd = [TORCH_PY, os.path.join(ROOT, "tools/bench_torch_eager.py"), "--threads", str(args.threads)] + common
+    kiln_cmd = [args.kiln_bench] + common
+    impls = [("kiln", kiln_cmd, env), ("torch_glibc", torch_cmd, env), ("torch_jemalloc", torch_cmd, env_je)]
+
+    raw = open(args.raw, "w") if args.raw else None
+    times = {}   # (workload, impl) -> pooled rep times
+    rounds = {}  # (workload, impl) -> per-round medians
+    loads = {}   # impl -> other-load samples (cores)
+    meta = {}
+    start = time.monotonic()
+    print(f"# compare_eager {datetime.datetime.now().isoformat(timespec='seconds')}: rounds {args.rounds}, "
+          f"reps {args.reps} (+{args.warmup} warmup), threads {args.threads}, OMP_WAIT_POLICY {args.wait_policy}",
+          file=sys.stderr)
+    for r in range(args.rounds):
+        for w in names + ["__stream__"]:
+            for impl, cmd, e in impls:
+                if w == "__stream__":
+                    if impl == "torch_glibc":
+                        continue
+                    flt = "stream_copy,stream_triad" if impl == "kiln" else "stream_copy"
+                else:
+                    flt = w
+                waited = wait_idle(args.wait_idle, args.idle_threshold) if args.wait_idle > 0 else 0.0
+                lines, wall, other = run_one(cmd + ["--filter", flt], e)
+                loads.setdefault(impl, []).append(other)
+                for d in lines:
+                    d.update(round=r, impl_config=impl, other_load_cores=round(other, 3), waited_s=waited)
+                    if raw:
+                        raw.write(json.dumps(d) + "\n")
+                    key = (d["name"], impl)
+                    times.setdefault(key, []).extend(d["times"])
+                    rounds.setdefault(key, []).append(d["median_s"])
+                    meta[key] = d
+                    if impl == "torch_glibc":
+                        meta["torch_default_threads"] = d.get("default_threads")
+                        meta["torch_version"] = d.get("torch")
+                print(f"  round {r + 1} {flt:<26} {impl:<15} {wall:6.1f} s  other load {other:.2f} cores"
+                      f"{f'  (waited {waited:.0f} s)' if waited else ''}", file=sys.stderr)
+    if raw:
+        raw.close()
+
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(f"\nkiln eager vs PyTorch {meta.get('torch_version')} eager, {args.threads} threads "
+          f"(torch default was {meta.get('torch_default_threads')}), OMP_WAIT_POLICY={args.wait_policy}; "
+          f"{args.rounds} interleaved rounds x {args.reps} reps, medians of the pooled reps; "
+          f"ratio = kiln / torch (< 1: kiln faster); range = min..max of the per-round ratios\n")
+    print("| workload | kiln ms | torch glibc ms | torch jemalloc ms | kiln/torch glibc | kiln/torch jemalloc "
+          "| range vs jemalloc | kiln GB/s (op by op) | within 1.5x of jemalloc |")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---|")
+    for w in names:
+        k, g, j = med.get((w, "kiln")), med.get((w, "torch_glibc")), med.get((w, "torch_jemalloc"))
+        if None in (k, g, j):
+            continue
+        per_round = [a / b for a, b in zip(rounds[(w, "kiln")], rounds[(w, "torch_jemalloc")])]
+        gbs = meta[(w, "kiln")]["eager_bytes"] / k / 1e9
+        ok = "yes" if k / j <= 1.5 else "**no**"
+        print(f"| {w} | {fmt_ms(k)} | {fmt_ms(g)} | {fmt_ms(j)} | {k / g:.2f} | {k / j:.2f} | "
+              f"{min(per_round):.2f}..{max(per_round):.2f} | {gbs:.1f} | {ok} |")
+    print()
+    for key, label in [(("stream_copy", "kiln"), "kiln y.copy_(x) (memmove, 1 thread)"),
+                       (("stream_triad", "kiln"), f"OpenMP triad a = b + s*c ({args.threads} threads)"),
+                       (("stream_copy", "torch_jemalloc"), "torch y.copy_(x) (jemalloc)")]:
+        if key in med:
+            print(f"- bandwidth, {label}, 64 MiB float32: {meta[key]['bytes'] / med[key] / 1e9:.1f} GB/s "
+                  f"(median {fmt_ms(med[key])} ms; bytes counted: reads + writes)")
+    for impl, v in loads.items():
+        print(f"- other processes' load while {impl} ran: median {statistics.median(v):.2f} cores, "
+              f"max {max(v):.2f} (of 2)")
+    print(f"- wall time of the comparison: {(time.monotonic() - start) / 60:.1f} min")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -214,6 +214,7 @@ Tensor& relu_(Tensor& x) {
 
 #define KILN_ROUNDING_UNARY(fn, expr)                                                        \
   Tensor fn(const Tensor& x) {                                                               \
+    KILN_CHECK(x.dtype() != kBool, #fn, "\"" #fn "\" not implemented for 'bool'");            \
     if (!is_floating(x.dtype())) return x.clone();                                           \
     return same_unary(#fn, x, false, [](auto v) { return expr; });                          \
   }
@@ -288,10 +289,9 @@ void same_binary_launch(const cpu::Iter& it, DType ct, std::string_view op, F f)
 }
 
 void check_alpha(std::string_view op, DType ct, const Scalar& alpha) {
+  KILN_CHECK(!alpha.is_bool() || ct == kBool, op, "Boolean alpha only supported for Boolean results.");
   KILN_CHECK(is_floating(ct) || !alpha.is_floating(), op,
              "For integral input tensors, argument alpha must not be a floating point number.");
-  KILN_CHECK(ct != kBool || alpha.is_bool() || alpha.to_int() == 1 || alpha.to_int() == 0, op,
-             "Boolean alpha only supported for Boolean results.");
 }
 
 Tensor add_impl(std::string_view op, const Arg& a, const Arg& b, const Scalar& alpha, Tensor* self) {
@@ -460,6 +460,7 @@ T int_pow(T base, T exp) {
 
 Tensor pow_impl(const Arg& a, const Arg& b) {
   DType ct = result_type({a, b});
+  KILN_CHECK(ct != kBool, "pow", "\"pow\" not implemented for 'bool'");
   if (b.wrapped && !is_floating(ct) && b.t.item().to_int() < 0 && !b.t.is_floating_point())
     KILN_FAIL("pow", "Integers to negative integer powers are not allowed.");
   if (b.wrapped && is_floating(ct)) {
@@ -646,9 +647,9 @@ namespace {
 Tensor clamp_impl(std::string_view op, const Tensor& x, const std::optional<Arg>& lo,
                   const std::optional<Arg>& hi, Tensor* self) {
   KILN_CHECK(lo || hi, op, "At least one of 'min' or 'max' must not be None");
-  KILN_CHECK(x.dtype() != kBool, op, "\"clamp\" not implemented for 'bool'");
   Arg L = lo ? *lo : Arg(x), H = hi ? *hi : Arg(x);
   DType ct = lo && hi ? result_type({x, L, H}) : lo ? result_type({x, L}) : result_type({x, H});
+  KILN_CHECK(ct != kBool, op, "\"clamp\" not implemented for 'bool'");
   bool has_lo = bool(lo), has_hi = bool(hi);
   return run(op, {x, L, H}, ct, ct, [&](const cpu::Iter& it) {
     KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
@@ -714,7 +715,7 @@ Tensor lerp(const Tensor& s, const Tensor& e, const Tensor& w) { return lerp_imp
 
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
   DType ct = result_type({self, t1, t2});
-  check_alpha("addcmul", ct, value);
+  KILN_CHECK(ct != kBool, "addcmul", "\"addcmul_cpu_out\" not implemented for 'bool'");
   return run("addcmul", {self, t1, t2}, ct, ct, [&](const cpu::Iter& it) {
     KILN_DISPATCH_ALL(ct, "addcmul", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
       using T = scalar_t;

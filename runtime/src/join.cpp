@@ -75,7 +75,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
   const int64_t* idx = index.data_ptr<int64_t>();
   int64_t n = index.numel(), size = x.dim() ? x.sizes()[d] : 1;
   for (int64_t i = 0; i < n; ++i)
-    KILN_CHECK(idx[i] >= -size && idx[i] < size, "index_select", "index out of range in self: index ", idx[i],
+    KILN_CHECK(idx[i] >= 0 && idx[i] < size, "index_select", "index out of range in self: index ", idx[i],
                " at position ", i, " for dimension ", d, " of size ", size);
   std::vector<int64_t> shape = x.sizes().vec();
   if (x.dim() == 0) {
@@ -85,8 +85,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
   shape[d] = n;
   Tensor out = empty(shape, x.dtype());
   for (int64_t i = 0; i < n; ++i) {
-    int64_t j = idx[i] < 0 ? idx[i] + size : idx[i];
-    out.select(d, i).copy_(x.select(d, j));
+    out.select(d, i).copy_(x.select(d, idx[i]));
   }
   return out;
 }

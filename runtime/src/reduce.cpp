@@ -220,6 +220,8 @@ Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
   if (p == 2) return reduce<Norm2Op>("norm", x, dims, keepdim, d);
   if (p == 1) return reduce<Norm1Op>("norm", x, dims, keepdim, d);
   if (std::isinf(p)) {
+    // max/min of |x| have no identity: an empty reduction is an error, as in PyTorch
+    check_nonempty("norm", x, dims);
     if (p > 0) return reduce<NormInfOp>("norm", x, dims, keepdim, d);
     return reduce<NormNegInfOp>("norm", x, dims, keepdim, d);
   }
@@ -317,6 +319,7 @@ std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
   return arg_extremum("min", x, dim, keepdim, false);
 }
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  KILN_CHECK(x.dtype() != kBool, "argmax", "\"argmax_cpu\" not implemented for 'bool'");
   if (!dim) {
     KILN_CHECK(x.numel() > 0, "argmax", "argmax(): Expected reduction dim to be specified for input.numel() == 0.");
     Tensor r = std::get<1>(arg_extremum("argmax", x.reshape({-1}), 0, false, true));
@@ -325,6 +328,7 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return std::get<1>(arg_extremum("argmax", x, *dim, keepdim, true));
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  KILN_CHECK(x.dtype() != kBool, "argmin", "\"argmin_cpu\" not implemented for 'bool'");
   if (!dim) {
     KILN_CHECK(x.numel() > 0, "argmin", "argmin(): Expected reduction dim to be specified for input.numel() == 0.");
     Tensor r = std::get<1>(arg_extremum("argmin", x.reshape({-1}), 0, false, false));

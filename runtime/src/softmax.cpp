@@ -20,8 +20,9 @@ void softmax_row(const T* x, T* o, int64_t n, int64_t s, int64_t so, bool log_fo
     M v = M(x[i * s]);
     mx = (v > mx || v != v) ? v : mx;
   }
-  // All -inf (or an inf max): shifting by it would make nan; PyTorch shifts by 0 then.
-  M shift = std::isinf(mx) ? M(0) : mx;
+  // Shift by the max even when it is infinite: as in PyTorch, a row whose max is +inf or
+  // -inf (inf - inf) comes out NaN.
+  M shift = mx;
   M sum = 0;
 #if KILN_HAVE_VEC
   if constexpr (std::is_same_v<T, float>) {

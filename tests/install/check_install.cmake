@@ -1,0 +1,21 @@
+# Installs the build tree into a scratch prefix, then configures, builds and runs a consumer
+# project that uses find_package(kiln) — what an outside user does.
+set(prefix ${BUILD}/test-install)
+file(REMOVE_RECURSE ${prefix} ${BUILD}/test-consumer)
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD} --prefix ${prefix} RESULT_VARIABLE rc OUTPUT_QUIET)
+if(rc)
+  message(FATAL_ERROR "cmake --install failed: ${rc}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SRC}/consumer -B ${BUILD}/test-consumer -DCMAKE_PREFIX_PATH=${prefix}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc)
+  message(FATAL_ERROR "consumer configure failed:\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD}/test-consumer RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc)
+  message(FATAL_ERROR "consumer build failed:\n${out}\n${err}")
+endif()
+execute_process(COMMAND ${BUILD}/test-consumer/app RESULT_VARIABLE rc OUTPUT_VARIABLE out)
+if(rc OR NOT out MATCHES "tensor\\(\\[\\[0, 2\\]")
+  message(FATAL_ERROR "consumer run failed (${rc}): ${out}")
+endif()

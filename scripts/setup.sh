@@ -18,7 +18,7 @@ packages=(
   libsleef-dev                     # vectorised transcendental functions for the eager kernels
 )
 if [[ "${1:-}" == "--peers" ]]; then
-  packages+=(python3-torch python3-numpy)
+  packages+=(python3-torch python3-numpy libjemalloc2)
 fi
 
 missing=()

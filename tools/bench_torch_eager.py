@@ -3,11 +3,16 @@
 tools/eager_bench.cpp (kiln-eager-bench), printing the same lines.
 
 Run with Debian's python3-torch (1.13): /usr/bin/python3 tools/bench_torch_eager.py --json
-The allocator is whatever the process runs under: glibc malloc as-is, or a caching one via
-LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 (the JSON line's "allocator" says which).
+The allocator is whatever the process runs under: glibc malloc as-is, or jemalloc via
+LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 (the JSON line's "allocator" says which,
+with MALLOC_CONF). Note that jemalloc's defaults purge blocks of 8 MiB and more at once when
+freed (its "oversize" arena has zero decay), so only with
+MALLOC_CONF=oversize_threshold:0,dirty_decay_ms:-1,muzzy_decay_ms:-1 does it keep the pages
+of large tensors for reuse, as kiln's caching allocator does.
 
-Per workload: fresh random inputs, --warmup untimed runs, then --reps timed runs; each result
-is dropped after its clock stops. inplace_chain re-copies its input from a pristine source
+Per workload: fresh random inputs, --warmup untimed runs, then at least --reps timed runs (more
+for short workloads, enough to fill --min-time seconds judged from the last warmup run); each
+result is dropped after its clock stops. inplace_chain re-copies its input from a pristine source
 before every run, outside the timed region. Threads: --threads (default 2) is passed to
 torch.set_num_threads; the default torch picked before that is reported as "default_threads".
 """
@@ -115,6 +120,18 @@ def _unary(make_input, fn):
     return make
 
 
+def _inplace_op(op):
+    def make():
+        src = torch.randn(N16) * 4
+        x = torch.empty(N16)
+
+        def before():
+            x.copy_(src)
+
+        return (lambda: op(x)), before
+    return make
+
+
 def _stream_copy():
     x, y = torch.randn(N16), torch.empty(N16)
     return (lambda: y.copy_(x)), None
@@ -158,25 +175,50 @@ WORKLOADS = {
     "branch_sign": (_branch_sign, 2 * N1 * F4, 3 * N1 * F4, 0, False),
     "add_sin_cos_bf16": (_add_sin_cos(torch.bfloat16), 3 * N16 * 2.0, 13 * N16 * 2.0, 0, False),
     "stream_copy": (_stream_copy, 2 * N16 * F4, 2 * N16 * F4, 0, True),
+    # single ops behind the slow seed workloads (diagnostics, docs/perf.md)
+    "op_clamp_": (_inplace_op(lambda x: x.clamp_(0, 6)), 2 * N16 * F4, 2 * N16 * F4, 0, True),
+    "op_add_": (_inplace_op(lambda x: x.add_(1)), 2 * N16 * F4, 2 * N16 * F4, 0, True),
+    "op_pow3": (_unary(lambda: torch.randn(N16), lambda x: torch.pow(x, 3)), 2 * N16 * F4, 2 * N16 * F4, 0, True),
+    "op_sin_bf16": (_unary(lambda: torch.randn(N16, dtype=torch.bfloat16), torch.sin), 2 * N16 * 2.0, 2 * N16 * 2.0, 0,
+                    True),
+    "op_sin_f32": (_unary(lambda: torch.randn(N16), torch.sin), 2 * N16 * F4, 2 * N16 * F4, 0, True),
+    "op_amax_rows": (_unary(lambda: torch.randn(4096, 1024), lambda x: x.amax(-1)), (SM + 4096) * F4,
+                     (SM + 4096) * F4, 0, True),
+    "op_einsum_attn": (_unary(lambda: (torch.randn(32, 8, 100, 64), torch.randn(32, 8, 100, 64)),
+                              lambda qk: torch.einsum("bhqd,bhkd->bhqk", qk[0], qk[1])),
+                       (2 * B_ATT * Q_ATT * D_ATT + B_ATT * Q_ATT * Q_ATT) * F4,
+                       (2 * B_ATT * Q_ATT * D_ATT + B_ATT * Q_ATT * Q_ATT) * F4, 2.0 * B_ATT * Q_ATT * Q_ATT * D_ATT, True),
+    "op_softmax_attn": (_unary(lambda: torch.randn(32, 8, 100, 100), lambda s: torch.softmax(s, -1)),
+                        2 * B_ATT * Q_ATT * Q_ATT * F4, 2 * B_ATT * Q_ATT * Q_ATT * F4, 0, True),
 }
+
+
+def reps_for(args, warm_seconds):
+    """The rep policy of kiln-eager-bench: at least --reps timed runs, more for short workloads so
+    they add up to about --min-time seconds (at most 2000)."""
+    if warm_seconds <= 0:
+        return args.reps
+    want = math.ceil(args.min_time / warm_seconds)
+    return int(min(max(want, args.reps), max(2000, args.reps)))
 
 
 def allocator_name():
     pre = os.environ.get("LD_PRELOAD", "")
-    if "jemalloc" in pre:
-        return "jemalloc"
-    if "mimalloc" in pre:
-        return "mimalloc"
-    if "tcmalloc" in pre:
-        return "tcmalloc"
+    for name in ("jemalloc", "mimalloc", "tcmalloc"):
+        if name in pre:
+            conf = os.environ.get("MALLOC_CONF", "") if name == "jemalloc" else ""
+            return f"{name} ({conf})" if conf else name
     return "glibc"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--filter", default="", help="comma-separated workload names (stream_copy runs only when named)")
+    ap.add_argument("--filter", default="",
+                    help="comma-separated workload names (stream_copy and the op_* diagnostics run only when named)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--min-time", type=float, default=0.2,
+                    help="more timed runs for short workloads, to about this many seconds in all")
     ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--list", action="store_true")
@@ -199,29 +241,32 @@ def main():
     torch.manual_seed(12345)
     if not args.json:
         print(f"torch {torch.__version__}, threads {threads} (default {default_threads}), allocator {alloc}")
-        print(f"{'workload':<18} {'median ms':>12} {'min ms':>12} {'reps':>5} {'GB/s min':>10} {'GB/s eager':>10}")
+        print(f"{'workload':<18} {'median ms':>12} {'min ms':>12} {'reps':>5} {'GB/s compl':>10} {'GB/s opbyop':>10}")
     with torch.no_grad():
         for name in selected:
             make, nbytes, eager_bytes, flops, _ = WORKLOADS[name]
             run, before = make()
-            times = []
-            for r in range(args.warmup + args.reps):
+            def once():
                 if before is not None:
                     before()
                 t0 = time.perf_counter()
                 out = run()
                 t1 = time.perf_counter()
-                if r >= args.warmup:
-                    times.append(t1 - t0)
                 del out  # freed after the clock stopped
+                return t1 - t0
+
+            last = 0.0
+            for _ in range(args.warmup):
+                last = once()
+            times = [once() for _ in range(reps_for(args, last))]
             med, mn = statistics.median(times), min(times)
             if args.json:
-                print(json.dumps({"impl": "torch", "name": name, "median_s": med, "min_s": mn, "reps": args.reps,
+                print(json.dumps({"impl": "torch", "name": name, "median_s": med, "min_s": mn, "reps": len(times),
                                   "warmup": args.warmup, "bytes": nbytes, "eager_bytes": eager_bytes, "flops": flops,
                                   "threads": threads, "default_threads": default_threads, "allocator": alloc,
                                   "torch": torch.__version__, "times": times}))
             else:
-                print(f"{name:<18} {med * 1e3:12.3f} {mn * 1e3:12.3f} {args.reps:5d} "
+                print(f"{name:<18} {med * 1e3:12.3f} {mn * 1e3:12.3f} {len(times):5d} "
                       f"{nbytes / med / 1e9:10.1f} {eager_bytes / med / 1e9:10.1f}")
             sys.stdout.flush()
     return 0

@@ -1,15 +1,18 @@
-// kiln-eager-bench: times kiln's eager CPU ops on the seed workloads (docs/workloads: the
-// `bench` sizes) so they can be compared with PyTorch eager (tools/bench_torch_eager.py runs
+// kiln-eager-bench: times kiln's eager CPU ops on the seed workloads (the shared workload list, workloads.md,
+// at their `bench` sizes) so they can be compared with PyTorch eager (tools/bench_torch_eager.py runs
 // the identical programs; tools/compare_eager.py interleaves the two and prints ratios).
 //
 // Per workload: fresh random inputs, `--warmup` untimed runs (these also fill the caching
-// allocator), then `--reps` timed runs; each result is dropped after its clock stops. One line
+// allocator), then at least `--reps` timed runs (more for short workloads: enough to fill
+// `--min-time` seconds, judged from the last warmup run); each result is dropped after its
+// clock stops. The reported median and min are over the timed runs. One line
 // per workload, JSON with --json. inplace_chain re-copies its input from a pristine source
 // before every run, outside the timed region, so each run starts from the same data.
 //
-// Besides the seed workloads there are two references, run only when named in --filter:
+// Besides the seed workloads there are references, run only when named in --filter:
 // stream_copy (kiln's y.copy_(x), 64 MiB float32) and stream_triad (a plain OpenMP loop
-// a = b + s*c over 64 MiB float32 arrays) for the achieved memory bandwidth of this run.
+// a = b + s*c over 64 MiB float32 arrays) for the achieved memory bandwidth of this run, and
+// op_* single ops (op_clamp_, op_pow3, op_sin_bf16, ...) that explain the slow seed workloads.
 #include <kiln/kiln.h>
 #include <omp.h>
 
@@ -51,6 +54,7 @@ std::vector<Workload> workloads() {
   std::vector<Workload> w;
   const int64_t N16 = 16 * kMi, N1 = kMi;
   const double f4 = 4.0;
+  const double sm = 4096.0 * 1024;
 
   w.push_back({"add_sin_cos", "a, b: [16M]", 3 * N16 * f4, 13 * N16 * f4, 0, false, [=] {
     Tensor a = randn({N16}), b = randn({N16});
@@ -107,7 +111,6 @@ std::vector<Workload> workloads() {
     Tensor x = randn({4096, 4096});
     return Prepared{[=] { return x.sum({1}); }, nullptr};
   }});
-  const double sm = 4096.0 * 1024;
   w.push_back({"softmax", "x: [4096, 1024]", 2 * sm * f4, 2 * sm * f4, 0, false, [=] {
     Tensor x = randn({4096, 1024});
     return Prepared{[=] { return softmax(x, -1); }, nullptr};
@@ -183,6 +186,46 @@ std::vector<Workload> workloads() {
       return a;
     }, nullptr};
   }});
+  // ---- single ops behind the slow seed workloads (diagnostics, docs/perf.md) ----
+  w.push_back({"op_clamp_", "x.clamp_(0, 6), x: [16M]", 2 * N16 * f4, 2 * N16 * f4, 0, true, [=] {
+    Tensor src = randn({N16}) * 4;
+    Tensor x = empty({N16});
+    return Prepared{[=]() mutable { x.clamp_(0, 6); return x; }, [=]() mutable { x.copy_(src); }};
+  }});
+  w.push_back({"op_add_", "x.add_(1), x: [16M]", 2 * N16 * f4, 2 * N16 * f4, 0, true, [=] {
+    Tensor src = randn({N16}) * 4;
+    Tensor x = empty({N16});
+    return Prepared{[=]() mutable { x.add_(1); return x; }, [=]() mutable { x.copy_(src); }};
+  }});
+  w.push_back({"op_pow3", "pow(x, 3), x: [16M]", 2 * N16 * f4, 2 * N16 * f4, 0, true, [=] {
+    Tensor x = randn({N16});
+    return Prepared{[=] { return pow(x, 3); }, nullptr};
+  }});
+  w.push_back({"op_sin_bf16", "sin(a), a: bfloat16 [16M]", 2 * N16 * 2.0, 2 * N16 * 2.0, 0, true, [=] {
+    Tensor a = randn({N16}, kBFloat16);
+    return Prepared{[=] { return sin(a); }, nullptr};
+  }});
+  w.push_back({"op_sin_f32", "sin(a), a: [16M]", 2 * N16 * f4, 2 * N16 * f4, 0, true, [=] {
+    Tensor a = randn({N16});
+    return Prepared{[=] { return sin(a); }, nullptr};
+  }});
+  w.push_back({"op_amax_rows", "x.amax(-1), x: [4096, 1024]", (sm + 4096) * f4, (sm + 4096) * f4, 0, true, [=] {
+    Tensor x = randn({4096, 1024});
+    return Prepared{[=] { return x.amax({-1}); }, nullptr};
+  }});
+  {
+    const double B = 32 * 8, Q = 100, D = 64;
+    w.push_back({"op_einsum_attn", "einsum(bhqd,bhkd->bhqk), q, k: [32, 8, 100, 64]", (2 * B * Q * D + B * Q * Q) * f4,
+                 (2 * B * Q * D + B * Q * Q) * f4, 2 * B * Q * Q * D, true, [=] {
+      Tensor q = randn({32, 8, 100, 64}), k = randn({32, 8, 100, 64});
+      return Prepared{[=] { return einsum("bhqd,bhkd->bhqk", {q, k}); }, nullptr};
+    }});
+    w.push_back({"op_softmax_attn", "softmax(s, -1), s: [32, 8, 100, 100]", 2 * B * Q * Q * f4, 2 * B * Q * Q * f4, 0,
+                 true, [=] {
+      Tensor sc = randn({32, 8, 100, 100});
+      return Prepared{[=] { return softmax(sc, -1); }, nullptr};
+    }});
+  }
   return w;
 }
 
@@ -190,9 +233,18 @@ struct Options {
   std::vector<std::string> filter;  // empty: every seed workload
   int reps = 10;
   int warmup = 2;
+  double min_time = 0.2;
   bool json = false;
   bool list = false;
 };
+
+// The rep policy (the same in tools/bench_torch_eager.py): at least --reps timed runs, more for
+// short workloads so the timed runs add up to about --min-time seconds (at most 2000 runs).
+int reps_for(const Options& o, double warm_seconds) {
+  if (warm_seconds <= 0) return o.reps;
+  double want = std::ceil(o.min_time / warm_seconds);
+  return int(std::clamp(want, double(o.reps), std::max(2000.0, double(o.reps))));
+}
 
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
@@ -203,11 +255,12 @@ std::vector<std::string> split_commas(const std::string& s) {
 }
 
 [[noreturn]] void usage(int code) {
-  std::cerr << "usage: kiln-eager-bench [--filter NAME[,NAME...]] [--reps N] [--warmup N] [--json] [--list]\n"
+  std::cerr << "usage: kiln-eager-bench [--filter NAME[,NAME...]] [--reps N] [--warmup N] [--min-time S] [--json] [--list]\n"
                "  Times kiln's eager CPU ops on the seed workloads at bench size.\n"
                "  --filter  only these workloads (exact names); stream_copy and stream_triad run only when named\n"
                "  --reps    timed runs per workload (default 10)\n"
                "  --warmup  untimed runs before them (default 2)\n"
+               "  --min-time  more timed runs for short workloads, to about S seconds in all (default 0.2)\n"
                "  --json    one JSON object per line instead of a table\n"
                "  --list    print the workload names and exit\n"
                "  Threads: KILN_NUM_THREADS / OMP_NUM_THREADS.\n";
@@ -225,6 +278,7 @@ Options parse(int argc, char** argv) {
     if (a == "--filter") o.filter = split_commas(value());
     else if (a == "--reps") o.reps = std::max(1, std::atoi(value().c_str()));
     else if (a == "--warmup") o.warmup = std::max(0, std::atoi(value().c_str()));
+    else if (a == "--min-time") o.min_time = std::atof(value().c_str());
     else if (a == "--json") o.json = true;
     else if (a == "--list") o.list = true;
     else if (a == "-h" || a == "--help") usage(0);
@@ -261,8 +315,8 @@ int main(int argc, char** argv) {
   const char* kt = std::getenv("KILN_NUM_THREADS");
   const int threads = kt && std::atoi(kt) > 0 ? std::atoi(kt) : omp_get_max_threads();
   if (!opt.json)
-    std::printf("%-18s %12s %12s %5s %10s %10s  %s\n", "workload", "median ms", "min ms", "reps", "GB/s min",
-                "GB/s eager", "inputs");
+    std::printf("%-18s %12s %12s %5s %10s %10s  %s\n", "workload", "median ms", "min ms", "reps", "GB/s compl",
+                "GB/s opbyop", "inputs");
   try {
     manual_seed(12345);
     for (const Workload& w : all) {
@@ -273,25 +327,29 @@ int main(int argc, char** argv) {
       Prepared p = w.prepare();
       using clock = std::chrono::steady_clock;
       std::vector<double> times;
-      for (int r = 0; r < opt.warmup + opt.reps; ++r) {
+      auto once = [&] {
         if (p.before) p.before();
         Tensor out;
         auto t0 = clock::now();
         out = p.run();
         auto t1 = clock::now();
-        if (r >= opt.warmup) times.push_back(std::chrono::duration<double>(t1 - t0).count());
         out = Tensor();  // freed after the clock stopped, as in the Python harness
-      }
+        return std::chrono::duration<double>(t1 - t0).count();
+      };
+      double last = 0;
+      for (int r = 0; r < opt.warmup; ++r) last = once();
+      int reps = reps_for(opt, last);
+      for (int r = 0; r < reps; ++r) times.push_back(once());
       double med = median(times), mn = *std::min_element(times.begin(), times.end());
       if (opt.json) {
         std::printf("{\"impl\": \"kiln\", \"name\": \"%s\", \"median_s\": %.9g, \"min_s\": %.9g, \"reps\": %d, "
                     "\"warmup\": %d, \"bytes\": %.0f, \"eager_bytes\": %.0f, \"flops\": %.0f, \"threads\": %d, "
                     "\"times\": [",
-                    w.name.c_str(), med, mn, opt.reps, opt.warmup, w.bytes, w.eager_bytes, w.flops, threads);
+                    w.name.c_str(), med, mn, int(times.size()), opt.warmup, w.bytes, w.eager_bytes, w.flops, threads);
         for (size_t i = 0; i < times.size(); ++i) std::printf("%s%.9g", i ? ", " : "", times[i]);
         std::printf("]}\n");
       } else {
-        std::printf("%-18s %12.3f %12.3f %5d %10.1f %10.1f  %s\n", w.name.c_str(), med * 1e3, mn * 1e3, opt.reps,
+        std::printf("%-18s %12.3f %12.3f %5d %10.1f %10.1f  %s\n", w.name.c_str(), med * 1e3, mn * 1e3, int(times.size()),
                     w.bytes / med / 1e9, w.eager_bytes / med / 1e9, w.shape.c_str());
       }
       std::fflush(stdout);

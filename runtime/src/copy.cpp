@@ -1,5 +1,7 @@
 // copy_, fill_, conversions, contiguous/clone, and the broadcasting helpers.
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "ops_common.h"
 
@@ -64,15 +66,50 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
   return *this;
 }
 
+namespace {
+// Converts a fill value to the tensor's element type, refusing values that do not fit, as
+// PyTorch does (c10's checked_convert): an unsigned type accepts negative integers down to
+// -max (they wrap) but no negative float; floats may be +-inf or NaN but no finite value
+// beyond the type's range.
+template <typename T>
+T checked_fill_value(const Scalar& v, std::string_view op) {
+  auto overflow = [&] {
+    KILN_FAIL(op, "value cannot be converted to type ", name(dtype_of<T>()), " without overflow");
+  };
+  if constexpr (std::is_same_v<T, bool>) {
+    return v.to_bool();
+  } else if constexpr (std::is_integral_v<T>) {
+    using L = std::numeric_limits<T>;
+    if (v.is_floating()) {
+      double d = v.to_double();
+      // (a negative float never fits an unsigned type; PyTorch refuses it too)
+      double lo = std::is_signed_v<T> ? double(L::lowest()) : 0.0;
+      if (!(d > lo - 1.0 && d < double(L::max()) + 1.0)) overflow();
+      return T(d);
+    }
+    int64_t i = v.to_int();
+    int64_t lo = std::is_signed_v<T> ? int64_t(L::lowest()) : -int64_t(L::max());
+    if (i < lo || (std::is_same_v<T, int64_t> ? false : i > int64_t(L::max()))) overflow();
+    return T(i);
+  } else {
+    double d = v.to_double();
+    double hi = std::is_same_v<T, Half> ? 65504.0
+                : std::is_same_v<T, BFloat16> ? 3.3895313892515355e38
+                                              : double(std::numeric_limits<T>::max());
+    if (std::isfinite(d) && std::abs(d) > hi) overflow();
+    return convert<T>(d);
+  }
+}
+}  // namespace
+
 Tensor& Tensor::fill_(const Scalar& v) {
   check_cpu("fill_", {*this});
-  check_no_internal_overlap("fill_", *this);
-  if (numel() == 0) return *this;
-  cpu::Iter it({*this}, sizes());
-  KILN_DISPATCH_ALL(dtype(), "fill_", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
-    scalar_t x = v.is_floating() ? convert<scalar_t>(v.to_double())
-                 : v.is_bool()   ? convert<scalar_t>(v.to_bool())
-                                 : convert<scalar_t>(v.to_int());
+  // No overlap check: writing one value through a stride-0 view is well defined.
+  KILN_DISPATCH_ALL(dtype(), "fill_", [&](auto scalar_tag_) {
+    using scalar_t = decltype(scalar_tag_);
+    scalar_t x = checked_fill_value<scalar_t>(v, "fill_");
+    if (numel() == 0) return;
+    cpu::Iter it({*this}, sizes());
     it.for_each([&](char** p, const int64_t* s, int64_t n) {
       if (s[0] == sizeof(scalar_t)) {
         scalar_t* o = reinterpret_cast<scalar_t*>(p[0]);

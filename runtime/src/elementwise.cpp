@@ -60,6 +60,22 @@ Tensor float_unary(std::string_view op, const Tensor& x, SF sf, VF vf, VD vd) {
             return;
           }
         }
+        if constexpr (is_reduced_float_v<T> && !std::is_same_v<VF, std::nullptr_t>) {
+          // 16-bit floats: widen a block to float32, run the vector form, round back
+          if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
+            constexpr int64_t kBlock = 256;
+            alignas(64) float buf[kBlock];
+            T* o = reinterpret_cast<T*>(p[0]);
+            const T* a = reinterpret_cast<const T*>(p[1]);
+            for (int64_t b = 0; b < n; b += kBlock) {
+              int64_t m = std::min(kBlock, n - b);
+              for (int64_t i = 0; i < m; ++i) buf[i] = float(a[b + i]);
+              cpu::vec::map_f32(buf, buf, m, vf);
+              for (int64_t i = 0; i < m; ++i) o[b + i] = T(buf[i]);
+            }
+            return;
+          }
+        }
         if constexpr (std::is_same_v<T, double> && !std::is_same_v<VD, std::nullptr_t>) {
           if (s[0] == 8 && s[1] == 8) {
             cpu::vec::map_f64(reinterpret_cast<const double*>(p[1]), reinterpret_cast<double*>(p[0]), n, vd);
@@ -464,12 +480,27 @@ Tensor pow_impl(const Arg& a, const Arg& b) {
   if (b.wrapped && !is_floating(ct) && b.t.item().to_int() < 0 && !b.t.is_floating_point())
     KILN_FAIL("pow", "Integers to negative integer powers are not allowed.");
   if (b.wrapped && is_floating(ct)) {
-    // x ** 2, x ** 0.5, ... as PyTorch special-cases them: exact and vectorisable.
+    // A scalar exponent: the common powers as PyTorch special-cases them (exact, vectorised),
+    // any other through SLEEF's vector pow.
     double e = b.t.item().to_double();
-    if (e == 2.0) return mul(a.t, a.t).to(ct);
-    if (e == 1.0) return as_dtype(a.t, ct).clone();
-    if (e == 0.5) return sqrt(as_dtype(a.t, ct));
-    if (e == -1.0) return reciprocal(as_dtype(a.t, ct));
+    Tensor x = as_dtype(a.t, ct);
+    if (e == 1.0) return x.clone();
+    if (e == 2.0) return mul(x, x);
+    if (e == 0.5) return sqrt(x);
+    if (e == -0.5) return rsqrt(x);
+    if (e == -1.0) return reciprocal(x);
+    if (e == 3.0)
+      return float_unary("pow", x, [](auto v) { return v * v * v; }, nullptr, nullptr);
+    if (e == -2.0)
+      return float_unary("pow", x, [](auto v) { return decltype(v)(1) / (v * v); }, nullptr, nullptr);
+#if KILN_HAVE_VEC
+    float ef = float(e);
+    return float_unary("pow", x, [e](auto v) { return std::pow(v, decltype(v)(e)); },
+                       [ef](cpu::vec::VF v) { return KILN_SLEEF_F(pow)(v, cpu::vec::setf(ef)); },
+                       [e](cpu::vec::VD v) { return KILN_SLEEF_D(pow)(v, cpu::vec::setd(e)); });
+#else
+    return float_unary("pow", x, [e](auto v) { return std::pow(v, decltype(v)(e)); }, nullptr, nullptr);
+#endif
   }
   return run("pow", {a, b}, ct, ct, [&](const cpu::Iter& it) {
     KILN_DISPATCH_ALL(ct, "pow", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
@@ -651,6 +682,39 @@ Tensor clamp_impl(std::string_view op, const Tensor& x, const std::optional<Arg>
   DType ct = lo && hi ? result_type({x, L, H}) : lo ? result_type({x, L}) : result_type({x, H});
   KILN_CHECK(ct != kBool, op, "\"clamp\" not implemented for 'bool'");
   bool has_lo = bool(lo), has_hi = bool(hi);
+  if ((!lo || lo->wrapped) && (!hi || hi->wrapped)) {
+    // Scalar bounds: one pass over x with the bounds held in registers.
+    return run(op, {x}, ct, ct, [&](const cpu::Iter& it) {
+      KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) {
+        using T = decltype(scalar_tag_);
+        using M = opmath_t<T>;
+        if constexpr (!std::is_same_v<T, bool>) {
+          // bounds rounded to the compute dtype, as PyTorch converts its scalar
+          M l = has_lo ? M(T(L.t.item().template to<M>())) : M(0);
+          M h = has_hi ? M(T(H.t.item().template to<M>())) : M(0);
+          bool lnan = false, hnan = false;
+          if constexpr (std::is_floating_point_v<M>) {
+            lnan = has_lo && std::isnan(l);
+            hnan = has_hi && std::isnan(h);
+          }
+          if (lnan || hnan) {
+            M n = lnan ? l : h;
+            cpu::unary_loop<T, T>(it, [=](T) { return T(n); });
+          } else if (has_lo && has_hi) {
+            cpu::unary_loop<T, T>(it, [=](T t) {
+              M v = M(t);  // a NaN x stays NaN: both compares are false
+              v = v < l ? l : v;
+              return T(v > h ? h : v);  // min > max gives max, as min(max(x, lo), hi)
+            });
+          } else if (has_lo) {
+            cpu::unary_loop<T, T>(it, [=](T t) { M v = M(t); return T(v < l ? l : v); });
+          } else {
+            cpu::unary_loop<T, T>(it, [=](T t) { M v = M(t); return T(v > h ? h : v); });
+          }
+        }
+      });
+    }, self);
+  }
   return run(op, {x, L, H}, ct, ct, [&](const cpu::Iter& it) {
     KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
       using T = scalar_t;

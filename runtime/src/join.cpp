@@ -92,7 +92,8 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
   check_cpu("gather", {x, index_in});
-  check_index_dtype("gather", index_in);
+  KILN_CHECK(index_in.dtype() == kInt64, "gather", "gather(): Expected dtype int64 for index, got ",
+             name(index_in.dtype()));
   int64_t nd = std::max<int64_t>(x.dim(), 1);
   int64_t d = shape::wrap_dim(dim, x.dim(), "gather");
   KILN_CHECK(std::max<int64_t>(index_in.dim(), 1) == nd, "gather",

@@ -43,6 +43,22 @@ ReducePlan plan_reduce(const Tensor& x, const std::vector<bool>& mask, const Ten
     else plan.kept.push_back(dim);
     if (plan.reduced.size() + plan.kept.size() == 1) plan.inner_reduced = mask[d];
   }
+  // Merge neighbours (in iteration order) laid out one after the other, e.g. a full reduction
+  // of a contiguous matrix becomes one run.
+  auto coalesce = [](std::vector<ReducePlan::Dim>& dims) {
+    std::vector<ReducePlan::Dim> out;
+    for (const auto& d : dims) {
+      if (!out.empty() && d.in_stride == out.back().in_stride * out.back().size &&
+          d.out_stride == out.back().out_stride * out.back().size) {
+        out.back().size *= d.size;
+        continue;
+      }
+      out.push_back(d);
+    }
+    dims.swap(out);
+  };
+  coalesce(plan.reduced);
+  coalesce(plan.kept);
   if (plan.reduced.empty()) plan.reduced.push_back({1, 0, 0});
   return plan;
 }
@@ -107,7 +123,9 @@ template <typename In, bool IsMax> struct ExtremumOp {
   }
   acc_t reduce(acc_t a, acc_t x) const {
     if constexpr (std::is_same_v<acc_t, bool>) return IsMax ? (a || x) : (a && x);
-    else if constexpr (std::is_floating_point_v<acc_t>) return (a != a || x != x) ? acc_t(a + x) : (IsMax ? (x > a ? x : a) : (x < a ? x : a));
+    // a select, not a branch, so the lane loops vectorise; a NaN accumulator stays NaN because
+    // every comparison with it is false
+    else if constexpr (std::is_floating_point_v<acc_t>) return (IsMax ? x > a : x < a) || x != x ? x : a;
     else return IsMax ? (x > a ? x : a) : (x < a ? x : a);
   }
   acc_t combine(acc_t a, acc_t b) const { return reduce(a, b); }

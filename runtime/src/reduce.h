@@ -93,6 +93,25 @@ void reduce_kernel(const Tensor& x, const std::vector<bool>& mask, const Tensor&
     for (int64_t i = 0; i < plan.out_numel; ++i) o[i] = Out(op.project(op.identity(), 0));
     return;
   }
+  if (plan.out_numel == 1 && plan.reduced.size() == 1 && count >= 4 * cpu::kParallelGrain &&
+      cpu::num_threads() > 1) {
+    // One long run (e.g. t.sum()): each thread reduces a slice, then the slices combine in
+    // order, so the result does not depend on timing.
+    const auto& r0 = plan.reduced[0];
+    int nt = cpu::num_threads();
+    int64_t chunk = (count / nt + kLanes - 1) / kLanes * kLanes;
+    std::vector<A> parts(size_t(nt), op.identity());
+    cpu::parallel_for(nt, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        int64_t lo = t * chunk, hi = std::min(count, lo + chunk);
+        if (lo < hi) parts[size_t(t)] = reduce_run(in + lo * r0.in_stride, hi - lo, r0.in_stride, op);
+      }
+    });
+    A acc = parts[0];
+    for (int t = 1; t < nt; ++t) acc = op.combine(acc, parts[size_t(t)]);
+    o[0] = Out(op.project(acc, count));
+    return;
+  }
   if (plan.inner_reduced || plan.kept.empty()) {
     // One accumulator per output element; the innermost reduced dim is the vector loop.
     const auto& r0 = plan.reduced[0];

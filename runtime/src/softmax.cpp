@@ -12,45 +12,77 @@ using namespace detail;
 namespace {
 
 // One row of n elements at stride s (elements); float32 rows with s == 1 use SIMD exp.
-template <typename T>
-void softmax_row(const T* x, T* o, int64_t n, int64_t s, int64_t so, bool log_form, float* scratch) {
-  using M = opmath_t<T>;
-  M mx = -std::numeric_limits<M>::infinity();
-  for (int64_t i = 0; i < n; ++i) {
-    M v = M(x[i * s]);
-    mx = (v > mx || v != v) ? v : mx;
+// The row max with NaN propagation, in independent lanes so the loop vectorises.
+inline float row_max_f32(const float* x, int64_t n) {
+  constexpr int L = 16;
+  float m[L];
+  int nan[L];
+  for (int j = 0; j < L; ++j) m[j] = -std::numeric_limits<float>::infinity(), nan[j] = 0;
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int j = 0; j < L; ++j) {
+      float v = x[i + j];
+      m[j] = v > m[j] ? v : m[j];
+      nan[j] |= v != v;
+    }
+  for (; i < n; ++i) {
+    m[0] = x[i] > m[0] ? x[i] : m[0];
+    nan[0] |= x[i] != x[i];
   }
-  // Shift by the max even when it is infinite: as in PyTorch, a row whose max is +inf or
-  // -inf (inf - inf) comes out NaN.
-  M shift = mx;
-  M sum = 0;
+  float r = m[0];
+  int any_nan = 0;
+  for (int j = 0; j < L; ++j) r = m[j] > r ? m[j] : r, any_nan |= nan[j];
+  return any_nan ? std::numeric_limits<float>::quiet_NaN() : r;
+}
+
+inline float row_sum_f32(const float* x, int64_t n) {
+  constexpr int L = 16;
+  float acc[L] = {};
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int j = 0; j < L; ++j) acc[j] += x[i + j];
+  for (; i < n; ++i) acc[0] += x[i];
+  float r = 0;
+  for (int j = 0; j < L; ++j) r += acc[j];
+  return r;
+}
+
+// One row of n elements at stride s (elements). Shifting by the max keeps exp in range; as in
+// PyTorch, a row whose max is +-inf comes out NaN (inf - inf).
+template <typename T>
+void softmax_row(const T* x, T* o, int64_t n, int64_t s, int64_t so, bool log_form) {
+  using M = opmath_t<T>;
 #if KILN_HAVE_VEC
   if constexpr (std::is_same_v<T, float>) {
     if (s == 1 && so == 1) {
-      // exp(x - shift) once into the output, then scale (or turn into the log form)
-      float sh = shift;
-      cpu::vec::map_f32(x, o, n, [sh](cpu::vec::VF v) { return KILN_SLEEF_F(exp)(v - sh); });
-      double acc = 0;
-      for (int64_t i = 0; i < n; ++i) acc += o[i];
+      // contiguous float32: exp(x - max) once into the output, then scale or take logs
+      float mx = row_max_f32(x, n);
+      cpu::vec::map_f32(x, o, n, [mx](cpu::vec::VF v) { return KILN_SLEEF_F(exp)(v - mx); });
+      float sum = row_sum_f32(o, n);
       if (log_form) {
-        float lse = float(std::log(acc));
-        for (int64_t i = 0; i < n; ++i) o[i] = x[i] - sh - lse;
+        float lse = std::log(sum);
+        for (int64_t i = 0; i < n; ++i) o[i] = (x[i] - mx) - lse;
       } else {
-        float inv = float(1.0 / acc);
+        float inv = 1.0f / sum;
         for (int64_t i = 0; i < n; ++i) o[i] *= inv;
       }
       return;
     }
   }
 #endif
-  (void)scratch;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(M(x[i * s]) - shift);
+  M mx = -std::numeric_limits<M>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    M v = M(x[i * s]);
+    mx = (v > mx || v != v) ? v : mx;
+  }
+  M sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(M(x[i * s]) - mx);
   if (log_form) {
     M lse = std::log(sum);
-    for (int64_t i = 0; i < n; ++i) o[i * so] = T(M(x[i * s]) - shift - lse);
+    for (int64_t i = 0; i < n; ++i) o[i * so] = T(M(x[i * s]) - mx - lse);
   } else {
     M inv = M(1) / sum;
-    for (int64_t i = 0; i < n; ++i) o[i * so] = T(std::exp(M(x[i * s]) - shift) * inv);
+    for (int64_t i = 0; i < n; ++i) o[i * so] = T(std::exp(M(x[i * s]) - mx) * inv);
   }
 }
 
@@ -70,7 +102,7 @@ Tensor softmax_impl(std::string_view op, const Tensor& x_in, int64_t dim, bool l
     it.for_each([&](char** p, const int64_t* st, int64_t cnt) {
       for (int64_t k = 0; k < cnt; ++k)
         softmax_row(reinterpret_cast<const T*>(p[1] + k * st[1]), reinterpret_cast<T*>(p[0] + k * st[0]),
-                    n, s, so, log_form, nullptr);
+                    n, s, so, log_form);
     }, std::max<int64_t>(1, cpu::kParallelGrain / n));
   });
   return out;

@@ -1500,15 +1500,6 @@ KNOWN_DIVERGENCES = [
     (lambda c: c["op"] in ("clamp", "clamp_") and _has_nan_scalar(c),
      "a NaN scalar bound: torch 1.13's scalar clamp kernel computes std::max(x, nan) = x and ignores it; "
      "kiln propagates the NaN bound, as PyTorch does for tensor bounds (design choice, not changed)"),
-    (lambda c: c["op"] in ("fill_", "masked_fill") and "without overflow" in c.get("error", ""),
-     "PyTorch raises when the fill value is out of range for the dtype (checked scalar conversion); "
-     "kiln converts without a range check (integers wrap, 16-bit floats overflow to inf, and a negative "
-     "float into uint8 is undefined behaviour in C++)"),
-    (lambda c: c["op"] in ("fill_", "zero_") and "error" not in c and _writes_through_stride0(c),
-     "PyTorch fills an expanded (stride-0) tensor; kiln refuses any write through a stride-0 view "
-     "(check_no_internal_overlap), also for fill_/zero_ where every element gets the same value"),
-    (lambda c: c["op"] == "gather" and _arg_dtype(c, 1) == "int32",
-     "torch 1.13 requires an int64 index for gather; kiln also accepts int32 (as it does for index_select)"),
 ]
 
 

@@ -161,3 +161,28 @@ TEST(Join, CatStackIndexSelectGather) {
   expect_error([&] { index_select(a, 0, from_vector<int64_t>({2})); }, "index out of range");
   expect_error([&] { gather(a, 1, from_vector<int64_t>({3}, {1, 1})); }, "out of bounds");
 }
+
+TEST(Elementwise, FastPathsAgreeWithGeneralForms) {
+  manual_seed(21);
+  Tensor x = randn({5000});
+  Tensor xd = x.to(kFloat64);
+  // scalar exponents have dedicated loops; compare with float64 std::pow
+  for (double e : {3.0, -2.0, -0.5, 2.5, 1.7}) {
+    Tensor base = e == -0.5 || e == 2.5 || e == 1.7 ? x.abs() + 0.1 : x;
+    Tensor got = pow(base, e).to(kFloat64), want = pow(base.to(kFloat64), e);
+    double rel = ((got - want).abs() / (want.abs() + 1e-30)).max().item<double>();
+    EXPECT_LT(rel, 2e-6) << "exponent " << e;
+  }
+  // clamp with scalar bounds, including min > max (gives max, as PyTorch)
+  expect_values(clamp(from_vector<float>({-5, 0, 5, NAN}), 1, -1), {4}, {-1, -1, -1, NAN});
+  Tensor big = randn({100000});
+  Tensor want = where(big < -0.5, full({1}, -0.5), where(big > 0.5, full({1}, 0.5), big));
+  EXPECT_TRUE(eq(clamp(big, -0.5, 0.5), want).all().item<bool>());
+  // 16-bit floats take the widened vector path: within bfloat16 rounding of float32
+  Tensor b = randn({4099}).to(kBFloat16);
+  double err = (sin(b).to(kFloat64) - sin(b.to(kFloat64))).abs().max().item<double>();
+  EXPECT_LE(err, 1.0 / 256);
+  Tensor h = randn({4099}).to(kFloat16);
+  err = (exp(h).to(kFloat64) - exp(h.to(kFloat64))).abs().div(exp(h.to(kFloat64))).max().item<double>();
+  EXPECT_LE(err, 1.0 / 1024);
+}

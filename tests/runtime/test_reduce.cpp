@@ -114,3 +114,23 @@ TEST(Reduce, LargeRowAndColumnSums) {
     EXPECT_NEAR(cols.index({c}).item<double>(), ref, 1e-10);
   }
 }
+
+TEST(Reduce, ThreadedFullReductionAndVectorExtrema) {
+  manual_seed(13);
+  Tensor x = randn({1 << 20}, kFloat64);
+  std::vector<double> v = x.to_vector<double>();
+  long double ref = 0;
+  double mx = -INFINITY;
+  for (double e : v) ref += e, mx = std::max(mx, e);
+  EXPECT_NEAR(x.sum().item<double>(), double(ref), 1e-9);
+  EXPECT_EQ(x.amax().item<double>(), mx);
+  EXPECT_EQ(x.view({1024, 1024}).sum().item<double>(), x.sum().item<double>());
+  x.index({777777}) = NAN;
+  EXPECT_TRUE(std::isnan(x.amax().item<double>()));
+  EXPECT_TRUE(std::isnan(x.amin().item<double>()));
+  Tensor rows = randn({64, 1000});
+  rows.index({3, 500}) = NAN;
+  Tensor m = rows.amax({1});
+  EXPECT_TRUE(std::isnan(m.index({3}).item<float>()));
+  EXPECT_FALSE(std::isnan(m.index({4}).item<float>()));
+}

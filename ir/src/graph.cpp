@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "kiln/ir/graph.h"
+#include "kiln/runtime/tensor.h"
 
 namespace kiln::ir {
 
@@ -60,12 +61,7 @@ Type Type::tensor(DType dt, std::vector<int64_t> sizes, std::vector<int64_t> str
 }
 
 Type Type::contiguous(DType dt, std::vector<int64_t> sizes, Device dev) {
-  std::vector<int64_t> st(sizes.size());
-  int64_t acc = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    st[i] = acc;
-    acc *= std::max<int64_t>(sizes[i], 1);
-  }
+  std::vector<int64_t> st = shape::contiguous_strides(sizes);
   return tensor(dt, std::move(sizes), std::move(st), dev);
 }
 

@@ -294,7 +294,7 @@ Tensor nan_to_num(const Tensor& x, std::optional<double> nan, std::optional<doub
 
 namespace {
 
-// out = f(a, b) with inputs and output of the compute dtype, for the dtypes `Dispatch` allows.
+// out = f(a, b) with inputs and output of the compute dtype (computed in its opmath type).
 template <typename F>
 void same_binary_launch(const cpu::Iter& it, DType ct, std::string_view op, F f) {
   KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);

@@ -1,8 +1,6 @@
 // Tensor metadata, host access and views. Views build a new TensorImpl on the same storage.
 #include "kiln/runtime/tensor.h"
 
-#include <iostream>
-
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/ops.h"
 #include "shape.h"

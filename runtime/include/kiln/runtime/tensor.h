@@ -24,6 +24,11 @@
 
 namespace kiln {
 
+namespace shape {
+// Row-major strides (in elements) of a dense tensor of these sizes.
+std::vector<int64_t> contiguous_strides(IntArrayRef sizes);
+}  // namespace shape
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   std::vector<int64_t> sizes;

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "kiln/ir/graph.h"
+#include "kiln/ir/infer.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln::ir {
@@ -144,6 +145,8 @@ Value* Graph::add_input(std::string name, Type type) {
   return inputs_.back();
 }
 
+Node::~Node() = default;
+
 Node* Graph::add_node(OpId op, std::vector<Value*> inputs, std::vector<Attr> attrs, std::vector<Type> types,
                       SourceLoc loc) {
   auto n = std::make_unique<Node>();
@@ -166,15 +169,110 @@ Node* Graph::add_node(OpId op, std::vector<Value*> inputs, std::vector<Attr> att
 
 // ---- verifier ----
 
-std::optional<VerifyError> verify(const Graph& g) {
+int num_regions(OpId op) { return op == OpId::Cond ? 2 : 0; }
+
+std::string VerifyError::str() const {
+  if (loc.line <= 0) return message;
+  return std::to_string(loc.line) + ":" + std::to_string(loc.col) + ": " + message;
+}
+
+namespace {
+
+// What is wrong with a type on its own, or "".
+std::string type_problem(const Type& t) {
+  if (t.is_scalar()) return t.sizes.empty() && t.strides.empty() && !t.wrapped ? "" : "a scalar type with sizes or wrapped";
+  if (t.sizes.size() != t.strides.size()) return "mismatched sizes and strides";
+  for (int64_t s : t.sizes)
+    if (s < 0) return "a negative size";
+  if (t.wrapped && !t.sizes.empty()) return "wrapped on a tensor that is not 0-d";
+  return "";
+}
+
+// "node 3 (%3, %4 = max)": the node's index in its graph and its results as print() names them.
+std::string node_label(const Node& n, size_t index, int first_result) {
+  std::string s = "node " + std::to_string(index) + " (";
+  for (size_t i = 0; i < n.outputs.size(); ++i) s += (i ? ", %" : "%") + std::to_string(first_result + int(i));
+  return s + " = " + std::string(op_info(n.op).name) + ")";
+}
+
+// "region 1 (@else)"
+std::string region_name(const Node& n, size_t r) {
+  return "region " + std::to_string(r) + " (@" + n.regions[r]->name() + ")";
+}
+
+// A region's error, said from its node's point of view (the location stays the inner node's).
+VerifyError in_region(VerifyError e, const std::string& region) {
+  e.message = "in " + region + ": " + e.message;
+  return e;
+}
+
+// "[infer] add: what" -> "what": the node label already names the op.
+std::string infer_message(const Error& e, const Node& n) {
+  std::string m = e.what(), prefix = "[infer] " + std::string(op_info(n.op).name) + ": ";
+  return m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m;
+}
+
+// The types half of verify(); the graph is structurally sound.
+std::optional<VerifyError> verify_types(const Graph& g) {
+  int next = 0;  // print()'s number of the node's first result
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = *g.nodes()[i];
+    std::string label = node_label(n, i, next);
+    next += int(n.outputs.size());
+    // A region's inputs are bound to the branch operands and its outputs are the node's
+    // results, so both must agree in type exactly, strides included.
+    for (size_t r = 0; r < n.regions.size(); ++r) {
+      const Graph& region = *n.regions[r];
+      std::string rn = region_name(n, r);
+      for (size_t j = 0; j < region.inputs().size(); ++j) {
+        const Type &want = n.inputs[j + 1]->type, &got = region.inputs()[j]->type;
+        if (got != want)
+          return VerifyError{label + ": input %" + region.inputs()[j]->name + " of " + rn + " has type " + got.str() + " but operand " + std::to_string(j + 1) + " has type " + want.str(),
+                             n.loc};
+      }
+      if (auto e = verify_types(region)) return in_region(*e, rn + " of " + label);
+      for (size_t j = 0; j < region.outputs().size(); ++j) {
+        const Type &want = n.outputs[j]->type, &got = region.outputs()[j]->type;
+        if (got != want)
+          return VerifyError{label + ": " + rn + " returns " + got.str() + " for result " +
+                                 std::to_string(j) + " but the node declares " + want.str(),
+                             n.loc};
+      }
+    }
+    std::vector<Type> inferred;
+    try {
+      inferred = infer_types(n);
+    } catch (const Error& e) {
+      return VerifyError{label + ": " + infer_message(e, n), n.loc};
+    }
+    if (inferred.size() != n.outputs.size())
+      return VerifyError{label + ": declares " + std::to_string(n.outputs.size()) + " results but " +
+                             std::string(op_info(n.op).name) + " has " + std::to_string(inferred.size()),
+                         n.loc};
+    for (size_t j = 0; j < inferred.size(); ++j)
+      if (n.outputs[j]->type != inferred[j])
+        return VerifyError{label + ": " + (inferred.size() > 1 ? "result " + std::to_string(j) + " " : std::string()) +
+                               "declared " + n.outputs[j]->type.str() + " but inferred " + inferred[j].str(),
+                           n.loc};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<VerifyError> verify_structure(const Graph& g) {
   std::unordered_set<const Value*> defined;
   std::unordered_set<std::string> names;
   for (const Value* v : g.inputs()) {
     if (v->name.empty()) return VerifyError{"graph input without a name", {}};
     if (!names.insert(v->name).second) return VerifyError{"duplicate graph input name %" + v->name, {}};
+    if (std::string p = type_problem(v->type); !p.empty())
+      return VerifyError{"graph input %" + v->name + " has a malformed type: " + p, {}};
     defined.insert(v);
   }
-  for (const auto& n : g.nodes()) {
+  int next = 0;
+  for (size_t index = 0; index < g.nodes().size(); ++index) {
+    const Node* n = g.nodes()[index].get();
     const OpInfo& info = op_info(n->op);
     std::string where = std::string(info.name);
     if (info.operands >= 0 && int(n->inputs.size()) != info.operands)
@@ -189,16 +287,47 @@ std::optional<VerifyError> verify(const Graph& g) {
       if (!(n->attrs[i - 1].name < n->attrs[i].name))
         return VerifyError{where + ": attribute '" + n->attrs[i].name + "' is repeated or out of order", n->loc};
     for (const Value* o : n->outputs) {
-      if (o->producer != n.get()) return VerifyError{where + ": output value does not belong to it", n->loc};
-      if (!o->type.is_scalar() && o->type.sizes.size() != o->type.strides.size())
-        return VerifyError{where + ": output type has mismatched sizes and strides", n->loc};
-      defined.insert(o);
+      if (o->producer != n) return VerifyError{where + ": output value does not belong to it", n->loc};
+      if (std::string p = type_problem(o->type); !p.empty())
+        return VerifyError{where + ": output type " + o->type.str() + " is malformed: " + p, n->loc};
     }
+    // Regions: as many as the op takes, each a closed graph whose inputs are the operands after
+    // the predicate and whose outputs are the node's results.
+    std::string label = node_label(*n, index, next);
+    next += int(n->outputs.size());
+    int want = num_regions(n->op);
+    if (int(n->regions.size()) != want)
+      return VerifyError{want == 0 ? where + " takes no regions, got " + std::to_string(n->regions.size())
+                                   : where + " takes " + std::to_string(want) + " regions (then, else), got " +
+                                         std::to_string(n->regions.size()),
+                         n->loc};
+    if (want > 0 && n->inputs.empty()) return VerifyError{where + " needs a predicate operand", n->loc};
+    for (size_t r = 0; r < n->regions.size(); ++r) {
+      const Graph* region = n->regions[r].get();
+      if (!region) return VerifyError{where + ": region " + std::to_string(r) + " is missing", n->loc};
+      std::string rn = region_name(*n, r);
+      if (region->inputs().size() != n->inputs.size() - 1)
+        return VerifyError{label + ": " + rn + " takes " + std::to_string(region->inputs().size()) +
+                               " inputs but the node passes " + std::to_string(n->inputs.size() - 1) +
+                               " branch operands",
+                           n->loc};
+      if (auto e = verify_structure(*region)) return in_region(*e, rn + " of " + label);
+      if (region->outputs().size() != n->outputs.size())
+        return VerifyError{label + ": " + rn + " returns " + std::to_string(region->outputs().size()) +
+                               " values but the node has " + std::to_string(n->outputs.size()) + " results",
+                           n->loc};
+    }
+    for (const Value* o : n->outputs) defined.insert(o);
   }
   if (g.outputs().empty()) return VerifyError{"graph returns nothing", {}};
   for (const Value* v : g.outputs())
     if (!defined.count(v)) return VerifyError{"graph output is not defined in the graph", {}};
   return std::nullopt;
+}
+
+std::optional<VerifyError> verify(const Graph& g) {
+  if (auto e = verify_structure(g)) return e;
+  return verify_types(g);
 }
 
 // ---- hash: FNV-1a 64 over the canonical text ----

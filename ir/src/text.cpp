@@ -3,16 +3,30 @@
 //   graph @name(%a: f32[2,3]{3,1}, %s: scalar<f64>) {
 //     %0 = add(%a, %s) {alpha=1} : f32[2,3]{3,1}
 //     %1, %2 = max(%0) {dim=1, keepdim=false} : f32[2]{1}, i64[2]{1}
+//     %3 = cond(%p, %1) : f32[2]{1} {
+//       graph @then(%v: f32[2]{1}) {
+//         %0 = neg(%v) : f32[2]{1}
+//         return %0
+//       }
+//       graph @else(%v: f32[2]{1}) {
+//         return %v
+//       }
+//     }
 //     return %0, %1
 //   }
 //
-// Node outputs are numbered %0, %1, ... in order, so printing is canonical: print(parse(t))
-// equals t for any t that print produced.
+// A node line is: results, '=', op, operands, optional {attributes}, ':', result types, and,
+// for a node with regions (cond), a '{' after the types that opens its regions, one nested
+// graph each, closed by '}' on a line of its own. (A type never ends in '{', so the brace
+// cannot be mistaken for part of one.) Each graph is a scope of its own: node outputs are
+// numbered %0, %1, ... in order from each graph's start, and a region sees only its own
+// inputs. Printing is canonical: print(parse(t)) equals t for any t that print produced.
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <memory>
 #include <unordered_map>
 
 #include "kiln/ir/graph.h"
@@ -21,7 +35,11 @@ namespace kiln::ir {
 
 // ---------------------------------------------------------------- printer
 
-std::string print(const Graph& g) {
+namespace {
+
+// Appends `g` with its header at `depth` levels of two-space indentation.
+void print_graph(const Graph& g, int depth, std::string& s) {
+  const std::string indent(size_t(2 * depth), ' '), body = indent + "  ";
   std::unordered_map<const Value*, std::string> names;
   for (const Value* v : g.inputs()) names[v] = "%" + v->name;
   int next = 0;
@@ -31,12 +49,12 @@ std::string print(const Graph& g) {
     auto it = names.find(v);
     return it == names.end() ? std::string("%<undefined>") : it->second;
   };
-  std::string s = "graph @" + g.name() + "(";
+  s += indent + "graph @" + g.name() + "(";
   for (size_t i = 0; i < g.inputs().size(); ++i)
     s += (i ? ", " : "") + name_of(g.inputs()[i]) + ": " + g.inputs()[i]->type.str();
   s += ") {\n";
   for (const auto& n : g.nodes()) {
-    s += "  ";
+    s += body;
     for (size_t i = 0; i < n->outputs.size(); ++i) s += (i ? ", " : "") + name_of(n->outputs[i]);
     s += " = " + std::string(op_info(n->op).name) + "(";
     for (size_t i = 0; i < n->inputs.size(); ++i) s += (i ? ", " : "") + name_of(n->inputs[i]);
@@ -49,11 +67,25 @@ std::string print(const Graph& g) {
     }
     s += " : ";
     for (size_t i = 0; i < n->outputs.size(); ++i) s += (i ? ", " : "") + n->outputs[i]->type.str();
+    if (!n->regions.empty()) {
+      s += " {\n";
+      for (const auto& r : n->regions)
+        if (r) print_graph(*r, depth + 2, s);
+      s += body + "}";
+    }
     s += "\n";
   }
-  s += "  return ";
+  s += body + "return ";
   for (size_t i = 0; i < g.outputs().size(); ++i) s += (i ? ", " : "") + name_of(g.outputs()[i]);
-  return s + "\n}\n";
+  s += "\n" + indent + "}\n";
+}
+
+}  // namespace
+
+std::string print(const Graph& g) {
+  std::string s;
+  print_graph(g, 0, s);
+  return s;
 }
 
 // ---------------------------------------------------------------- parser
@@ -196,40 +228,11 @@ class Parser {
  public:
   explicit Parser(std::string_view src) : lex_(src) { tok_ = lex_.next(); }
 
+  // The whole text: one graph and nothing after it.
   Graph graph() {
-    expect_ident("graph");
-    if (tok_.kind != Token::At) fail("expected the graph's name, e.g. @main");
-    Graph g(tok_.text);
-    take();
-    expect("(");
-    if (!is(")")) {
-      while (true) {
-        if (tok_.kind != Token::Percent) fail("expected an input name like %x");
-        Token name = tok_;
-        if (std::isdigit(static_cast<unsigned char>(name.text[0])))
-          fail("graph input names must start with a letter or '_' (numbers name node results)");
-        if (values_.count(name.text)) fail("input %" + name.text + " is defined twice");
-        take();
-        expect(":");
-        values_[name.text] = g.add_input(name.text, type());
-        if (!is(",")) break;
-        take();
-      }
-    }
-    expect(")");
-    expect("{");
-    while (!(tok_.kind == Token::Ident && tok_.text == "return")) node(g);
-    take();
-    std::vector<Value*> outs;
-    while (true) {
-      outs.push_back(use());
-      if (!is(",")) break;
-      take();
-    }
-    g.set_outputs(std::move(outs));
-    expect("}");
+    Graph g = graph_body(0);
     if (tok_.kind != Token::End) fail("unexpected text after the graph");
-    if (auto err = verify(g)) throw ParseError(err->loc.line, err->loc.col, err->message);
+    if (auto err = verify_structure(g)) throw ParseError(err->loc.line, err->loc.col, err->message);
     return g;
   }
 
@@ -261,6 +264,50 @@ class Parser {
       case Token::String: return " but found a string";
       default: return " but found '" + tok_.text + "'";
     }
+  }
+
+  // Regions nest graphs inside graphs; a bound keeps hostile text from exhausting the stack.
+  static constexpr int kMaxDepth = 64;
+
+  // "graph @name(inputs) { nodes return values }" at nesting depth `depth`. Each graph is a
+  // scope: its values are its inputs and its nodes' results, nothing from outside.
+  Graph graph_body(int depth) {
+    if (depth > kMaxDepth) fail("regions nested deeper than " + std::to_string(kMaxDepth) + " levels");
+    std::map<std::string, Value*> scope;
+    std::swap(values_, scope);  // the enclosing graph's names, restored below
+    expect_ident("graph");
+    if (tok_.kind != Token::At) fail("expected the graph's name, e.g. @main");
+    Graph g(tok_.text);
+    take();
+    expect("(");
+    if (!is(")")) {
+      while (true) {
+        if (tok_.kind != Token::Percent) fail("expected an input name like %x");
+        Token name = tok_;
+        if (std::isdigit(static_cast<unsigned char>(name.text[0])))
+          fail("graph input names must start with a letter or '_' (numbers name node results)");
+        if (values_.count(name.text)) fail("input %" + name.text + " is defined twice");
+        take();
+        expect(":");
+        values_[name.text] = g.add_input(name.text, type());
+        if (!is(",")) break;
+        take();
+      }
+    }
+    expect(")");
+    expect("{");
+    while (!(tok_.kind == Token::Ident && tok_.text == "return")) node(g, depth);
+    take();
+    std::vector<Value*> outs;
+    while (true) {
+      outs.push_back(use());
+      if (!is(",")) break;
+      take();
+    }
+    g.set_outputs(std::move(outs));
+    expect("}");
+    std::swap(values_, scope);
+    return g;
   }
 
   Value* use() {
@@ -355,7 +402,7 @@ class Parser {
     }
   }
 
-  void node(Graph& g) {
+  void node(Graph& g, int depth) {
     Token start = tok_;
     std::vector<Token> defs;
     while (true) {
@@ -410,7 +457,19 @@ class Parser {
     if (info.operands >= 0 && int(inputs.size()) != info.operands)
       Lexer::fail(start, std::string(info.name) + " takes " + std::to_string(info.operands) + " operands, got " +
                              std::to_string(inputs.size()));
+    // Regions: '{', one nested graph each, '}'. The counts are checked with the structure.
+    std::vector<std::unique_ptr<Graph>> regions;
+    if (is("{")) {
+      if (num_regions(*op) == 0) fail(std::string(info.name) + " takes no regions");
+      take();
+      while (!is("}")) {
+        if (tok_.kind != Token::Ident || tok_.text != "graph") fail("expected a region ('graph @name(...) {') or '}'" + found());
+        regions.push_back(std::make_unique<Graph>(graph_body(depth + 1)));
+      }
+      take();
+    }
     Node* n = g.add_node(*op, std::move(inputs), std::move(attrs), std::move(types), {start.line, start.col});
+    n->regions = std::move(regions);
     for (size_t i = 0; i < defs.size(); ++i) values_[defs[i].text] = n->outputs[i];
   }
 

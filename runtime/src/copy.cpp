@@ -46,6 +46,15 @@ void convert_loop(const cpu::Iter& it) {
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src_in) {
+  // While tracing: the copy runs as eager runs it, and is recorded as a write-back of src.
+  if (trace::Recorder* r = trace::active()) [[unlikely]] {
+    {
+      trace::Pause p;
+      copy_(src_in);
+    }
+    r->write_back(*this, src_in);
+    return *this;
+  }
   check_cpu("copy_", {*this, src_in});
   broadcast_shapes(sizes(), src_in.sizes(), "copy_");
   KILN_CHECK(src_in.dim() <= dim(), "copy_", "source of shape ", src_in.sizes().vec(),
@@ -103,6 +112,19 @@ T checked_fill_value(const Scalar& v, std::string_view op) {
 }  // namespace
 
 Tensor& Tensor::fill_(const Scalar& v) {
+  // While tracing: a `fill` node (a filled tensor like this one) and its write-back.
+  if (trace::Recorder* r = trace::active()) [[unlikely]] {
+    Tensor filled;
+    {
+      trace::Pause p;
+      fill_(v);  // eager's checks and the write itself
+      filled = empty(sizes(), TensorOptions(dtype()).device(device())).fill_(v);
+    }
+    trace::Operand in[] = {*this};
+    r->record(OpId::Fill, in, {{"value", scalar_attr(v)}}, {&filled, 1});
+    r->write_back(*this, filled);
+    return *this;
+  }
   check_cpu("fill_", {*this});
   // No overlap check: writing one value through a stride-0 view is well defined.
   KILN_DISPATCH_ALL(dtype(), "fill_", [&](auto scalar_tag_) {
@@ -127,6 +149,7 @@ Tensor& Tensor::zero_() { return fill_(0); }
 Tensor Tensor::contiguous() const { return is_contiguous() ? *this : clone(); }
 
 Tensor Tensor::clone() const {
+  KILN_TRACE(Clone, (*this), (), clone())
   Tensor out = empty(sizes(), TensorOptions(dtype()).device(device()));
   out.copy_(*this);
   return out;
@@ -134,6 +157,7 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType dt) const {
   if (dt == dtype()) return *this;
+  KILN_TRACE(Cast, (*this), ({"dtype", dt}), to(dt))
   Tensor out = empty(sizes(), TensorOptions(dt).device(device()));
   out.copy_(*this);
   return out;

@@ -136,6 +136,7 @@ Term contract(const Term& a, const Term& b, const std::vector<int>& keep) {
 }  // namespace
 
 Tensor einsum(std::string_view eq, const std::vector<Tensor>& operands) {
+  KILN_TRACE_LIST(Einsum, operands, ({"equation", std::string(eq)}), einsum(eq, operands))
   KILN_CHECK(!operands.empty(), "einsum", "einsum(): must provide at least one operand");
   for (auto& t : operands) check_cpu("einsum", {t});
   for (auto& t : operands)

@@ -7,6 +7,7 @@
 
 #include "cpu/vec.h"
 #include "ops_common.h"
+#include "trace_ops.h"
 
 namespace kiln {
 
@@ -130,6 +131,28 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
 }  // namespace
 
+// The op-table ids of the unary ops defined by the macros below.
+#define KILN_OP_ID_exp Exp
+#define KILN_OP_ID_exp2 Exp2
+#define KILN_OP_ID_expm1 Expm1
+#define KILN_OP_ID_log Log
+#define KILN_OP_ID_log2 Log2
+#define KILN_OP_ID_log1p Log1p
+#define KILN_OP_ID_sin Sin
+#define KILN_OP_ID_cos Cos
+#define KILN_OP_ID_tan Tan
+#define KILN_OP_ID_asin Asin
+#define KILN_OP_ID_acos Acos
+#define KILN_OP_ID_atan Atan
+#define KILN_OP_ID_sinh Sinh
+#define KILN_OP_ID_cosh Cosh
+#define KILN_OP_ID_tanh Tanh
+#define KILN_OP_ID_erf Erf
+#define KILN_OP_ID_floor Floor
+#define KILN_OP_ID_ceil Ceil
+#define KILN_OP_ID_trunc Trunc
+#define KILN_OP_ID_round Round
+
 #if KILN_HAVE_VEC
 #define KILN_VF(expr) [](cpu::vec::VF x) { return expr; }
 #define KILN_VD(expr) [](cpu::vec::VD x) { return expr; }
@@ -141,6 +164,7 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 // Transcendental ops with a SLEEF vector form.
 #define KILN_FLOAT_UNARY_SLEEF(fn, sleef, scalar_expr)                                 \
   Tensor fn(const Tensor& x) {                                                         \
+    KILN_TRACE(KILN_OP_ID_##fn, (x), (), fn(x))                                        \
     return float_unary(#fn, x, [](auto v) { return scalar_expr; },                     \
                        KILN_VF(KILN_SLEEF_F(sleef)(x)), KILN_VD(KILN_SLEEF_D(sleef)(x))); \
   }
@@ -163,25 +187,31 @@ KILN_FLOAT_UNARY_SLEEF(erf, erf, std::erf(v))
 #undef KILN_FLOAT_UNARY_SLEEF
 
 // Plain arithmetic: the compiler vectorises the scalar loop (sqrt needs -fno-math-errno).
-Tensor sqrt(const Tensor& x) { return float_unary("sqrt", x, [](auto v) { return std::sqrt(v); }, nullptr, nullptr); }
+Tensor sqrt(const Tensor& x) {
+  KILN_TRACE(Sqrt, (x), (), sqrt(x)) return float_unary("sqrt", x, [](auto v) { return std::sqrt(v); }, nullptr, nullptr); }
 Tensor rsqrt(const Tensor& x) {
+  KILN_TRACE(Rsqrt, (x), (), rsqrt(x))
   return float_unary("rsqrt", x, [](auto v) { return decltype(v)(1) / std::sqrt(v); }, nullptr, nullptr);
 }
 Tensor reciprocal(const Tensor& x) {
+  KILN_TRACE(Reciprocal, (x), (), reciprocal(x))
   return float_unary("reciprocal", x, [](auto v) { return decltype(v)(1) / v; }, nullptr, nullptr);
 }
 Tensor sigmoid(const Tensor& x) {
+  KILN_TRACE(Sigmoid, (x), (), sigmoid(x))
   return float_unary("sigmoid", x, [](auto v) { return sigmoid_s(v); },
                      KILN_VF(1.0f / (1.0f + KILN_SLEEF_F(exp)(-x))),
                      KILN_VD(1.0 / (1.0 + KILN_SLEEF_D(exp)(-x))));
 }
 Tensor silu(const Tensor& x) {
+  KILN_TRACE(Silu, (x), (), silu(x))
   KILN_CHECK(is_floating(x.dtype()), "silu", "\"silu\" not implemented for '", name(x.dtype()), "'");
   return float_unary("silu", x, [](auto v) { return v * sigmoid_s(v); },
                      KILN_VF(x / (1.0f + KILN_SLEEF_F(exp)(-x))),
                      KILN_VD(x / (1.0 + KILN_SLEEF_D(exp)(-x))));
 }
 Tensor gelu(const Tensor& x, std::string_view approximate) {
+  KILN_TRACE(Gelu, (x), ({"approximate", std::string(approximate)}), gelu(x, approximate))
   KILN_CHECK(approximate == "none" || approximate == "tanh", "gelu",
              "approximate argument must be either none or tanh, got '", approximate, "'");
   KILN_CHECK(is_floating(x.dtype()), "gelu", "\"GeluKernelImpl\" not implemented for '", name(x.dtype()), "'");
@@ -202,18 +232,21 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
 }
 
 Tensor neg(const Tensor& x) {
+  KILN_TRACE(Neg, (x), (), neg(x))
   KILN_CHECK(x.dtype() != kBool, "neg",
              "Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
              "to invert a mask, use the `~` or `logical_not()` operator instead.");
   return same_unary("neg", x, false, [](auto v) { return -v; });
 }
 Tensor abs(const Tensor& x) {
+  KILN_TRACE(Abs, (x), (), abs(x))
   return same_unary("abs", x, false, [](auto v) {
     if constexpr (std::is_unsigned_v<decltype(v)>) return v;
     else return v < 0 ? decltype(v)(-v) : v == 0 ? decltype(v)(0) : v;  // abs(-0.0) = 0.0
   });
 }
 Tensor sign(const Tensor& x) {
+  KILN_TRACE(Sign, (x), (), sign(x))
   return same_unary("sign", x, true, [](auto v) {
     using T = decltype(v);
     if constexpr (std::is_same_v<T, bool>) return v;
@@ -221,15 +254,18 @@ Tensor sign(const Tensor& x) {
   });
 }
 Tensor relu(const Tensor& x) {
+  KILN_TRACE(Relu, (x), (), relu(x))
   return same_unary("relu", x, false, [](auto v) { return v < 0 ? decltype(v)(0) : v; });
 }
 Tensor& relu_(Tensor& x) {
+  KILN_TRACE_INPLACE(x, relu(x), relu_(x))
   same_unary("relu_", x, false, [](auto v) { return v < 0 ? decltype(v)(0) : v; }, &x);
   return x;
 }
 
 #define KILN_ROUNDING_UNARY(fn, expr)                                                        \
   Tensor fn(const Tensor& x) {                                                               \
+    KILN_TRACE(KILN_OP_ID_##fn, (x), (), fn(x))                                              \
     KILN_CHECK(x.dtype() != kBool, #fn, "\"" #fn "\" not implemented for 'bool'");            \
     if (!is_floating(x.dtype())) return x.clone();                                           \
     return same_unary(#fn, x, false, [](auto v) { return expr; });                          \
@@ -241,24 +277,29 @@ KILN_ROUNDING_UNARY(round, std::nearbyint(v))  // half to even, as PyTorch
 #undef KILN_ROUNDING_UNARY
 
 Tensor isnan(const Tensor& x) {
+  KILN_TRACE(IsNan, (x), (), isnan(x))
   return pred_unary("isnan", x, [](auto v) {
     if constexpr (is_fp<decltype(v)>) return std::isnan(v); else return false;
   });
 }
 Tensor isinf(const Tensor& x) {
+  KILN_TRACE(IsInf, (x), (), isinf(x))
   return pred_unary("isinf", x, [](auto v) {
     if constexpr (is_fp<decltype(v)>) return std::isinf(v); else return false;
   });
 }
 Tensor isfinite(const Tensor& x) {
+  KILN_TRACE(IsFinite, (x), (), isfinite(x))
   return pred_unary("isfinite", x, [](auto v) {
     if constexpr (is_fp<decltype(v)>) return std::isfinite(v); else return true;
   });
 }
 Tensor logical_not(const Tensor& x) {
+  KILN_TRACE(LogicalNot, (x), (), logical_not(x))
   return pred_unary("logical_not", x, [](auto v) { return !(v != decltype(v)(0)); });
 }
 Tensor bitwise_not(const Tensor& x) {
+  KILN_TRACE(BitwiseNot, (x), (), bitwise_not(x))
   KILN_CHECK(!is_floating(x.dtype()), "bitwise_not", "\"bitwise_not_cpu\" not implemented for '",
              name(x.dtype()), "'");
   return same_unary("bitwise_not", x, true, [](auto v) {
@@ -271,6 +312,8 @@ Tensor bitwise_not(const Tensor& x) {
 
 Tensor nan_to_num(const Tensor& x, std::optional<double> nan, std::optional<double> posinf,
                   std::optional<double> neginf) {
+  KILN_TRACE(NanToNum, (x), ({"nan", optional_attr(nan)}, {"posinf", optional_attr(posinf)}, {"neginf", optional_attr(neginf)}),
+             nan_to_num(x, nan, posinf, neginf))
   if (!is_floating(x.dtype())) return x.clone();
   DType ct = x.dtype();
   return run("nan_to_num", {x}, ct, ct, [&](const cpu::Iter& it) {
@@ -580,66 +623,140 @@ Tensor minmax(std::string_view op, const Tensor& a, const Tensor& b, F pick) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) { return add_impl("add", a, b, alpha, nullptr); }
-Tensor add(const Tensor& a, const Scalar& b, const Scalar& alpha) { return add_impl("add", a, b, alpha, nullptr); }
+#define KILN_ALPHA(a) ({"alpha", scalar_attr(a)})
+#define KILN_MODE(m) ({"rounding_mode", m ? AttrValue(std::string(*m)) : AttrValue(NoneAttr{})})
+Tensor add(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  KILN_TRACE(Add, (a, b), KILN_ALPHA(alpha), add(a, b, alpha))
+  return add_impl("add", a, b, alpha, nullptr);
+}
+Tensor add(const Tensor& a, const Scalar& b, const Scalar& alpha) {
+  KILN_TRACE(Add, (a, b), KILN_ALPHA(alpha), add(a, b, alpha))
+  return add_impl("add", a, b, alpha, nullptr);
+}
 Tensor sub(const Tensor& a, const Tensor& b, const Scalar& alpha) {
+  KILN_TRACE(Sub, (a, b), KILN_ALPHA(alpha), sub(a, b, alpha))
   check_sub(a, b);
   return add_impl("sub", a, b, -alpha, nullptr);
 }
 Tensor sub(const Tensor& a, const Scalar& b, const Scalar& alpha) {
+  KILN_TRACE(Sub, (a, b), KILN_ALPHA(alpha), sub(a, b, alpha))
   check_sub(a, b);
   return add_impl("sub", a, b, -alpha, nullptr);
 }
 Tensor rsub(const Tensor& a, const Scalar& b) {
+  KILN_TRACE(Sub, (b, a), KILN_ALPHA(1), rsub(a, b))
   check_sub(a, b);
   return add_impl("rsub", Arg(b), a, -1, nullptr);
 }
-Tensor mul(const Tensor& a, const Tensor& b) { return mul_impl(a, b, nullptr); }
-Tensor mul(const Tensor& a, const Scalar& b) { return mul_impl(a, b, nullptr); }
+Tensor mul(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Mul, (a, b), (), mul(a, b))
+  return mul_impl(a, b, nullptr);
+}
+Tensor mul(const Tensor& a, const Scalar& b) {
+  KILN_TRACE(Mul, (a, b), (), mul(a, b))
+  return mul_impl(a, b, nullptr);
+}
 Tensor div(const Tensor& a, const Tensor& b, std::optional<std::string_view> m) {
+  KILN_TRACE(Div, (a, b), KILN_MODE(m), div(a, b, m))
   return div_impl("div", a, b, parse_mode(m), nullptr);
 }
 Tensor div(const Tensor& a, const Scalar& b, std::optional<std::string_view> m) {
+  KILN_TRACE(Div, (a, b), KILN_MODE(m), div(a, b, m))
   return div_impl("div", a, b, parse_mode(m), nullptr);
 }
 Tensor div(const Scalar& a, const Tensor& b, std::optional<std::string_view> m) {
+  KILN_TRACE(Div, (a, b), KILN_MODE(m), div(a, b, m))
   return div_impl("div", Arg(a), b, parse_mode(m), nullptr);
 }
-Tensor floor_divide(const Tensor& a, const Tensor& b) { return div_impl("floor_divide", a, b, DivMode::Floor, nullptr); }
-Tensor floor_divide(const Tensor& a, const Scalar& b) { return div_impl("floor_divide", a, b, DivMode::Floor, nullptr); }
-Tensor remainder(const Tensor& a, const Tensor& b) { return remainder_like("remainder", a, b, true); }
-Tensor remainder(const Tensor& a, const Scalar& b) { return remainder_like("remainder", a, b, true); }
-Tensor fmod(const Tensor& a, const Tensor& b) { return remainder_like("fmod", a, b, false); }
-Tensor fmod(const Tensor& a, const Scalar& b) { return remainder_like("fmod", a, b, false); }
-Tensor pow(const Tensor& a, const Tensor& b) { return pow_impl(a, b); }
-Tensor pow(const Tensor& a, const Scalar& b) { return pow_impl(a, b); }
-Tensor pow(const Scalar& a, const Tensor& b) { return pow_impl(Arg(a), b); }
+Tensor floor_divide(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Div, (a, b), ({"rounding_mode", std::string("floor")}), floor_divide(a, b))
+  return div_impl("floor_divide", a, b, DivMode::Floor, nullptr);
+}
+Tensor floor_divide(const Tensor& a, const Scalar& b) {
+  KILN_TRACE(Div, (a, b), ({"rounding_mode", std::string("floor")}), floor_divide(a, b))
+  return div_impl("floor_divide", a, b, DivMode::Floor, nullptr);
+}
+#undef KILN_ALPHA
+#undef KILN_MODE
+Tensor remainder(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Remainder, (a, b), (), remainder(a, b))
+  return remainder_like("remainder", a, b, true);
+}
+Tensor remainder(const Tensor& a, const Scalar& b) {
+  KILN_TRACE(Remainder, (a, b), (), remainder(a, b))
+  return remainder_like("remainder", a, b, true);
+}
+Tensor fmod(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Fmod, (a, b), (), fmod(a, b))
+  return remainder_like("fmod", a, b, false);
+}
+Tensor fmod(const Tensor& a, const Scalar& b) {
+  KILN_TRACE(Fmod, (a, b), (), fmod(a, b))
+  return remainder_like("fmod", a, b, false);
+}
+Tensor pow(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Pow, (a, b), (), pow(a, b))
+  return pow_impl(a, b);
+}
+Tensor pow(const Tensor& a, const Scalar& b) {
+  KILN_TRACE(Pow, (a, b), (), pow(a, b))
+  return pow_impl(a, b);
+}
+Tensor pow(const Scalar& a, const Tensor& b) {
+  KILN_TRACE(Pow, (a, b), (), pow(a, b))
+  return pow_impl(Arg(a), b);
+}
 Tensor atan2(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Atan2, (a, b), (), atan2(a, b))
   return float_binary("atan2", a, b, [](auto x, auto y) { return std::atan2(x, y); });
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Maximum, (a, b), (), maximum(a, b))
   return minmax("maximum", a, b, [](auto x, auto y) { return x > y ? x : y; });
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Minimum, (a, b), (), minimum(a, b))
   return minmax("minimum", a, b, [](auto x, auto y) { return x < y ? x : y; });
 }
 
-#define KILN_COMPARE(fn, expr)                                                                  \
-  Tensor fn(const Tensor& a, const Tensor& b) { return compare(#fn, a, b, [](auto x, auto y) { return expr; }); } \
-  Tensor fn(const Tensor& a, const Scalar& b) { return compare(#fn, a, b, [](auto x, auto y) { return expr; }); }
-KILN_COMPARE(eq, x == y) KILN_COMPARE(ne, x != y) KILN_COMPARE(lt, x < y)
-KILN_COMPARE(le, x <= y) KILN_COMPARE(gt, x > y) KILN_COMPARE(ge, x >= y)
+#define KILN_COMPARE(fn, id, expr)                                                              \
+  Tensor fn(const Tensor& a, const Tensor& b) {                                                 \
+    KILN_TRACE(id, (a, b), (), fn(a, b))                                                        \
+    return compare(#fn, a, b, [](auto x, auto y) { return expr; });                            \
+  }                                                                                             \
+  Tensor fn(const Tensor& a, const Scalar& b) {                                                 \
+    KILN_TRACE(id, (a, b), (), fn(a, b))                                                        \
+    return compare(#fn, a, b, [](auto x, auto y) { return expr; });                            \
+  }
+KILN_COMPARE(eq, Eq, x == y) KILN_COMPARE(ne, Ne, x != y) KILN_COMPARE(lt, Lt, x < y)
+KILN_COMPARE(le, Le, x <= y) KILN_COMPARE(gt, Gt, x > y) KILN_COMPARE(ge, Ge, x >= y)
 #undef KILN_COMPARE
 
-#define KILN_BITWISE(fn, expr)                                                                  \
-  Tensor fn(const Tensor& a, const Tensor& b) { return bitwise(#fn, a, b, [](auto x, auto y) { return expr; }); } \
-  Tensor fn(const Tensor& a, const Scalar& b) { return bitwise(#fn, a, b, [](auto x, auto y) { return expr; }); }
-KILN_BITWISE(bitwise_and, x & y) KILN_BITWISE(bitwise_or, x | y) KILN_BITWISE(bitwise_xor, x ^ y)
+#define KILN_BITWISE(fn, id, expr)                                                              \
+  Tensor fn(const Tensor& a, const Tensor& b) {                                                 \
+    KILN_TRACE(id, (a, b), (), fn(a, b))                                                        \
+    return bitwise(#fn, a, b, [](auto x, auto y) { return expr; });                            \
+  }                                                                                             \
+  Tensor fn(const Tensor& a, const Scalar& b) {                                                 \
+    KILN_TRACE(id, (a, b), (), fn(a, b))                                                        \
+    return bitwise(#fn, a, b, [](auto x, auto y) { return expr; });                            \
+  }
+KILN_BITWISE(bitwise_and, BitwiseAnd, x & y) KILN_BITWISE(bitwise_or, BitwiseOr, x | y)
+KILN_BITWISE(bitwise_xor, BitwiseXor, x ^ y)
 #undef KILN_BITWISE
 
-Tensor logical_and(const Tensor& a, const Tensor& b) { return logical("logical_and", a, b, [](bool x, bool y) { return x && y; }); }
-Tensor logical_or(const Tensor& a, const Tensor& b) { return logical("logical_or", a, b, [](bool x, bool y) { return x || y; }); }
-Tensor logical_xor(const Tensor& a, const Tensor& b) { return logical("logical_xor", a, b, [](bool x, bool y) { return x != y; }); }
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(LogicalAnd, (a, b), (), logical_and(a, b))
+  return logical("logical_and", a, b, [](bool x, bool y) { return x && y; });
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(LogicalOr, (a, b), (), logical_or(a, b))
+  return logical("logical_or", a, b, [](bool x, bool y) { return x || y; });
+}
+Tensor logical_xor(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(LogicalXor, (a, b), (), logical_xor(a, b))
+  return logical("logical_xor", a, b, [](bool x, bool y) { return x != y; });
+}
 
 Tensor operator-(const Tensor& x) { return neg(x); }
 Tensor operator~(const Tensor& x) { return bitwise_not(x); }
@@ -668,10 +785,22 @@ Tensor where_impl(const Tensor& cond, const Arg& a, const Arg& b) {
 }
 }  // namespace
 
-Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) { return where_impl(c, a, b); }
-Tensor where(const Tensor& c, const Tensor& a, const Scalar& b) { return where_impl(c, a, b); }
-Tensor where(const Tensor& c, const Scalar& a, const Tensor& b) { return where_impl(c, a, b); }
-Tensor where(const Tensor& c, const Scalar& a, const Scalar& b) { return where_impl(c, Arg(a), Arg(b)); }
+Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Where, (c, a, b), (), where(c, a, b))
+  return where_impl(c, a, b);
+}
+Tensor where(const Tensor& c, const Tensor& a, const Scalar& b) {
+  KILN_TRACE(Where, (c, a, b), (), where(c, a, b))
+  return where_impl(c, a, b);
+}
+Tensor where(const Tensor& c, const Scalar& a, const Tensor& b) {
+  KILN_TRACE(Where, (c, a, b), (), where(c, a, b))
+  return where_impl(c, a, b);
+}
+Tensor where(const Tensor& c, const Scalar& a, const Scalar& b) {
+  KILN_TRACE(Where, (c, a, b), (), where(c, a, b))
+  return where_impl(c, Arg(a), Arg(b));
+}
 
 namespace {
 // clamp with optional lower/upper bounds (tensors or wrapped scalars). NaN in x or a bound wins.
@@ -741,13 +870,33 @@ std::optional<Arg> opt_arg(const std::optional<Tensor>& t) {
 }
 }  // namespace
 
+namespace {
+// clamp's operands are x and the bounds that are present (attributes has_min, has_max).
+template <typename B>
+Tensor traced_clamp(trace::Recorder* r, const Tensor& x, const std::optional<B>& lo, const std::optional<B>& hi) {
+  Tensor out;
+  {
+    trace::Pause p;
+    out = clamp(x, lo, hi);
+  }
+  std::vector<trace::Operand> in{x};
+  if (lo) in.emplace_back(*lo);
+  if (hi) in.emplace_back(*hi);
+  r->record(OpId::Clamp, in, {{"has_max", bool(hi)}, {"has_min", bool(lo)}}, {&out, 1});
+  return out;
+}
+}  // namespace
+
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  if (trace::Recorder* r = trace::active()) [[unlikely]] return traced_clamp(r, x, lo, hi);
   return clamp_impl("clamp", x, opt_arg(lo), opt_arg(hi), nullptr);
 }
 Tensor clamp(const Tensor& x, const std::optional<Tensor>& lo, const std::optional<Tensor>& hi) {
+  if (trace::Recorder* r = trace::active()) [[unlikely]] return traced_clamp(r, x, lo, hi);
   return clamp_impl("clamp", x, opt_arg(lo), opt_arg(hi), nullptr);
 }
 Tensor& clamp_(Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
+  KILN_TRACE_INPLACE(x, clamp(x, lo, hi), clamp_(x, lo, hi))
   clamp_impl("clamp_", x, opt_arg(lo), opt_arg(hi), &x);
   return x;
 }
@@ -774,10 +923,17 @@ Tensor lerp_impl(const Tensor& s, const Tensor& e, const Arg& w) {
 }
 }  // namespace
 
-Tensor lerp(const Tensor& s, const Tensor& e, const Scalar& w) { return lerp_impl(s, e, w); }
-Tensor lerp(const Tensor& s, const Tensor& e, const Tensor& w) { return lerp_impl(s, e, w); }
+Tensor lerp(const Tensor& s, const Tensor& e, const Scalar& w) {
+  KILN_TRACE(Lerp, (s, e, w), (), lerp(s, e, w))
+  return lerp_impl(s, e, w);
+}
+Tensor lerp(const Tensor& s, const Tensor& e, const Tensor& w) {
+  KILN_TRACE(Lerp, (s, e, w), (), lerp(s, e, w))
+  return lerp_impl(s, e, w);
+}
 
 Tensor addcmul(const Tensor& self, const Tensor& t1, const Tensor& t2, const Scalar& value) {
+  KILN_TRACE(Addcmul, (self, t1, t2), ({"value", scalar_attr(value)}), addcmul(self, t1, t2, value))
   DType ct = result_type({self, t1, t2});
   KILN_CHECK(ct != kBool, "addcmul", "\"addcmul_cpu_out\" not implemented for 'bool'");
   return run("addcmul", {self, t1, t2}, ct, ct, [&](const cpu::Iter& it) {
@@ -810,6 +966,7 @@ Tensor masked_fill_impl(std::string_view op, const Tensor& x, const Tensor& mask
 }  // namespace
 
 Tensor masked_fill(const Tensor& x, const Tensor& mask, const Scalar& v) {
+  KILN_TRACE(MaskedFill, (x, mask), ({"value", scalar_attr(v)}), masked_fill(x, mask, v))
   return masked_fill_impl("masked_fill", x, mask, v, nullptr);
 }
 
@@ -866,16 +1023,54 @@ Tensor Tensor::logical_xor(const Tensor& o) const { return kiln::logical_xor(*th
 Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const { return kiln::clamp(*this, lo, hi); }
 Tensor Tensor::masked_fill(const Tensor& m, const Scalar& v) const { return kiln::masked_fill(*this, m, v); }
 
-Tensor& Tensor::add_(const Tensor& o, const Scalar& al) { add_impl("add_", *this, o, al, this); return *this; }
-Tensor& Tensor::add_(const Scalar& o, const Scalar& al) { add_impl("add_", *this, o, al, this); return *this; }
-Tensor& Tensor::sub_(const Tensor& o, const Scalar& al) { check_sub(*this, o); add_impl("sub_", *this, o, -al, this); return *this; }
-Tensor& Tensor::sub_(const Scalar& o, const Scalar& al) { check_sub(*this, o); add_impl("sub_", *this, o, -al, this); return *this; }
-Tensor& Tensor::mul_(const Tensor& o) { mul_impl(*this, o, this); return *this; }
-Tensor& Tensor::mul_(const Scalar& o) { mul_impl(*this, o, this); return *this; }
-Tensor& Tensor::div_(const Tensor& o, std::optional<std::string_view> m) { div_impl("div_", *this, o, parse_mode(m), this); return *this; }
-Tensor& Tensor::div_(const Scalar& o, std::optional<std::string_view> m) { div_impl("div_", *this, o, parse_mode(m), this); return *this; }
+Tensor& Tensor::add_(const Tensor& o, const Scalar& al) {
+  KILN_TRACE_INPLACE(*this, kiln::add(*this, o, al), add_(o, al))
+  add_impl("add_", *this, o, al, this);
+  return *this;
+}
+Tensor& Tensor::add_(const Scalar& o, const Scalar& al) {
+  KILN_TRACE_INPLACE(*this, kiln::add(*this, o, al), add_(o, al))
+  add_impl("add_", *this, o, al, this);
+  return *this;
+}
+Tensor& Tensor::sub_(const Tensor& o, const Scalar& al) {
+  KILN_TRACE_INPLACE(*this, kiln::sub(*this, o, al), sub_(o, al))
+  check_sub(*this, o);
+  add_impl("sub_", *this, o, -al, this);
+  return *this;
+}
+Tensor& Tensor::sub_(const Scalar& o, const Scalar& al) {
+  KILN_TRACE_INPLACE(*this, kiln::sub(*this, o, al), sub_(o, al))
+  check_sub(*this, o);
+  add_impl("sub_", *this, o, -al, this);
+  return *this;
+}
+Tensor& Tensor::mul_(const Tensor& o) {
+  KILN_TRACE_INPLACE(*this, kiln::mul(*this, o), mul_(o))
+  mul_impl(*this, o, this);
+  return *this;
+}
+Tensor& Tensor::mul_(const Scalar& o) {
+  KILN_TRACE_INPLACE(*this, kiln::mul(*this, o), mul_(o))
+  mul_impl(*this, o, this);
+  return *this;
+}
+Tensor& Tensor::div_(const Tensor& o, std::optional<std::string_view> m) {
+  KILN_TRACE_INPLACE(*this, kiln::div(*this, o, m), div_(o, m))
+  div_impl("div_", *this, o, parse_mode(m), this);
+  return *this;
+}
+Tensor& Tensor::div_(const Scalar& o, std::optional<std::string_view> m) {
+  KILN_TRACE_INPLACE(*this, kiln::div(*this, o, m), div_(o, m))
+  div_impl("div_", *this, o, parse_mode(m), this);
+  return *this;
+}
 Tensor& Tensor::relu_() { return kiln::relu_(*this); }
 Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) { return kiln::clamp_(*this, lo, hi); }
-Tensor& Tensor::masked_fill_(const Tensor& m, const Scalar& v) { masked_fill_impl("masked_fill_", *this, m, v, this); return *this; }
+Tensor& Tensor::masked_fill_(const Tensor& m, const Scalar& v) {
+  KILN_TRACE_INPLACE(*this, kiln::masked_fill(*this, m, v), masked_fill_(m, v))
+  masked_fill_impl("masked_fill_", *this, m, v, this);
+  return *this;
+}
 
 }  // namespace kiln

@@ -20,6 +20,7 @@ void check_sizes(IntArrayRef sizes, std::string_view op) {
 }  // namespace
 
 Tensor empty(IntArrayRef sizes, TensorOptions opts) {
+  KILN_TRACE_FACTORY("empty", empty(sizes, opts))
   check_sizes(sizes, "empty");
   auto impl = std::make_shared<TensorImpl>();
   impl->dtype = opts.dtype_or(kDefaultFloat);
@@ -31,6 +32,7 @@ Tensor empty(IntArrayRef sizes, TensorOptions opts) {
 }
 
 Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, TensorOptions opts) {
+  KILN_TRACE_FACTORY("empty_strided", empty_strided(sizes, strides, opts))
   check_sizes(sizes, "empty_strided");
   KILN_CHECK(sizes.size() == strides.size(), "empty_strided", "mismatch in length of strides (",
              strides.size(), ") and shape (", sizes.size(), ")");
@@ -44,15 +46,23 @@ Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, TensorOptions opts)
   return base.as_strided(sizes, strides, 0);
 }
 
-Tensor zeros(IntArrayRef sizes, TensorOptions opts) { return empty(sizes, opts).zero_(); }
-Tensor ones(IntArrayRef sizes, TensorOptions opts) { return empty(sizes, opts).fill_(1); }
+Tensor zeros(IntArrayRef sizes, TensorOptions opts) {
+  KILN_TRACE_FACTORY("zeros", zeros(sizes, opts))
+  return empty(sizes, opts).zero_();
+}
+Tensor ones(IntArrayRef sizes, TensorOptions opts) {
+  KILN_TRACE_FACTORY("ones", ones(sizes, opts))
+  return empty(sizes, opts).fill_(1);
+}
 
 Tensor full(IntArrayRef sizes, const Scalar& v, TensorOptions opts) {
+  KILN_TRACE_FACTORY("full", full(sizes, v, opts))
   if (!opts.dtype_) opts.dtype_ = v.dtype();
   return empty(sizes, opts).fill_(v);
 }
 
 Tensor scalar_tensor(const Scalar& v, TensorOptions opts) {
+  KILN_TRACE_FACTORY("scalar_tensor", scalar_tensor(v, opts))
   if (!opts.dtype_) opts.dtype_ = v.is_floating() ? kDefaultFloat : v.dtype();
   return empty({}, opts).fill_(v);
 }
@@ -60,6 +70,7 @@ Tensor scalar_tensor(const Scalar& v, TensorOptions opts) {
 Tensor arange(const Scalar& end, TensorOptions opts) { return arange(0, end, 1, opts); }
 
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, TensorOptions opts) {
+  KILN_TRACE_FACTORY("arange", arange(start, end, step, opts))
   bool all_int = !start.is_floating() && !end.is_floating() && !step.is_floating();
   DType dt = opts.dtype_or(all_int ? kInt64 : kDefaultFloat);
   double s = start.to_double(), e = end.to_double(), st = step.to_double();
@@ -86,6 +97,7 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
 }
 
 Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, TensorOptions opts) {
+  KILN_TRACE_FACTORY("linspace", linspace(start, end, steps, opts))
   KILN_CHECK(steps >= 0, "linspace", "number of steps must be non-negative, got ", steps);
   DType dt = opts.dtype_or(kDefaultFloat);
   Tensor out = empty({steps}, opts.dtype(dt));
@@ -108,6 +120,7 @@ Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, TensorOpt
 }
 
 Tensor logspace(const Scalar& start, const Scalar& end, int64_t steps, double base, TensorOptions opts) {
+  KILN_TRACE_FACTORY("logspace", logspace(start, end, steps, base, opts))
   DType dt = opts.dtype_or(kDefaultFloat);
   Tensor exps = linspace(start, end, steps, opts.dtype(kFloat64));
   Tensor out = empty({steps}, opts.dtype(dt));
@@ -121,6 +134,7 @@ Tensor logspace(const Scalar& start, const Scalar& end, int64_t steps, double ba
 
 Tensor eye(int64_t n, TensorOptions opts) { return eye(n, n, opts); }
 Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
+  KILN_TRACE_FACTORY("eye", eye(n, m, opts))
   KILN_CHECK(n >= 0 && m >= 0, "eye", "n and m must be non-negative, got n = ", n, ", m = ", m);
   Tensor out = zeros({n, m}, opts);
   if (n && m) out.diagonal().fill_(1);
@@ -168,6 +182,7 @@ void manual_seed(uint64_t seed) {
 }
 
 Tensor rand(IntArrayRef sizes, TensorOptions opts) {
+  KILN_TRACE_FACTORY("rand", rand(sizes, opts))
   DType dt = opts.dtype_or(kDefaultFloat);
   KILN_CHECK(is_floating(dt), "rand", "\"check_uniform_bounds\" not implemented for '", name(dt), "'");
   Tensor out = empty(sizes, opts.dtype(dt));
@@ -194,6 +209,7 @@ Tensor rand(IntArrayRef sizes, TensorOptions opts) {
 }
 
 Tensor randn(IntArrayRef sizes, TensorOptions opts) {
+  KILN_TRACE_FACTORY("randn", randn(sizes, opts))
   DType dt = opts.dtype_or(kDefaultFloat);
   KILN_CHECK(is_floating(dt), "randn", "\"normal\" not implemented for '", name(dt), "'");
   Tensor out = empty(sizes, opts.dtype(dt));
@@ -213,6 +229,7 @@ Tensor randn(IntArrayRef sizes, TensorOptions opts) {
 }
 
 Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts) {
+  KILN_TRACE_FACTORY("randint", randint(low, high, sizes, opts))
   KILN_CHECK(low < high, "randint", "random_ expects 'from' to be less than 'to', but got from=",
              low, " >= to=", high);
   DType dt = opts.dtype_or(kInt64);
@@ -233,6 +250,7 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts)
 Tensor randint(int64_t high, IntArrayRef sizes, TensorOptions opts) { return randint(0, high, sizes, opts); }
 
 Tensor randperm(int64_t n, TensorOptions opts) {
+  KILN_TRACE_FACTORY("randperm", randperm(n, opts))
   KILN_CHECK(n >= 0, "randperm", "n must be non-negative, got ", n);
   std::vector<int64_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), 0);
@@ -265,6 +283,7 @@ Tensor randn_like(const Tensor& t, TensorOptions o) { return randn(t.sizes(), li
 
 template <typename T>
 Tensor from_vector(const std::vector<T>& values, IntArrayRef sizes) {
+  KILN_TRACE_FACTORY("from_vector", from_vector(values, sizes))
   std::vector<int64_t> sz = sizes.empty() ? std::vector<int64_t>{int64_t(values.size())} : sizes.vec();
   KILN_CHECK(shape::numel(sz) == int64_t(values.size()), "from_vector", "shape ", sz, " needs ",
              shape::numel(sz), " values but ", values.size(), " were given");
@@ -283,6 +302,7 @@ template Tensor from_vector<float>(const std::vector<float>&, IntArrayRef);
 template Tensor from_vector<double>(const std::vector<double>&, IntArrayRef);
 
 Tensor from_vector(const std::vector<bool>& values, IntArrayRef sizes) {
+  KILN_TRACE_FACTORY("from_vector", from_vector(values, sizes))
   std::vector<uint8_t> bytes(values.begin(), values.end());
   return from_vector(bytes, sizes).to(kBool);
 }
@@ -293,6 +313,7 @@ Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions opts, Storage::Del
 
 Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions opts,
                  Storage::Deleter deleter) {
+  KILN_TRACE_FACTORY("from_blob", from_blob(data, sizes, strides, opts, deleter))
   check_sizes(sizes, "from_blob");
   KILN_CHECK(sizes.size() == strides.size(), "from_blob", "mismatch in length of strides (",
              strides.size(), ") and shape (", sizes.size(), ")");

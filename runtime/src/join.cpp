@@ -8,6 +8,7 @@ namespace kiln {
 using namespace detail;
 
 Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
+  KILN_TRACE_LIST(Cat, ts, ({"dim", dim}), cat(ts, dim))
   KILN_CHECK(!ts.empty(), "cat", "torch.cat(): expected a non-empty list of Tensors");
   // PyTorch skips legacy 1-d empty tensors ([0]) when the others have more dims.
   const Tensor* ref = nullptr;
@@ -66,6 +67,7 @@ void check_index_dtype(std::string_view op, const Tensor& index) {
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
+  KILN_TRACE(IndexSelect, (x, index_in), ({"dim", dim}), index_select(x, dim, index_in))
   check_cpu("index_select", {x, index_in});
   check_index_dtype("index_select", index_in);
   KILN_CHECK(index_in.dim() <= 1, "index_select", "index_select(): Index is supposed to be a vector, got shape ",
@@ -91,6 +93,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
+  KILN_TRACE(Gather, (x, index_in), ({"dim", dim}), gather(x, dim, index_in))
   check_cpu("gather", {x, index_in});
   KILN_CHECK(index_in.dtype() == kInt64, "gather", "gather(): Expected dtype int64 for index, got ",
              name(index_in.dtype()));

@@ -91,6 +91,7 @@ void check_mm(std::string_view op, const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor mm(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Mm, (a, b), (), mm(a, b))
   check_mm("mm", a, b);
   Tensor out = empty({a.sizes()[0], b.sizes()[1]}, a.dtype());
   gemm_into(a, b, out, 1.0, 0.0);
@@ -98,6 +99,7 @@ Tensor mm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  KILN_TRACE(Addmm, (self, a, b), ({"alpha", scalar_attr(alpha)}, {"beta", scalar_attr(beta)}), addmm(self, a, b, beta, alpha))
   check_mm("addmm", a, b);
   KILN_CHECK(self.dtype() == a.dtype(), "addmm", "expected self and mat1 to have the same dtype, but got: ",
              name(self.dtype()), " != ", name(a.dtype()));
@@ -112,6 +114,7 @@ Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar&
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Bmm, (a, b), (), bmm(a, b))
   check_cpu("bmm", {a, b});
   KILN_CHECK(a.dim() == 3, "bmm", "batch1 must be a 3D tensor, got shape ", a.sizes().vec());
   KILN_CHECK(b.dim() == 3, "bmm", "batch2 must be a 3D tensor, got shape ", b.sizes().vec());
@@ -130,6 +133,7 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Matmul, (a, b), (), matmul(a, b))
   check_cpu("matmul", {a, b});
   int64_t da = a.dim(), db = b.dim();
   KILN_CHECK(da > 0 && db > 0, "matmul", "both arguments to matmul need to be at least 1D, but they are ", da,

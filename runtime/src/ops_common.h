@@ -11,6 +11,7 @@
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/ops.h"
 #include "shape.h"
+#include "trace_ops.h"
 
 namespace kiln::detail {
 

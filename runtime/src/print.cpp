@@ -127,8 +127,10 @@ std::string tensor_str(const Tensor& t, size_t indent, bool summarize, const For
 
 }  // namespace
 
-std::string Tensor::str() const {
+std::string Tensor::str(std::source_location where) const {
   if (!defined()) return "[ Tensor (undefined) ]";
+  trace::host_access(*this, trace::HostAccess::Str, where);
+  trace::Pause p;
   Tensor t = to(kCPU);
   std::string prefix = "tensor(";
   std::vector<std::string> suffixes;
@@ -156,7 +158,15 @@ std::string Tensor::str() const {
   return s + ")";
 }
 
-std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.str(); }
-void print(const Tensor& t) { std::cout << t.str() << "\n"; }
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (t.defined()) trace::host_access(t, trace::HostAccess::Str, std::source_location(), __builtin_return_address(0));
+  trace::Pause p;
+  return os << t.str();
+}
+void print(const Tensor& t, std::source_location where) {
+  if (t.defined()) trace::host_access(t, trace::HostAccess::Print, where);
+  trace::Pause p;
+  std::cout << t.str() << "\n";
+}
 
 }  // namespace kiln

@@ -1,6 +1,7 @@
 // Reductions: sum, nansum, mean, prod, amax/amin, max/min (with indices), argmax/argmin,
 // norm, var/std, any/all, logsumexp, cumsum.
 #include "reduce.h"
+#include "trace_ops.h"
 
 #include <cmath>
 #include <limits>
@@ -194,45 +195,56 @@ void check_float(std::string_view op, DType d) {
 }  // namespace
 
 Tensor sum(const Tensor& x, IntArrayRef dims, bool keepdim, std::optional<DType> dtype) {
+  KILN_TRACE(Sum, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}, {"dtype", dtype ? AttrValue(*dtype) : AttrValue(NoneAttr{})}), sum(x, dims, keepdim, dtype))
   return reduce<SumOp>("sum", x, dims, keepdim, dtype.value_or(sum_dtype(x.dtype())));
 }
 Tensor nansum(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  KILN_TRACE(NanSum, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}), nansum(x, dims, keepdim))
   return reduce<NanSumOp>("nansum", x, dims, keepdim, sum_dtype(x.dtype()));
 }
 Tensor mean(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  KILN_TRACE(Mean, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}), mean(x, dims, keepdim))
   KILN_CHECK(is_floating(x.dtype()), "mean", "mean(): could not infer output dtype. Input dtype must be "
              "either a floating point or complex dtype. Got: ", name(x.dtype()));
   return reduce<MeanOp>("mean", x, dims, keepdim, x.dtype());
 }
 Tensor prod(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  KILN_TRACE(Prod, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}), prod(x, dims, keepdim))
   return reduce<ProdOp>("prod", x, dims, keepdim, sum_dtype(x.dtype()));
 }
 Tensor amax(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  KILN_TRACE(Amax, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}), amax(x, dims, keepdim))
   check_nonempty("amax", x, dims);
   return reduce<MaxOp>("amax", x, dims, keepdim, x.dtype());
 }
 Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  KILN_TRACE(Amin, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}), amin(x, dims, keepdim))
   check_nonempty("amin", x, dims);
   return reduce<MinOp>("amin", x, dims, keepdim, x.dtype());
 }
 Tensor max(const Tensor& x) {
+  KILN_TRACE(Amax, (x), ({"dims", IntList{}}, {"keepdim", false}), max(x))
   check_nonempty("max", x, {});
   return reduce<MaxOp>("max", x, {}, false, x.dtype());
 }
 Tensor min(const Tensor& x) {
+  KILN_TRACE(Amin, (x), ({"dims", IntList{}}, {"keepdim", false}), min(x))
   check_nonempty("min", x, {});
   return reduce<MinOp>("min", x, {}, false, x.dtype());
 }
 Tensor any(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  KILN_TRACE(Any, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}), any(x, dims, keepdim))
   Tensor r = reduce<AnyOp>("any", x, dims, keepdim, kBool);
   return x.dtype() == kUInt8 ? r.to(kUInt8) : r;
 }
 Tensor all(const Tensor& x, IntArrayRef dims, bool keepdim) {
+  KILN_TRACE(All, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}), all(x, dims, keepdim))
   Tensor r = reduce<AllOp>("all", x, dims, keepdim, kBool);
   return x.dtype() == kUInt8 ? r.to(kUInt8) : r;
 }
 
 Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
+  KILN_TRACE(Norm, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}, {"p", p}), norm(x, p, dims, keepdim))
   check_float("norm", x.dtype());
   DType d = x.dtype();
   if (p == 2) return reduce<Norm2Op>("norm", x, dims, keepdim, d);
@@ -249,6 +261,7 @@ Tensor norm(const Tensor& x, double p, IntArrayRef dims, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) {
+  KILN_TRACE(Var, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}, {"correction", correction}), var(x, dims, correction, keepdim))
   check_float("var", x.dtype());
   auto mask = shape::reduce_mask(dims, x.dim(), "var");
   int64_t n = 1;
@@ -261,11 +274,13 @@ Tensor var(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) 
   return div(ss, double(std::max<int64_t>(n - correction, 0))).to(x.dtype());
 }
 Tensor std(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) {
+  KILN_TRACE(Std, (x), ({"dims", dims.vec()}, {"keepdim", keepdim}, {"correction", correction}), std(x, dims, correction, keepdim))
   check_float("std", x.dtype());
   return sqrt(var(x, dims, correction, keepdim));
 }
 
 Tensor logsumexp(const Tensor& x_in, IntArrayRef dims, bool keepdim) {
+  KILN_TRACE(LogSumExp, (x_in), ({"dims", dims.vec()}, {"keepdim", keepdim}), logsumexp(x_in, dims, keepdim))
   Tensor x = is_floating(x_in.dtype()) ? x_in : x_in.to(kDefaultFloat);
   if (x.numel() == 0) return log(sum(exp(x), dims, keepdim));
   Tensor m = amax(x, dims, true);
@@ -331,12 +346,33 @@ std::tuple<Tensor, Tensor> arg_extremum(std::string_view op, const Tensor& x, in
 }  // namespace
 
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
+  if (trace::Recorder* r = trace::active()) [[unlikely]] {
+    Tensor out[2];
+    {
+      trace::Pause p;
+      std::tie(out[0], out[1]) = max(x, dim, keepdim);
+    }
+    trace::Operand in[] = {x};
+    r->record(OpId::MaxDim, in, {{"dim", dim}, {"keepdim", keepdim}}, out);
+    return {out[0], out[1]};
+  }
   return arg_extremum("max", x, dim, keepdim, true);
 }
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
+  if (trace::Recorder* r = trace::active()) [[unlikely]] {
+    Tensor out[2];
+    {
+      trace::Pause p;
+      std::tie(out[0], out[1]) = min(x, dim, keepdim);
+    }
+    trace::Operand in[] = {x};
+    r->record(OpId::MinDim, in, {{"dim", dim}, {"keepdim", keepdim}}, out);
+    return {out[0], out[1]};
+  }
   return arg_extremum("min", x, dim, keepdim, false);
 }
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  KILN_TRACE(Argmax, (x), ({"dim", dim ? AttrValue(*dim) : AttrValue(NoneAttr{})}, {"keepdim", keepdim}), argmax(x, dim, keepdim))
   KILN_CHECK(x.dtype() != kBool, "argmax", "\"argmax_cpu\" not implemented for 'bool'");
   if (!dim) {
     KILN_CHECK(x.numel() > 0, "argmax", "argmax(): Expected reduction dim to be specified for input.numel() == 0.");
@@ -346,6 +382,7 @@ Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   return std::get<1>(arg_extremum("argmax", x, *dim, keepdim, true));
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  KILN_TRACE(Argmin, (x), ({"dim", dim ? AttrValue(*dim) : AttrValue(NoneAttr{})}, {"keepdim", keepdim}), argmin(x, dim, keepdim))
   KILN_CHECK(x.dtype() != kBool, "argmin", "\"argmin_cpu\" not implemented for 'bool'");
   if (!dim) {
     KILN_CHECK(x.numel() > 0, "argmin", "argmin(): Expected reduction dim to be specified for input.numel() == 0.");
@@ -358,6 +395,7 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
 // ---- cumsum ----
 
 Tensor cumsum(const Tensor& x_in, int64_t dim) {
+  KILN_TRACE(Cumsum, (x_in), ({"dim", dim}), cumsum(x_in, dim))
   check_cpu("cumsum", {x_in});
   DType out_dt = sum_dtype(x_in.dtype());
   Tensor x = as_dtype(x_in, out_dt);

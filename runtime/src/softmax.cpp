@@ -110,8 +110,14 @@ Tensor softmax_impl(std::string_view op, const Tensor& x_in, int64_t dim, bool l
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl("softmax", x, dim, false); }
-Tensor log_softmax(const Tensor& x, int64_t dim) { return softmax_impl("log_softmax", x, dim, true); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  KILN_TRACE(Softmax, (x), ({"dim", dim}), softmax(x, dim))
+  return softmax_impl("softmax", x, dim, false);
+}
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  KILN_TRACE(LogSoftmax, (x), ({"dim", dim}), log_softmax(x, dim))
+  return softmax_impl("log_softmax", x, dim, true);
+}
 Tensor Tensor::softmax(int64_t d) const { return kiln::softmax(*this, d); }
 Tensor Tensor::log_softmax(int64_t d) const { return kiln::log_softmax(*this, d); }
 

@@ -1,11 +1,19 @@
 // Tensor metadata, host access and views. Views build a new TensorImpl on the same storage.
 #include "kiln/runtime/tensor.h"
 
+#include <atomic>
+
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/ops.h"
 #include "shape.h"
+#include "trace_ops.h"
 
 namespace kiln {
+
+uint64_t next_tensor_serial() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1, std::memory_order_relaxed);
+}
 
 void TensorImpl::refresh() {
   numel = shape::numel(sizes);
@@ -26,6 +34,15 @@ Tensor make_view(const Tensor& base, std::vector<int64_t> sizes, std::vector<int
 }
 }  // namespace
 
+namespace {
+// A slice bound as slice() resolves it: negative counts from the end, then clamped to [0, n].
+int64_t slice_bound(const Tensor& t, int64_t d, std::optional<int64_t> b, int64_t dflt) {
+  if (!b) return dflt;
+  int64_t n = t.size(d), i = *b < 0 ? *b + n : *b;
+  return std::clamp<int64_t>(i, 0, n);
+}
+}  // namespace
+
 int64_t Tensor::size(int64_t d) const { return impl().sizes[shape::wrap_dim(d, dim(), "size")]; }
 int64_t Tensor::stride(int64_t d) const {
   return impl().strides[shape::wrap_dim(d, dim(), "stride")];
@@ -33,25 +50,36 @@ int64_t Tensor::stride(int64_t d) const {
 
 // ---- host access ----
 
-void* Tensor::data_ptr() const {
-  KILN_CHECK(is_cpu(), "data_ptr", "tensor is on ", device().str(), "; copy it with .to(kCPU) first");
-  auto* base = static_cast<char*>(storage()->data());
-  return base ? base + storage_offset() * element_size() : nullptr;
+namespace {
+// The element pointer, without the tracing hook (the typed and untyped accessors share it).
+void* raw_data(const Tensor& t) {
+  KILN_CHECK(t.is_cpu(), "data_ptr", "tensor is on ", t.device().str(), "; copy it with .to(kCPU) first");
+  auto* base = static_cast<char*>(t.storage()->data());
+  return base ? base + t.storage_offset() * t.element_size() : nullptr;
+}
+}  // namespace
+
+void* Tensor::data_ptr(std::source_location where) const {
+  trace::host_access(*this, trace::HostAccess::DataPtr, where);
+  return raw_data(*this);
 }
 
 template <typename T>
-T* Tensor::data_ptr() const {
+T* Tensor::data_ptr(std::source_location where) const {
   KILN_CHECK(dtype_of<T>() == dtype(), "data_ptr", "expected scalar type ", name(dtype_of<T>()),
              " but found ", name(dtype()));
-  return static_cast<T*>(data_ptr());
+  trace::host_access(*this, trace::HostAccess::DataPtr, where);
+  return static_cast<T*>(raw_data(*this));
 }
 
-Scalar Tensor::item() const {
+Scalar Tensor::item(std::source_location where) const {
   KILN_CHECK(numel() == 1, "item", "a Tensor with ", numel(),
              " elements cannot be converted to Scalar");
+  trace::host_access(*this, trace::HostAccess::Item, where);
+  trace::Pause p;
   Tensor c = to(kCPU);
   return KILN_DISPATCH_ALL(dtype(), "item", [&](auto scalar_tag_) -> Scalar { using scalar_t = decltype(scalar_tag_);
-    scalar_t v = *static_cast<const scalar_t*>(c.data_ptr());
+    scalar_t v = *static_cast<const scalar_t*>(raw_data(c));
     if constexpr (std::is_same_v<scalar_t, bool>) return Scalar(v);
     else if constexpr (std::is_integral_v<scalar_t>) return Scalar(int64_t(v));
     else return Scalar(double(opmath_t<scalar_t>(v)));
@@ -59,45 +87,52 @@ Scalar Tensor::item() const {
 }
 
 template <typename T>
-T Tensor::item() const {
-  return item().to<T>();
+T Tensor::item(std::source_location where) const {
+  return item(where).to<T>();
 }
 
 template <typename T>
-std::vector<T> Tensor::to_vector() const {
+std::vector<T> Tensor::to_vector(std::source_location where) const {
+  trace::host_access(*this, trace::HostAccess::ToVector, where);
+  trace::Pause p;
   Tensor c = to(kCPU).to(dtype_of<T>()).contiguous();
-  const T* p = static_cast<const T*>(c.data_ptr());
-  return std::vector<T>(p, p + c.numel());
+  const T* ptr = static_cast<const T*>(raw_data(c));
+  return std::vector<T>(ptr, ptr + c.numel());
 }
 
 Tensor::operator bool() const {
   KILN_CHECK(numel() == 1, "bool", "Boolean value of Tensor with ", numel(),
              " elements is ambiguous; reduce it first (any(), all(), sum() > 0)");
+  trace::host_access(*this, trace::HostAccess::Bool, std::source_location(), __builtin_return_address(0));
+  trace::Pause p;
   return item().to_bool();
 }
 
-#define KILN_INSTANTIATE_HOST(T)                         \
-  template T* Tensor::data_ptr<T>() const;               \
-  template T Tensor::item<T>() const;                    \
-  template std::vector<T> Tensor::to_vector<T>() const;
+#define KILN_INSTANTIATE_HOST(T)                                           \
+  template T* Tensor::data_ptr<T>(std::source_location) const;             \
+  template T Tensor::item<T>(std::source_location) const;                  \
+  template std::vector<T> Tensor::to_vector<T>(std::source_location) const;
 KILN_INSTANTIATE_HOST(uint8_t) KILN_INSTANTIATE_HOST(int8_t) KILN_INSTANTIATE_HOST(int16_t)
 KILN_INSTANTIATE_HOST(int32_t) KILN_INSTANTIATE_HOST(int64_t) KILN_INSTANTIATE_HOST(Half)
 KILN_INSTANTIATE_HOST(BFloat16) KILN_INSTANTIATE_HOST(float) KILN_INSTANTIATE_HOST(double)
-template bool* Tensor::data_ptr<bool>() const;
-template bool Tensor::item<bool>() const;
+template bool* Tensor::data_ptr<bool>(std::source_location) const;
+template bool Tensor::item<bool>(std::source_location) const;
 #undef KILN_INSTANTIATE_HOST
 
-// std::vector<bool> is packed, so bool goes through uint8.
+// std::vector<bool> is packed, so bool goes through its own copy loop.
 template <>
-std::vector<bool> Tensor::to_vector<bool>() const {
+std::vector<bool> Tensor::to_vector<bool>(std::source_location where) const {
+  trace::host_access(*this, trace::HostAccess::ToVector, where);
+  trace::Pause p;
   Tensor c = to(kCPU).to(kBool).contiguous();
-  const bool* p = static_cast<const bool*>(c.data_ptr());
-  return std::vector<bool>(p, p + c.numel());
+  const bool* ptr = static_cast<const bool*>(raw_data(c));
+  return std::vector<bool>(ptr, ptr + c.numel());
 }
 
 // ---- views ----
 
 Tensor Tensor::view(IntArrayRef shape_) const {
+  KILN_TRACE(View, (*this), ({"sizes", kiln_out_.sizes().vec()}), view(shape_))
   auto sizes = shape::infer_size(shape_, numel(), "view");
   auto st = shape::view_strides(impl().sizes, impl().strides, sizes);
   KILN_CHECK(st, "view", "view size is not compatible with input tensor's size ", impl().sizes,
@@ -108,12 +143,16 @@ Tensor Tensor::view(IntArrayRef shape_) const {
 
 Tensor Tensor::reshape(IntArrayRef shape_) const {
   auto sizes = shape::infer_size(shape_, numel(), "reshape");
+  // While tracing, reshape is recorded as what it does: a view, or a copy and a view.
+  if (trace::active()) [[unlikely]]
+    return shape::view_strides(impl().sizes, impl().strides, sizes) ? view(sizes) : contiguous().view(sizes);
   if (auto st = shape::view_strides(impl().sizes, impl().strides, sizes))
     return make_view(*this, std::move(sizes), std::move(*st), storage_offset());
   return contiguous().view(sizes);
 }
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
+  KILN_TRACE(Transpose, (*this), ({"dim0", shape::wrap_dim(d0, dim(), "transpose")}, {"dim1", shape::wrap_dim(d1, dim(), "transpose")}), transpose(d0, d1))
   int64_t n = dim();
   d0 = shape::wrap_dim(d0, n, "transpose");
   d1 = shape::wrap_dim(d1, n, "transpose");
@@ -132,6 +171,11 @@ Tensor Tensor::t() const {
 }
 
 Tensor Tensor::permute(IntArrayRef dims) const {
+  KILN_TRACE(Permute, (*this), ({"dims", [&] {
+               IntList w;
+               for (int64_t d : dims) w.push_back(shape::wrap_dim(d, dim(), "permute"));
+               return w;
+             }()}), permute(dims))
   int64_t n = dim();
   KILN_CHECK(int64_t(dims.size()) == n, "permute", "number of dims don't match in permute: got ",
              dims.size(), " dims for a tensor of shape ", impl().sizes);
@@ -149,6 +193,11 @@ Tensor Tensor::permute(IntArrayRef dims) const {
 
 Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> end,
                      int64_t step) const {
+  // Recorded with the dim wrapped and the bounds clamped, as the view was taken.
+  KILN_TRACE(Slice, (*this), ({"dim", shape::wrap_dim(d, dim(), "slice")},
+                              {"start", slice_bound(*this, d, start, 0)},
+                              {"end", slice_bound(*this, d, end, size(d))}, {"step", step}),
+             slice(d, start, end, step))
   KILN_CHECK(dim() > 0, "slice", "slice() cannot be applied to a 0-dim tensor");
   d = shape::wrap_dim(d, dim(), "slice");
   KILN_CHECK(step > 0, "slice", "slice step must be positive, got ", step);
@@ -181,6 +230,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 }
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
+  KILN_TRACE(Select, (*this), ({"dim", shape::wrap_dim(d, dim(), "select")}, {"index", index < 0 ? index + size(d) : index}), select(d, index))
   KILN_CHECK(dim() > 0, "select", "select() cannot be applied to a 0-dim tensor");
   d = shape::wrap_dim(d, dim(), "select");
   int64_t n = impl().sizes[d];
@@ -241,6 +291,7 @@ Tensor& Tensor::operator=(const Scalar& v) && {
 }
 
 Tensor Tensor::expand(IntArrayRef target) const {
+  KILN_TRACE(Expand, (*this), ({"sizes", kiln_out_.sizes().vec()}), expand(target))
   int64_t n = dim(), m = int64_t(target.size());
   KILN_CHECK(m >= n, "expand", "the number of sizes provided (", m,
              ") must be greater or equal to the number of dimensions in the tensor (", n, ")");
@@ -267,6 +318,7 @@ Tensor Tensor::expand(IntArrayRef target) const {
 }
 
 Tensor Tensor::squeeze() const {
+  KILN_TRACE(Squeeze, (*this), ({"dims", IntList{}}), squeeze())
   std::vector<int64_t> sizes, st;
   for (int64_t i = 0; i < dim(); ++i)
     if (impl().sizes[i] != 1) {
@@ -277,6 +329,7 @@ Tensor Tensor::squeeze() const {
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
+  KILN_TRACE(Squeeze, (*this), ({"dims", IntList{shape::wrap_dim(d, dim(), "squeeze")}}), squeeze(d))
   d = shape::wrap_dim(d, dim(), "squeeze");
   if (dim() == 0 || impl().sizes[d] != 1) return make_view(*this, impl().sizes, impl().strides, storage_offset());
   auto sizes = impl().sizes;
@@ -287,6 +340,7 @@ Tensor Tensor::squeeze(int64_t d) const {
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
+  KILN_TRACE(Unsqueeze, (*this), ({"dim", shape::wrap_dim(d, dim() + 1, "unsqueeze")}), unsqueeze(d))
   d = shape::wrap_dim(d, dim() + 1, "unsqueeze");
   auto sizes = impl().sizes;
   auto st = impl().strides;
@@ -311,6 +365,7 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 }
 
 Tensor Tensor::diagonal(int64_t offset, int64_t d1, int64_t d2) const {
+  KILN_TRACE(Diagonal, (*this), ({"offset", offset}, {"dim1", shape::wrap_dim(d1, dim(), "diagonal")}, {"dim2", shape::wrap_dim(d2, dim(), "diagonal")}), diagonal(offset, d1, d2))
   KILN_CHECK(dim() >= 2, "diagonal", "diagonal requires a tensor with at least 2 dimensions, got ",
              dim(), "D");
   d1 = shape::wrap_dim(d1, dim(), "diagonal");
@@ -337,6 +392,7 @@ Tensor Tensor::diagonal(int64_t offset, int64_t d1, int64_t d2) const {
 }
 
 Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef st, std::optional<int64_t> off) const {
+  KILN_TRACE(AsStrided, (*this), ({"sizes", sizes.vec()}, {"strides", st.vec()}, {"offset", off ? AttrValue(*off) : AttrValue(NoneAttr{})}), as_strided(sizes, st, off))
   KILN_CHECK(sizes.size() == st.size(), "as_strided", "mismatch in length of strides (", st.size(),
              ") and shape (", sizes.size(), ")");
   int64_t offset = off.value_or(storage_offset());

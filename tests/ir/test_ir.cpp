@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 #include <kiln/ir/graph.h>
+#include <kiln/ir/infer.h>
 
 #include <cmath>
 #include <limits>
@@ -9,19 +10,111 @@ using namespace kiln::ir;
 
 namespace {
 
-// A graph applying `op` to inputs of the right count, with attributes of every kind.
-Graph graph_with(OpId op) {
+Type f32(std::vector<int64_t> sizes) { return Type::contiguous(kFloat32, std::move(sizes)); }
+Type wrapped(DType dt) {
+  Type t = Type::tensor(dt, {}, {});
+  t.wrapped = true;
+  return t;
+}
+
+// Operand types and realistic attributes for one application of `op` (ops.def's conventions).
+struct OpCase {
+  std::vector<Type> inputs;
+  std::vector<Attr> attrs;
+};
+OpCase op_case(OpId op) {
+  Type x = f32({2, 3}), row = f32({3}), i32 = Type::contiguous(kInt32, {2, 3});
+  Type mask = Type::contiguous(kBool, {2, 3}), xt = Type::tensor(kFloat32, {3, 2}, {1, 3});
+  auto s = [](const char* v) { return AttrValue(std::string(v)); };
+  switch (op) {
+    case OpId::Gelu: return {{x}, {{"approximate", s("tanh")}}};
+    case OpId::NanToNum: return {{x}, {{"nan", 0.0}, {"posinf", NoneAttr{}}, {"neginf", -1e30}}};
+    case OpId::BitwiseNot: return {{i32}, {}};
+    case OpId::Cast: return {{x}, {{"dtype", kFloat16}}};
+    case OpId::Fill: return {{x}, {{"value", 1.5}}};
+    case OpId::Add: return {{x, row}, {{"alpha", int64_t(2)}}};
+    case OpId::Sub: return {{x, wrapped(kFloat64)}, {{"alpha", 0.5}}};
+    case OpId::Div: return {{i32, row}, {{"rounding_mode", s("floor")}}};
+    case OpId::Pow: return {{i32, wrapped(kFloat64)}, {}};
+    case OpId::BitwiseAnd: case OpId::BitwiseOr: case OpId::BitwiseXor: return {{i32, wrapped(kInt64)}, {}};
+    case OpId::LogicalAnd: case OpId::LogicalOr: case OpId::LogicalXor: return {{mask, row}, {}};
+    case OpId::Where: return {{mask, x, wrapped(kFloat64)}, {}};
+    case OpId::Clamp: return {{x, wrapped(kInt64), row}, {{"has_max", true}, {"has_min", true}}};
+    case OpId::Lerp: return {{x, x, wrapped(kFloat64)}, {}};
+    case OpId::Addcmul: return {{x, row, x}, {{"value", 0.5}}};
+    case OpId::MaskedFill: return {{x, mask}, {{"value", int64_t(-1)}}};
+    case OpId::Sum: return {{i32}, {{"dims", IntList{1}}, {"dtype", kFloat64}, {"keepdim", true}}};
+    case OpId::MaxDim: case OpId::MinDim: return {{x}, {{"dim", int64_t(1)}, {"keepdim", false}}};
+    case OpId::Argmax: return {{x}, {{"dim", NoneAttr{}}, {"keepdim", true}}};
+    case OpId::Argmin: return {{x}, {{"dim", int64_t(-1)}, {"keepdim", false}}};
+    case OpId::Norm: return {{x}, {{"dims", IntList{1}}, {"keepdim", false}, {"p", std::numeric_limits<double>::infinity()}}};
+    case OpId::Var: case OpId::Std: return {{x}, {{"correction", int64_t(0)}, {"dims", IntList{}}, {"keepdim", false}}};
+    case OpId::Softmax: case OpId::LogSoftmax: return {{xt}, {{"dim", int64_t(-1)}}};
+    case OpId::Cumsum: return {{i32}, {{"dim", int64_t(0)}}};
+    case OpId::View: return {{x}, {{"sizes", IntList{3, -1}}}};
+    case OpId::Transpose: return {{x}, {{"dim0", int64_t(0)}, {"dim1", int64_t(1)}}};
+    case OpId::Permute: return {{f32({2, 3, 4})}, {{"dims", IntList{2, 0, 1}}}};
+    case OpId::Slice: return {{x}, {{"dim", int64_t(1)}, {"end", int64_t(3)}, {"start", int64_t(0)}, {"step", int64_t(2)}}};
+    case OpId::Select: return {{x}, {{"dim", int64_t(0)}, {"index", int64_t(1)}}};
+    case OpId::Expand: return {{f32({2, 1})}, {{"sizes", IntList{4, 2, 5}}}};
+    case OpId::Squeeze: return {{f32({2, 1, 3})}, {{"dims", IntList{1}}}};
+    case OpId::Unsqueeze: return {{x}, {{"dim", int64_t(-1)}}};
+    case OpId::Diagonal: return {{f32({3, 3})}, {{"dim1", int64_t(0)}, {"dim2", int64_t(1)}, {"offset", int64_t(1)}}};
+    case OpId::AsStrided: return {{x}, {{"offset", int64_t(0)}, {"sizes", IntList{2, 2}}, {"strides", IntList{1, 2}}}};
+    case OpId::Contiguous: case OpId::Clone: return {{xt}, {}};
+    case OpId::Matmul: return {{f32({2, 2, 3}), f32({3})}, {}};
+    case OpId::Mm: return {{x, f32({3, 4})}, {}};
+    case OpId::Bmm: return {{f32({2, 2, 3}), f32({2, 3, 4})}, {}};
+    case OpId::Addmm: return {{f32({4}), x, f32({3, 4})}, {{"alpha", int64_t(2)}, {"beta", 0.5}}};
+    case OpId::Einsum: return {{x, f32({3, 4})}, {{"equation", s("ij,jk->ki")}}};
+    case OpId::Cat: return {{x, i32}, {{"dim", int64_t(0)}}};
+    case OpId::IndexSelect: return {{x, Type::contiguous(kInt64, {2})}, {{"dim", int64_t(1)}}};
+    case OpId::Gather: return {{x, Type::contiguous(kInt64, {2, 2})}, {{"dim", int64_t(1)}}};
+    case OpId::Copy: return {{x, row}, {}};
+    default: break;
+  }
+  switch (op_info(op).category) {
+    case Category::Reduction: return {{x}, {{"dims", IntList{0}}, {"keepdim", false}}};
+    case Category::Elementwise:
+      if (op_info(op).operands == 1) return {{i32}, {}};  // unary: integers promote or stay
+      return {{x, row}, {}};
+    default: ADD_FAILURE() << "no case for " << op_info(op).name; return {};
+  }
+}
+
+// then: a + b, else: a * b, chosen by a bool predicate.
+Graph cond_graph() {
+  Graph g("choose");
+  Value* p = g.add_input("p", Type::contiguous(kBool, {}));
+  Value* a = g.add_input("a", f32({4}));
+  Value* b = g.add_input("b", f32({4}));
+  Node* n = g.add_node(OpId::Cond, {p, a, b}, {}, {f32({4})});
+  for (auto [name, op] : {std::pair{"then", OpId::Add}, std::pair{"else", OpId::Mul}}) {
+    auto r = std::make_unique<Graph>(name);
+    Value* ra = r->add_input("a", f32({4}));
+    Value* rb = r->add_input("b", f32({4}));
+    r->set_outputs({r->add_node(op, {ra, rb}, {}, {f32({4})})->outputs[0]});
+    n->regions.push_back(std::move(r));
+  }
+  g.set_outputs({n->outputs[0]});
+  return g;
+}
+
+// A valid graph applying `op` once; constant in its value= (variant 0) or data= (variant 1) form.
+Graph graph_with(OpId op, int variant = 0) {
+  if (op == OpId::Cond) return cond_graph();
   Graph g("one_op");
-  int n = op_info(op).operands < 0 ? 3 : op_info(op).operands;
+  if (op == OpId::Constant) {
+    Node* c = variant == 0 ? g.add_node(op, {}, {{"value", 0.25}}, {wrapped(kFloat64)})
+                           : g.add_node(op, {}, {{"data", std::string("0000803f000000c0")}}, {f32({2})});
+    g.set_outputs({c->outputs[0]});
+    return g;
+  }
+  OpCase oc = op_case(op);
   std::vector<Value*> ins;
-  for (int i = 0; i < n; ++i)
-    ins.push_back(g.add_input("x" + std::to_string(i), Type::tensor(kFloat32, {2, 3}, {3, 1})));
-  std::vector<Attr> attrs = {{"dims", IntList{1, -1}},     {"keepdim", true},
-                             {"alpha", 0.1},               {"count", int64_t(-7)},
-                             {"mode", std::string("tanh")}, {"dtype", kBFloat16},
-                             {"maybe", NoneAttr{}}};
-  Node* node = g.add_node(op, ins, attrs, {Type::tensor(kFloat32, {3, 2}, {1, 3})});
-  g.set_outputs({node->outputs[0]});
+  for (size_t i = 0; i < oc.inputs.size(); ++i) ins.push_back(g.add_input("x" + std::to_string(i), oc.inputs[i]));
+  Node* node = g.add_node(op, ins, oc.attrs, infer_types(op, oc.inputs, oc.attrs));
+  g.set_outputs(node->outputs);
   return g;
 }
 
@@ -54,15 +147,79 @@ TEST(IrOpTable, NamesAreUniqueAndResolve) {
 
 TEST(IrText, EveryOpRoundTripsThroughTextAndJson) {
   for (int i = 0; i < num_ops(); ++i) {
-    Graph g = graph_with(OpId(i));
-    ASSERT_FALSE(verify(g).has_value()) << op_info(OpId(i)).name << ": " << verify(g)->message;
-    std::string text = print(g);
-    Graph back = parse(text);
-    EXPECT_EQ(print(back), text);
-    EXPECT_EQ(hash(back), hash(g));
-    Graph from_js = from_json(to_json(g));
-    EXPECT_EQ(print(from_js), text) << op_info(OpId(i)).name;
+    for (int variant = 0; variant < (OpId(i) == OpId::Constant ? 2 : 1); ++variant) {
+      SCOPED_TRACE(std::string(op_info(OpId(i)).name) + " variant " + std::to_string(variant));
+      Graph g = graph_with(OpId(i), variant);
+      auto err = verify(g);
+      ASSERT_FALSE(err.has_value()) << err->str() << "\n" << print(g);
+      std::string text = print(g);
+      Graph back = parse(text);
+      EXPECT_EQ(print(back), text);
+      EXPECT_EQ(hash(back), hash(g));
+      EXPECT_FALSE(verify(back).has_value());
+      std::string js = to_json(g);
+      Graph from_js = from_json(js);
+      EXPECT_EQ(print(from_js), text);
+      EXPECT_EQ(to_json(from_js), js);
+      EXPECT_EQ(hash(from_js), hash(g));
+    }
   }
+}
+
+TEST(IrText, RegionsNestAfterTheNodeLine) {
+  Graph g = cond_graph();
+  const std::string text =
+      "graph @choose(%p: b8[]{}, %a: f32[4]{1}, %b: f32[4]{1}) {\n"
+      "  %0 = cond(%p, %a, %b) : f32[4]{1} {\n"
+      "    graph @then(%a: f32[4]{1}, %b: f32[4]{1}) {\n"
+      "      %0 = add(%a, %b) : f32[4]{1}\n"
+      "      return %0\n"
+      "    }\n"
+      "    graph @else(%a: f32[4]{1}, %b: f32[4]{1}) {\n"
+      "      %0 = mul(%a, %b) : f32[4]{1}\n"
+      "      return %0\n"
+      "    }\n"
+      "  }\n"
+      "  return %0\n"
+      "}\n";
+  EXPECT_EQ(print(g), text);
+  Graph back = parse(text);
+  ASSERT_EQ(back.nodes()[0]->regions.size(), 2u);
+  EXPECT_EQ(back.nodes()[0]->regions[1]->name(), "else");
+  EXPECT_EQ(back.nodes()[0]->regions[0]->nodes()[0]->loc.line, 4);  // locations count from the file's start
+  EXPECT_EQ(back.nodes()[0]->regions[0]->nodes()[0]->loc.col, 7);
+  EXPECT_FALSE(verify(back).has_value());
+  EXPECT_EQ(infer_types(*back.nodes()[0]), std::vector<Type>{f32({4})});
+  // regions are part of the identity: a different branch body hashes differently
+  std::string other = text;
+  other.replace(other.find("mul("), 3, "sub");
+  EXPECT_NE(hash(parse(other)), hash(g));
+  // regions nest: a cond inside a branch, printed two levels further in
+  std::string nested =
+      "graph @g(%p: b8[]{}, %x: f32[4]{1}) {\n"
+      "  %0 = cond(%p, %p, %x) : f32[4]{1} {\n"
+      "    graph @then(%q: b8[]{}, %x: f32[4]{1}) {\n"
+      "      %0 = cond(%q, %x) : f32[4]{1} {\n"
+      "        graph @then(%x: f32[4]{1}) {\n"
+      "          %0 = neg(%x) : f32[4]{1}\n"
+      "          return %0\n"
+      "        }\n"
+      "        graph @else(%x: f32[4]{1}) {\n"
+      "          return %x\n"
+      "        }\n"
+      "      }\n"
+      "      return %0\n"
+      "    }\n"
+      "    graph @else(%q: b8[]{}, %x: f32[4]{1}) {\n"
+      "      return %x\n"
+      "    }\n"
+      "  }\n"
+      "  return %0\n"
+      "}\n";
+  Graph n = parse(nested);
+  EXPECT_EQ(print(n), nested);
+  EXPECT_FALSE(verify(n).has_value()) << verify(n)->str();
+  EXPECT_EQ(print(from_json(to_json(n))), nested);
 }
 
 TEST(IrText, ReadableForm) {
@@ -94,9 +251,12 @@ TEST(IrText, AttributesAndTypesKeepExactValues) {
       "i=none, j=false, k=-9223372036854775808} : f64[]{}, i64[]{}\n"
       "  return %1, %0\n"
       "}\n";
-  // max is a reduction with one operand
+  // parse() checks structure only (max is a reduction with one operand), so attributes of
+  // every kind survive it; verify() then refuses the ones max does not take
   Graph g = parse(text);
   EXPECT_EQ(print(g), text);
+  ASSERT_TRUE(verify(g).has_value());
+  EXPECT_NE(verify(g)->message.find("node 0 (%0, %1 = max): unknown attribute 'a'"), std::string::npos) << verify(g)->message;
   const Node& n = *g.nodes()[0];
   EXPECT_TRUE(std::signbit(std::get<double>(n.attr("a")->value)));
   EXPECT_EQ(std::get<double>(n.attr("b")->value), 1e-300);

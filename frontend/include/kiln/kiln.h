@@ -8,3 +8,5 @@
 #include "kiln/runtime/scalar.h"
 #include "kiln/runtime/storage.h"
 #include "kiln/runtime/tensor.h"
+#include "kiln/runtime/trace.h"
+#include "kiln/compile.h"

@@ -26,14 +26,16 @@
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/dtype.h"
 #include "kiln/runtime/error.h"
+#include "kiln/runtime/trace.h"
 
 namespace kiln::ir {
 
-enum class OpId : uint16_t {
-#define KILN_OP(id, name, category, operands) id,
-#include "kiln/runtime/ops.def"
-#undef KILN_OP
-};
+// The op ids and attribute types are shared with the runtime's tracing hook (trace.h).
+using kiln::OpId;
+using kiln::IntList;
+using kiln::NoneAttr;
+using kiln::AttrValue;
+using kiln::Attr;
 enum class Category : uint8_t { Elementwise, Reduction, View, Opaque, Control };
 
 struct OpInfo {
@@ -67,16 +69,6 @@ std::string_view short_name(DType dt);
 std::optional<DType> dtype_from_short_name(std::string_view s);
 
 // ---- attributes ----
-using IntList = std::vector<int64_t>;
-struct NoneAttr {
-  bool operator==(const NoneAttr&) const = default;
-};
-using AttrValue = std::variant<NoneAttr, bool, int64_t, double, std::string, IntList, DType>;
-struct Attr {
-  std::string name;
-  AttrValue value;
-  bool operator==(const Attr&) const = default;
-};
 std::string attr_str(const AttrValue& v);
 // Parses a type in its text form ("f32[2,3]{3,1}", "scalar<i64>").
 Type parse_type(std::string_view text);
@@ -94,13 +86,18 @@ struct Value {
   Node* producer = nullptr;  // null for graph inputs
 };
 
+class Graph;
 struct Node {
   OpId op;
   std::vector<Value*> inputs;
   std::vector<Attr> attrs;  // sorted by name
   std::vector<Value*> outputs;
   SourceLoc loc;
+  // Nested graphs of a control op (cond: the then and else branches). A region's inputs are
+  // bound to the node's operands after the first (the predicate); its outputs are the node's.
+  std::vector<std::unique_ptr<Graph>> regions;
   const Attr* attr(std::string_view name) const;
+  ~Node();
 };
 
 class Graph {
@@ -110,6 +107,7 @@ class Graph {
   Graph& operator=(Graph&&) = default;
 
   const std::string& name() const { return name_; }
+  void set_name(std::string name) { name_ = std::move(name); }
   Value* add_input(std::string name, Type type);
   // Appends a node; its attrs are sorted by name. Returns the node (outputs are node->outputs).
   Node* add_node(OpId op, std::vector<Value*> inputs, std::vector<Attr> attrs, std::vector<Type> output_types,
@@ -142,13 +140,25 @@ class ParseError : public Error {
   int line, col;
 };
 
-// The first structural problem of the graph, or nullopt: a use before definition, a value of
-// another graph, an operand count the op table refuses, a node without outputs, a duplicate
-// or unsorted attribute. Parsed nodes report their line and column.
+// Verification. Parsed nodes report their line and column (nested regions included).
 struct VerifyError {
   std::string message;
   SourceLoc loc;
+  std::string str() const;  // "LINE:COL: message", or the message alone when loc is unknown
 };
+// The first structural problem of the graph, or nullopt: a use before definition, a value of
+// another graph, an operand count the op table refuses, a node without outputs, a duplicate
+// or unsorted attribute, a malformed type (sizes and strides of different lengths, a negative
+// size, `wrapped` on a tensor that is not 0-d), regions on an op that takes none or the wrong
+// number of them (cond: then and else), a region whose input or output count does not match
+// its node. Regions are checked recursively. parse() and from_json() run this check.
+std::optional<VerifyError> verify_structure(const Graph& g);
+// The structural check, then types: every node's declared output types must equal what
+// infer_types (kiln/ir/infer.h) derives from its operands and attributes, and every region's
+// input types must be its cond node's branch operand types and its output types the node's:
+// "node 2 (%2 = add): declared f32[2,3]{3,1} but inferred f64[2,3]{3,1}".
 std::optional<VerifyError> verify(const Graph& g);
+// How many regions nodes of `op` carry (cond: 2, then and else; every other op: 0).
+int num_regions(OpId op);
 
 }  // namespace kiln::ir

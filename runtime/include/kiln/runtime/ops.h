@@ -151,4 +151,24 @@ inline Tensor operator<=(const Scalar& a, const Tensor& b) { return ge(b, a); }
 inline Tensor operator>(const Scalar& a, const Tensor& b) { return lt(b, a); }
 inline Tensor operator>=(const Scalar& a, const Tensor& b) { return le(b, a); }
 
+// ---- data-dependent output shapes (runtime/src/select.cpp) ----
+// The output's shape depends on the values, so these cannot be traced into a graph: while
+// tracing they compute eagerly and report themselves to the tracer
+// (trace::Recorder::data_dependent, with `where` as the call site).
+}  // namespace kiln
+#include <source_location>
+namespace kiln {
+// The int64 [n, x.dim()] indices of x's nonzero elements (NaN counts), in row-major order.
+Tensor nonzero(const Tensor& x, std::source_location where = std::source_location::current());
+// The 1-d tensor of x's elements where the bool `mask` is true; x and mask broadcast together.
+Tensor masked_select(const Tensor& x, const Tensor& mask,
+                     std::source_location where = std::source_location::current());
+// x's distinct values, 1-d, x's dtype: ascending (NaNs last, each NaN distinct), or in order of
+// first occurrence when `sorted` is false. unique_inverse also returns, shaped like x, the
+// int64 index of each element's value in the values.
+Tensor unique(const Tensor& x, bool sorted = true,
+              std::source_location where = std::source_location::current());
+std::tuple<Tensor, Tensor> unique_inverse(const Tensor& x, bool sorted = true,
+                                          std::source_location where = std::source_location::current());
+
 }  // namespace kiln

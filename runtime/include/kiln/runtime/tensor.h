@@ -12,6 +12,7 @@
 #include <iosfwd>
 #include <memory>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,10 @@ namespace shape {
 std::vector<int64_t> contiguous_strides(IntArrayRef sizes);
 }  // namespace shape
 
+// A process-wide creation counter: the tracer tells tensors that existed before a trace began
+// (captured by the function's closure) from tensors the traced function made.
+uint64_t next_tensor_serial();
+
 struct TensorImpl {
   std::shared_ptr<Storage> storage;
   std::vector<int64_t> sizes;
@@ -37,6 +42,7 @@ struct TensorImpl {
   int64_t numel = 1;
   DType dtype = DType::Float32;
   bool contiguous = true;  // cached: row-major dense
+  uint64_t serial = next_tensor_serial();
   void refresh();          // recomputes numel and contiguous after sizes/strides change
 };
 
@@ -119,16 +125,22 @@ class Tensor {
     return *impl_;
   }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
-  std::string str() const;  // PyTorch's printed form
+  // PyTorch's printed form. (Like every host access below, a graph break while tracing.)
+  std::string str(std::source_location where = std::source_location::current()) const;
 
   // ---- host access (CPU tensors) ----
-  void* data_ptr() const;
-  template <typename T> T* data_ptr() const;
-  template <typename T> T item() const;
-  Scalar item() const;
+  // Inside a compiled function each of these turns a traced value into a host value: a graph
+  // break (see docs/compile.md). `where` records the caller's source location for explain().
+  void* data_ptr(std::source_location where = std::source_location::current()) const;
+  template <typename T> T* data_ptr(std::source_location where = std::source_location::current()) const;
+  template <typename T> T item(std::source_location where = std::source_location::current()) const;
+  Scalar item(std::source_location where = std::source_location::current()) const;
   // The elements in row-major order, converted to T.
-  template <typename T> std::vector<T> to_vector() const;
-  // Python's `if t:`: true/false for a one-element tensor, an error otherwise.
+  template <typename T>
+  std::vector<T> to_vector(std::source_location where = std::source_location::current()) const;
+  // Python's `if t:`: true/false for a one-element tensor, an error otherwise. (A conversion
+  // operator takes no arguments, so a break here records the caller's code address instead of
+  // a source location; `t.item<bool>()` records file and line.)
   explicit operator bool() const;
 
   // ---- views (share storage, never copy) ----
@@ -283,6 +295,6 @@ class Tensor {
 
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 // Prints t in PyTorch's format followed by a newline.
-void print(const Tensor& t);
+void print(const Tensor& t, std::source_location where = std::source_location::current());
 
 }  // namespace kiln

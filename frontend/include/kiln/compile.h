@@ -1,0 +1,224 @@
+// kiln::compile: trace a C++ function of tensors into graphs, cache them by the inputs'
+// signature, and replay them.
+//
+//   auto f = kiln::compile([](const Tensor& a, const Tensor& b) { return (a + b).relu(); });
+//   Tensor y = f(x1, x2);   // first call: runs eagerly while recording a graph
+//   Tensor z = f(x3, x4);   // same signature: replays the graph (no tracing)
+//
+// Arguments may be tensors, std::vector<Tensor>s and numbers (Scalars); the function may return a Tensor, a
+// std::tuple of Tensors, a std::vector<Tensor>, or nothing. Tensors the function captures
+// (by value or by reference) become graph inputs read at call time; they are held weakly, so
+// releasing or rebinding a captured-by-reference tensor makes the next call trace again.
+// Host values the function reads (C++ variables it captures) are baked into the graph when
+// it is traced: pass them as arguments to have them part of the signature.
+//
+// Data-dependent control flow (if (t.sum() > 0), t.item<float>(), nonzero(t), ...) is a graph
+// break: the graph recorded so far runs, the host value is handed to the C++ code, a guard on
+// it is recorded, and tracing goes on in a new graph. Later calls replay the graphs, check the
+// guards, and trace again along a new path when a guard fails (a trace tree), so each branch
+// outcome is traced once. With fullgraph = true a break is an error instead.
+// docs/compile.md describes the signature, guards, the recompile budget and explain().
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <source_location>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/runtime/ops.h"
+#include "kiln/runtime/tensor.h"
+#include "kiln/runtime/trace.h"
+
+namespace kiln {
+
+struct CompileOptions {
+  // A graph break is an error (what and where), as torch.compile(fullgraph=True).
+  bool fullgraph = false;
+  // Traces for new input signatures allowed before kiln warns and marks the varying
+  // dimensions dynamic (one graph for all their sizes, when the graph does not depend on them).
+  int recompile_limit = 8;
+  // A name for messages and explain(); default "compiled function".
+  std::string name;
+};
+
+struct CompileStats {
+  uint64_t calls = 0;
+  uint64_t hits = 0;            // calls answered by replaying cached graphs
+  uint64_t misses = 0;          // calls whose signature had no cache entry
+  uint64_t guard_failures = 0;  // replays that met a guard with an unseen value
+  uint64_t compiles = 0;        // traces recorded (misses + guard failures + re-traces)
+  uint64_t breaks = 0;          // graph breaks met while tracing
+  uint64_t eager_calls = 0;     // calls run eagerly (nested in another trace, or not replayable)
+};
+
+// What explain() reports about one input signature.
+struct Explanation {
+  struct GraphInfo {
+    std::string text;  // the graph in kiln's text form
+    size_t ops = 0;    // nodes other than constants
+  };
+  struct BreakInfo {
+    std::string reason;  // e.g. "operator bool on a traced tensor"
+    std::string where;   // file:line (function), or the code address for operator bool
+  };
+  std::string signature;
+  std::vector<GraphInfo> graphs;     // every graph of the trace tree
+  std::vector<BreakInfo> breaks;     // every distinct break
+  std::vector<std::string> guards;   // every guard with the values seen
+  std::vector<std::string> recompiles;  // each trace of this function and why
+  std::string eager_reason;          // non-empty when this signature always runs eagerly
+  CompileStats stats;
+  std::string str() const;
+};
+std::ostream& operator<<(std::ostream& os, const Explanation& e);
+
+namespace detail {
+
+// One argument of a call: a tensor or a number.
+struct CallArg {
+  Tensor tensor;
+  Scalar scalar;
+  bool is_tensor = false;
+};
+
+// The type-erased engine behind CompiledFunction: cache, trace trees, replay, statistics.
+class Engine {
+ public:
+  explicit Engine(CompileOptions options);
+  ~Engine();
+  // Runs the function for these arguments: replays cached graphs, or calls `run_eager` (the
+  // user's function on these arguments, returning its tensors flattened) under the tracer.
+  std::vector<Tensor> call(std::span<const CallArg> args, const std::function<std::vector<Tensor>()>& run_eager);
+  Explanation explain(std::span<const CallArg> args) const;
+  CompileStats stats() const;
+  const CompileOptions& options() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+// Appends the call arguments an argument stands for: a tensor, a number, or each tensor of a
+// std::vector<Tensor>.
+template <typename T>
+void append_args(std::vector<CallArg>& out, const T& v) {
+  CallArg a;
+  if constexpr (std::is_same_v<T, std::vector<Tensor>>) {
+    for (const Tensor& t : v) append_args(out, t);
+    return;
+  } else if constexpr (std::is_convertible_v<const T&, const Tensor&>) {
+    a.tensor = v;
+    a.is_tensor = true;
+  } else {
+    a.scalar = Scalar(v);
+  }
+  out.push_back(std::move(a));
+}
+
+template <typename R> struct Returns;
+template <> struct Returns<Tensor> {
+  static std::vector<Tensor> flatten(Tensor t) { return {std::move(t)}; }
+  static Tensor unflatten(std::vector<Tensor>&& v) { return std::move(v.at(0)); }
+};
+template <> struct Returns<std::vector<Tensor>> {
+  static std::vector<Tensor> flatten(std::vector<Tensor> v) { return v; }
+  static std::vector<Tensor> unflatten(std::vector<Tensor>&& v) { return std::move(v); }
+};
+template <typename... Ts> struct Returns<std::tuple<Ts...>> {
+  static_assert((std::is_same_v<Ts, Tensor> && ...), "a compiled function may return a tuple of Tensors only");
+  static std::vector<Tensor> flatten(std::tuple<Ts...> t) {
+    return std::apply([](auto&&... x) { return std::vector<Tensor>{std::move(x)...}; }, std::move(t));
+  }
+  static std::tuple<Ts...> unflatten(std::vector<Tensor>&& v) {
+    return [&]<size_t... I>(std::index_sequence<I...>) { return std::tuple<Ts...>{std::move(v.at(I))...}; }(
+        std::index_sequence_for<Ts...>{});
+  }
+};
+
+}  // namespace detail
+
+template <typename F>
+class CompiledFunction {
+ public:
+  CompiledFunction(F fn, CompileOptions options)
+      : fn_(std::make_shared<F>(std::move(fn))), engine_(std::make_shared<detail::Engine>(std::move(options))) {}
+
+  template <typename... Args>
+  auto operator()(Args&&... args) const {
+    using R = std::decay_t<std::invoke_result_t<F&, Args&&...>>;
+    std::vector<detail::CallArg> flat;
+    flat.reserve(sizeof...(Args));
+    (detail::append_args(flat, args), ...);
+    auto run = [&]() -> std::vector<Tensor> {
+      if constexpr (std::is_void_v<R>) {
+        std::invoke(*fn_, std::forward<Args>(args)...);
+        return {};
+      } else {
+        return detail::Returns<R>::flatten(std::invoke(*fn_, std::forward<Args>(args)...));
+      }
+    };
+    std::vector<Tensor> out = engine_->call(flat, run);
+    if constexpr (!std::is_void_v<R>) return detail::Returns<R>::unflatten(std::move(out));
+  }
+
+  // Runs the call (tracing it if needed) and reports the graphs, breaks and guards of its
+  // signature, and every recompile of this function with its reason.
+  template <typename... Args>
+  Explanation explain(Args&&... args) const {
+    (*this)(args...);
+    std::vector<detail::CallArg> flat;
+    (detail::append_args(flat, args), ...);
+    return engine_->explain(flat);
+  }
+  CompileStats stats() const { return engine_->stats(); }
+
+ private:
+  std::shared_ptr<F> fn_;
+  std::shared_ptr<detail::Engine> engine_;
+};
+
+template <typename F>
+CompiledFunction<F> compile(F fn, CompileOptions options = {}) {
+  return CompiledFunction<F>(std::move(fn), std::move(options));
+}
+
+template <typename F, typename... Args>
+Explanation explain(const CompiledFunction<F>& f, Args&&... args) {
+  return f.explain(std::forward<Args>(args)...);
+}
+
+// ---- structured control flow ----
+namespace detail {
+using BranchFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+std::vector<Tensor> cond_impl(const Tensor& pred, const BranchFn& then_fn, const BranchFn& else_fn,
+                              const std::vector<Tensor>& operands, std::source_location where);
+}  // namespace detail
+
+// cond(pred, then_fn, else_fn, operands): then_fn(operands...) when the one-element tensor
+// `pred` is true, else else_fn(operands...). Both functions take the operands as tensors and
+// return a Tensor (or a tuple/vector of Tensors) of the same dtypes and shapes. While tracing,
+// both branches are traced into one `cond` node of the graph, so there is no graph break; the
+// branches must not write into their operands.
+template <typename Then, typename Else, typename... Ts>
+auto cond(const Tensor& pred, Then&& then_fn, Else&& else_fn, const Ts&... operands) {
+  using R = std::decay_t<std::invoke_result_t<Then&, const Ts&...>>;
+  static_assert(std::is_same_v<R, std::decay_t<std::invoke_result_t<Else&, const Ts&...>>>,
+                "cond: both branches must return the same type");
+  auto wrap = [](auto& fn) {
+    return detail::BranchFn([&fn](const std::vector<Tensor>& ops) {
+      return [&]<size_t... I>(std::index_sequence<I...>) {
+        return detail::Returns<R>::flatten(fn(ops[I]...));
+      }(std::index_sequence_for<Ts...>{});
+    });
+  };
+  auto out = detail::cond_impl(pred, wrap(then_fn), wrap(else_fn), std::vector<Tensor>{operands...},
+                               std::source_location::current());
+  return detail::Returns<R>::unflatten(std::move(out));
+}
+
+}  // namespace kiln

@@ -1,0 +1,526 @@
+// The compiled-function engine: the signature cache, trace trees, replay with guards, the
+// recompile budget with dynamic dimensions, statistics and explain().
+#include <algorithm>
+#include <atomic>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "kiln/compile.h"
+#include "tracer.h"
+
+namespace kiln {
+namespace detail {
+
+namespace {
+
+// ---- signatures ----
+
+// The stride class of a tensor: what the cache keys on besides dtype, device and sizes.
+// Views of a tensor (view(), reshape()) depend on its layout, so a permuted tensor also
+// keys on its dimension order, and a broadcast or general one on its exact strides.
+enum class StrideClass : int64_t { Contiguous, Broadcast, Permuted, General };
+
+StrideClass stride_class(const Tensor& t, std::vector<int64_t>* detail) {
+  if (t.is_contiguous()) return StrideClass::Contiguous;
+  auto sz = t.sizes(), st = t.strides();
+  bool broadcast = false;
+  for (size_t i = 0; i < sz.size(); ++i) broadcast |= st[i] == 0 && sz[i] > 1;
+  if (!broadcast) {
+    // dense in some order: sorting the dims by stride gives row-major strides
+    std::vector<size_t> order(sz.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return st[a] > st[b]; });
+    int64_t expect = 1;
+    bool dense = true;
+    for (size_t k = order.size(); k-- > 0;) {
+      size_t d = order[k];
+      if (sz[d] == 1) continue;
+      dense &= st[d] == expect;
+      expect *= sz[d];
+    }
+    if (dense) {
+      for (size_t d : order) detail->push_back(int64_t(d));
+      return StrideClass::Permuted;
+    }
+  }
+  for (int64_t s : st) detail->push_back(s);
+  return broadcast ? StrideClass::Broadcast : StrideClass::General;
+}
+
+const char* class_name(StrideClass c) {
+  switch (c) {
+    case StrideClass::Contiguous: return "contiguous";
+    case StrideClass::Broadcast: return "broadcast";
+    case StrideClass::Permuted: return "permuted";
+    case StrideClass::General: return "general";
+  }
+  return "?";
+}
+
+using Key = std::vector<int64_t>;
+struct KeyHash {
+  size_t operator()(const Key& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+    for (int64_t v : k) {
+      h ^= uint64_t(v);
+      h *= 1099511628211ull;
+    }
+    return size_t(h);
+  }
+};
+
+using DynamicDims = std::set<std::pair<size_t, size_t>>;  // (argument, dim)
+
+// The signature of a call: per tensor argument its dtype, device, sizes (a dynamic dim counts
+// as -1), stride class and which earlier argument it aliases; per number its kind and value.
+Key signature(std::span<const CallArg> args, const DynamicDims& dynamic) {
+  Key k;
+  k.reserve(args.size() * 8);
+  for (size_t i = 0; i < args.size(); ++i) {
+    const CallArg& a = args[i];
+    if (!a.is_tensor) {
+      const Scalar& s = a.scalar;
+      k.push_back(-2 - int64_t(s.kind()));
+      if (s.is_floating()) {
+        double d = s.to_double();
+        int64_t bits;
+        std::memcpy(&bits, &d, sizeof bits);
+        k.push_back(bits);
+      } else {
+        k.push_back(s.to_int());
+      }
+      continue;
+    }
+    const Tensor& t = a.tensor;
+    KILN_CHECK(t.defined(), "compile", "argument ", i, " is an undefined tensor");
+    k.push_back(int64_t(t.dtype()));
+    k.push_back(int64_t(t.device().type) * 1024 + t.device().index);
+    k.push_back(t.dim());
+    for (int64_t d = 0; d < t.dim(); ++d) k.push_back(dynamic.count({i, size_t(d)}) ? -1 : t.sizes()[size_t(d)]);
+    std::vector<int64_t> detail;
+    k.push_back(int64_t(stride_class(t, &detail)));
+    k.push_back(int64_t(detail.size()));
+    k.insert(k.end(), detail.begin(), detail.end());
+    int64_t alias = -1, same = -1;
+    for (size_t j = 0; j < i && alias < 0; ++j)
+      if (args[j].is_tensor && args[j].tensor.is_alias_of(t)) {
+        alias = int64_t(j);
+        same = args[j].tensor.is_same(t) ? 1 : 0;
+      }
+    k.push_back(alias);
+    k.push_back(same);
+  }
+  return k;
+}
+
+std::string arg_text(const CallArg& a) {
+  if (!a.is_tensor) {
+    const Scalar& s = a.scalar;
+    std::ostringstream o;
+    o.precision(17);
+    if (s.is_bool()) o << (s.to_bool() ? "true" : "false");
+    else if (s.is_integral()) o << s.to_int();
+    else o << s.to_double();
+    return o.str();
+  }
+  std::vector<int64_t> detail;
+  std::string s = std::string(ir::short_name(a.tensor.dtype())) + "[";
+  for (int64_t d = 0; d < a.tensor.dim(); ++d) s += (d ? "," : "") + std::to_string(a.tensor.size(d));
+  s += "] ";
+  s += class_name(stride_class(a.tensor, &detail));
+  if (!a.tensor.device().is_cpu()) s += " @" + a.tensor.device().str();
+  return s;
+}
+
+std::string signature_text(std::span<const CallArg> args) {
+  std::string s = "(";
+  for (size_t i = 0; i < args.size(); ++i) {
+    s += (i ? ", " : "") + arg_text(args[i]);
+    for (size_t j = 0; j < i; ++j)
+      if (args[i].is_tensor && args[j].is_tensor && args[j].tensor.is_alias_of(args[i].tensor)) {
+        s += " aliasing arg " + std::to_string(j);
+        break;
+      }
+  }
+  return s + ")";
+}
+
+// The graphs of a trace with sizes and strides erased: equal for two traces at different
+// sizes exactly when no attribute or constant depends on the sizes.
+std::string shape_erased(const TreeNode& root) {
+  std::string out;
+  for (const TreeNode* n = &root; n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
+    std::string text = ir::print(n->graph);
+    std::string s;
+    for (size_t i = 0; i < text.size(); ++i) {
+      // a type is a short dtype name followed by [sizes]{strides}
+      if (text[i] == '[' && i > 0 && std::isalnum(static_cast<unsigned char>(text[i - 1]))) {
+        size_t close = text.find(']', i);
+        if (close != std::string::npos && close + 1 < text.size() && text[close + 1] == '{') {
+          size_t brace = text.find('}', close);
+          if (brace != std::string::npos) {
+            s += "[?]";
+            i = brace;
+            continue;
+          }
+        }
+      }
+      s += text[i];
+    }
+    out += s + "|" + std::to_string(int(n->exit)) + "\n";
+  }
+  return out;
+}
+
+size_t count_ops(const ir::Graph& g) {
+  size_t n = 0;
+  for (const auto& node : g.nodes()) n += node->op != OpId::Constant;
+  return n;
+}
+
+}  // namespace
+
+struct Engine::State {
+  CompileOptions opts;
+  struct Entry {
+    std::unique_ptr<TreeNode> root;
+    std::vector<std::weak_ptr<TensorImpl>> captures;
+    std::string eager_reason;
+    std::string signature;
+    std::vector<std::vector<int64_t>> arg_sizes;  // of the call that created it
+    size_t value_slots = 0;
+  };
+  mutable std::shared_mutex mu;
+  std::unordered_map<Key, std::unique_ptr<Entry>, KeyHash> cache;
+  DynamicDims dynamic;
+  std::set<std::pair<size_t, size_t>> static_only;  // dims whose graphs depend on their size
+  std::vector<std::string> log;                   // every trace and why
+  bool warned = false;
+  std::atomic<uint64_t> calls{0}, hits{0}, misses{0}, guard_failures{0}, compiles{0}, breaks{0}, eager_calls{0};
+
+  struct Replay {
+    bool ok = false;
+    std::string why;  // when not ok
+    std::vector<Tensor> outputs;
+  };
+  Replay replay(const Entry& e, std::span<const CallArg> args) const;
+  std::vector<Tensor> trace(const Key& key, std::span<const CallArg> args,
+                            const std::function<std::vector<Tensor>()>& run_eager, std::string why);
+  void merge(Entry& e, std::unique_ptr<TreeNode> chain);
+  std::string name() const { return opts.name.empty() ? "compiled function" : opts.name; }
+};
+
+Engine::Engine(CompileOptions options) : state_(std::make_unique<State>()) { state_->opts = std::move(options); }
+Engine::~Engine() = default;
+const CompileOptions& Engine::options() const { return state_->opts; }
+
+Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const CallArg> args) const {
+  Replay r;
+  Env env;
+  env.args.resize(args.size());
+  for (size_t i = 0; i < args.size(); ++i)
+    if (args[i].is_tensor) env.args[i] = args[i].tensor;
+  env.captures.resize(e.captures.size());
+  for (size_t i = 0; i < e.captures.size(); ++i) {
+    auto sp = e.captures[i].lock();
+    if (!sp) {
+      r.why = "captured tensor #" + std::to_string(i) + " was released (rebound or destroyed): trace again";
+      return r;
+    }
+    env.captures[i] = Tensor(std::move(sp));
+  }
+  env.values.resize(e.value_slots);
+  // Writes into arguments or captures made before a guard that then fails are undone, so the
+  // fresh trace starts from the caller's values.
+  std::vector<std::pair<Tensor, Tensor>> saved;
+  auto undo = [&] {
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) it->first.copy_(it->second);
+  };
+  const TreeNode* n = e.root.get();
+  while (true) {
+    if (n->exit != Exit::Return)
+      for (Ref w : n->written) saved.push_back({env.at(w), env.at(w).clone()});
+    std::vector<Tensor> ins;
+    ins.reserve(n->inputs.size());
+    for (Ref ref : n->inputs) ins.push_back(env.at(ref));
+    std::vector<Tensor> outs;
+    try {
+      outs = n->exe->run(ins);
+    } catch (...) {
+      undo();
+      throw;
+    }
+    for (size_t k = 0; k < outs.size(); ++k) env.values[n->outputs[k]] = std::move(outs[k]);
+    if (n->exit == Exit::Return) {
+      for (Ref ref : n->returns) r.outputs.push_back(env.at(ref));
+      r.ok = true;
+      return r;
+    }
+    std::string key;
+    if (n->exit == Exit::Print) {
+      print(env.at(n->guarded));
+    } else if (n->exit == Exit::DataDependent) {
+      std::vector<Tensor> dd;
+      for (Ref ref : n->dd_inputs) dd.push_back(env.at(ref));
+      Tensor out = n->replay(dd);
+      key = guard_key(n->exit, n->access, out);
+      env.at({Ref::Space::Value, n->dd_output}) = std::move(out);
+    } else {
+      key = guard_key(n->exit, n->access, env.at(n->guarded));
+    }
+    const TreeNode* next = nullptr;
+    for (const auto& [k, child] : n->children)
+      if (k == key) next = child.get();
+    if (!next) {
+      undo();
+      std::string seen;
+      for (const auto& [k, child] : n->children) seen += (seen.empty() ? "" : ", ") + describe_key(n->exit, n->access, k);
+      r.why = "guard failed: " + n->reason + " at " + n->where + " gave " + describe_key(n->exit, n->access, key) +
+              " (traced: " + seen + ")";
+      return r;
+    }
+    n = next;
+  }
+}
+
+void Engine::State::merge(Entry& e, std::unique_ptr<TreeNode> chain) {
+  std::unique_ptr<TreeNode>* slot = &e.root;
+  std::unique_ptr<TreeNode>* owner = &chain;
+  while (true) {
+    TreeNode* cur = slot->get();
+    TreeNode* nw = owner->get();
+    if (!cur || !cur->same_step(*nw)) {
+      // A different graph where the tree had one (a function whose trace does not depend on
+      // its inputs and guards alone): the new path replaces the old subtree.
+      if (cur) log.push_back("  (the new trace differs from the cached one at this point; it replaces it)");
+      *slot = std::move(*owner);
+      return;
+    }
+    if (nw->exit == Exit::Return) return;  // already there (another thread traced it first)
+    auto& [key, next_new] = nw->children.at(0);
+    auto it = std::find_if(cur->children.begin(), cur->children.end(), [&](auto& c) { return c.first == key; });
+    if (it == cur->children.end()) {
+      cur->children.push_back({key, std::move(next_new)});
+      return;
+    }
+    slot = &it->second;
+    owner = &next_new;
+  }
+}
+
+std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg> args,
+                                         const std::function<std::vector<Tensor>()>& run_eager, std::string why) {
+  std::vector<std::weak_ptr<TensorImpl>> known_captures;
+  {
+    std::shared_lock lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) known_captures = it->second->captures;
+  }
+  size_t known = known_captures.size();
+  Tracer tracer(args, std::move(known_captures), opts.fullgraph);
+  std::vector<Tensor> outs;
+  {
+    trace::Install install(&tracer);
+    outs = run_eager();
+  }
+  compiles++;
+  breaks += tracer.breaks();
+  std::unique_ptr<TreeNode> chain;
+  if (tracer.not_replayable().empty()) chain = tracer.finish(outs);
+
+  std::unique_lock lock(mu);
+  auto& slot = cache[key];
+  if (!slot) {
+    slot = std::make_unique<Entry>();
+    slot->signature = signature_text(args);
+    for (const CallArg& a : args) slot->arg_sizes.push_back(a.is_tensor ? a.tensor.sizes().vec() : std::vector<int64_t>{});
+  }
+  Entry& e = *slot;
+  log.push_back("trace #" + std::to_string(compiles.load()) + " " + e.signature + ": " + why);
+  if (!chain) {
+    e.eager_reason = tracer.not_replayable();
+    log.push_back("  not replayable: " + e.eager_reason + "; this signature runs eagerly from now on");
+    return outs;
+  }
+  if (e.captures.size() != known) return outs;  // another thread extended the captures meanwhile
+  e.captures = tracer.captures();
+  for (const TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
+    for (uint32_t s : n->outputs) e.value_slots = std::max<size_t>(e.value_slots, s + 1);
+    if (n->exit == Exit::DataDependent) e.value_slots = std::max<size_t>(e.value_slots, n->dd_output + 1);
+  }
+  merge(e, std::move(chain));
+  return outs;
+}
+
+std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::function<std::vector<Tensor>()>& run_eager) {
+  State& s = *state_;
+  s.calls++;
+  // Called while another function is being traced: run inline, so the outer trace records
+  // these ops into its own graph.
+  if (trace::active()) {
+    s.eager_calls++;
+    return run_eager();
+  }
+  DynamicDims dynamic;
+  {
+    std::shared_lock lock(s.mu);
+    dynamic = s.dynamic;
+  }
+  Key key = signature(args, dynamic);
+  bool dynamic_key = !dynamic.empty();
+  std::string why;
+  {
+    std::shared_lock lock(s.mu);
+    auto it = s.cache.find(key);
+    if (it != s.cache.end()) {
+      const State::Entry& e = *it->second;
+      if (!e.eager_reason.empty()) {
+        lock.unlock();
+        s.eager_calls++;
+        return run_eager();
+      }
+      State::Replay r = s.replay(e, args);
+      if (r.ok) {
+        s.hits++;
+        return std::move(r.outputs);
+      }
+      why = r.why;
+      s.guard_failures++;
+    }
+  }
+  if (why.empty()) {
+    s.misses++;
+    std::unique_lock lock(s.mu);
+    why = s.cache.empty() ? "first call" : "new input signature";
+    if (!s.cache.empty()) {
+      // Which sizes differ from the entries already cached (the candidates for dynamic dims).
+      std::set<std::pair<size_t, size_t>> varying;
+      for (const auto& [k, e] : s.cache)
+        for (size_t i = 0; i < args.size() && i < e->arg_sizes.size(); ++i)
+          if (args[i].is_tensor && int64_t(e->arg_sizes[i].size()) == args[i].tensor.dim())
+            for (size_t d = 0; d < e->arg_sizes[i].size(); ++d)
+              if (e->arg_sizes[i][d] != args[i].tensor.sizes()[d]) varying.insert({i, d});
+      if (s.cache.size() >= size_t(std::max(0, s.opts.recompile_limit))) {
+        std::string dims;
+        for (auto& v : varying)
+          if (!s.static_only.count(v) && !s.dynamic.count(v)) {
+            s.dynamic.insert(v);
+            dims += (dims.empty() ? "" : ", ") + ("arg " + std::to_string(v.first) + " dim " + std::to_string(v.second));
+          }
+        if (!dims.empty()) {
+          if (!s.warned)
+            std::cerr << "kiln: warning: " << s.name() << " was traced for " << s.cache.size()
+                      << " input signatures (recompile_limit " << s.opts.recompile_limit
+                      << "); marking the varying dimensions dynamic: " << dims << "\n";
+          s.warned = true;
+          why += "; recompile_limit reached, dynamic: " + dims;
+          key = signature(args, s.dynamic);
+          dynamic_key = true;
+          auto it = s.cache.find(key);
+          if (it != s.cache.end() && it->second->eager_reason.empty()) {
+            State::Replay r = s.replay(*it->second, args);
+            if (r.ok) {
+              s.hits++;
+              return std::move(r.outputs);
+            }
+          }
+        }
+      }
+    }
+  }
+  std::vector<Tensor> outs = s.trace(key, args, run_eager, why);
+  // A graph traced under dynamic dims is kept for all sizes only when it matches, sizes
+  // erased, a trace of the same function at other sizes; otherwise the dims stay static.
+  std::unique_lock lock(s.mu);
+  auto it = s.cache.find(key);
+  if (dynamic_key && it != s.cache.end() && it->second->root) {
+    std::string mine = shape_erased(*it->second->root);
+    bool generic = false;
+    for (const auto& [k, e] : s.cache)
+      if (e.get() != it->second.get() && e->root && shape_erased(*e->root) == mine) generic = true;
+    if (!generic) {
+      s.log.push_back("  the graph depends on the dynamic sizes (view sizes, constants): the dims stay static");
+      for (auto& d : s.dynamic) s.static_only.insert(d);
+      s.dynamic.clear();
+      s.cache.erase(it);
+    }
+  }
+  return outs;
+}
+
+CompileStats Engine::stats() const {
+  const State& s = *state_;
+  CompileStats st;
+  st.calls = s.calls;
+  st.hits = s.hits;
+  st.misses = s.misses;
+  st.guard_failures = s.guard_failures;
+  st.compiles = s.compiles;
+  st.breaks = s.breaks;
+  st.eager_calls = s.eager_calls;
+  return st;
+}
+
+Explanation Engine::explain(std::span<const CallArg> args) const {
+  const State& s = *state_;
+  Explanation ex;
+  ex.stats = stats();
+  std::shared_lock lock(s.mu);
+  ex.recompiles = s.log;
+  Key key = signature(args, s.dynamic);
+  auto it = s.cache.find(key);
+  ex.signature = signature_text(args);
+  if (it == s.cache.end()) return ex;
+  const State::Entry& e = *it->second;
+  ex.eager_reason = e.eager_reason;
+  if (!e.root) return ex;
+  // Walk the tree: every graph, every break and its guard with the values seen.
+  std::vector<const TreeNode*> stack{e.root.get()};
+  std::set<std::string> seen_breaks;
+  while (!stack.empty()) {
+    const TreeNode* n = stack.back();
+    stack.pop_back();
+    ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph)});
+    if (n->exit == Exit::Return) continue;
+    if (seen_breaks.insert(n->reason + "@" + n->where).second) ex.breaks.push_back({n->reason, n->where});
+    std::string g = n->reason + " at " + n->where;
+    if (n->exit == Exit::Print) {
+      g += ": printed on every call (no guard)";
+    } else {
+      g += n->exit == Exit::DataDependent ? ": output shape in {" : ": value in {";
+      for (size_t k = 0; k < n->children.size(); ++k)
+        g += (k ? ", " : "") + describe_key(n->exit, n->access, n->children[k].first);
+      g += "}";
+    }
+    ex.guards.push_back(g);
+    for (auto it2 = n->children.rbegin(); it2 != n->children.rend(); ++it2) stack.push_back(it2->second.get());
+  }
+  return ex;
+}
+
+}  // namespace detail
+
+std::string Explanation::str() const {
+  std::ostringstream o;
+  o << "signature " << signature << "\n";
+  if (!eager_reason.empty()) o << "runs eagerly: " << eager_reason << "\n";
+  o << graphs.size() << " graph" << (graphs.size() == 1 ? "" : "s") << ", " << breaks.size() << " graph break"
+    << (breaks.size() == 1 ? "" : "s") << "\n";
+  for (size_t i = 0; i < breaks.size(); ++i) o << "break " << i << ": " << breaks[i].reason << " at " << breaks[i].where << "\n";
+  for (size_t i = 0; i < guards.size(); ++i) o << "guard " << i << ": " << guards[i] << "\n";
+  for (size_t i = 0; i < graphs.size(); ++i) o << "graph " << i << " (" << graphs[i].ops << " ops):\n" << graphs[i].text;
+  o << "traces of this function:\n";
+  for (const auto& r : recompiles) o << "  " << r << "\n";
+  o << "stats: calls " << stats.calls << ", hits " << stats.hits << ", misses " << stats.misses << ", guard failures "
+    << stats.guard_failures << ", compiles " << stats.compiles << ", breaks " << stats.breaks << ", eager calls "
+    << stats.eager_calls << "\n";
+  return o.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Explanation& e) { return os << e.str(); }
+
+}  // namespace kiln

@@ -1,0 +1,338 @@
+// The tracer (see tracer.h).
+#include "tracer.h"
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "kiln/runtime/factories.h"
+
+namespace kiln::detail {
+
+namespace {
+
+const ir::Value* alias_root(const ir::Value* v) {
+  while (v->producer && (ir::op_info(v->producer->op).category == ir::Category::View || v->producer->op == OpId::Copy))
+    v = v->producer->inputs[0];
+  return v;
+}
+
+std::string hex_bytes(const Tensor& t) {
+  Tensor c = t.contiguous();
+  static const char* digits = "0123456789abcdef";
+  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+  std::string s(size_t(c.nbytes()) * 2, '0');
+  for (int64_t i = 0; i < c.nbytes(); ++i) {
+    s[size_t(2 * i)] = digits[p[i] >> 4];
+    s[size_t(2 * i + 1)] = digits[p[i] & 15];
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string describe_location(const std::source_location& where, const void* pc) {
+  if (where.line() != 0) {
+    std::string s = std::string(where.file_name()) + ":" + std::to_string(where.line());
+    if (where.function_name() && *where.function_name()) s += " (" + std::string(where.function_name()) + ")";
+    return s;
+  }
+  if (pc) {
+    Dl_info info{};
+    if (dladdr(pc, &info) && info.dli_sname) {
+      int status = 0;
+      char* dm = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
+      std::string name = status == 0 && dm ? dm : info.dli_sname;
+      std::free(dm);
+      auto off = static_cast<const char*>(pc) - static_cast<const char*>(info.dli_saddr);
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "+0x%lx", static_cast<unsigned long>(off));
+      return "in " + name + buf + " (no source line: use t.item<bool>() to record one)";
+    }
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "at code address %p", pc);
+    return buf;
+  }
+  return "unknown location";
+}
+
+ir::Type Tracer::type_of(const Tensor& t) {
+  return ir::Type::tensor(t.dtype(), t.sizes().vec(), t.strides().vec(), t.device());
+}
+
+Tracer::Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorImpl>> captures, bool fullgraph)
+    : fullgraph_(fullgraph), start_serial_(next_tensor_serial()), captures_(std::move(captures)) {
+  head_ = std::make_unique<TreeNode>();
+  head_->graph = ir::Graph("graph0");
+  tail_ = head_.get();
+  segments_ = 1;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (!args[i].is_tensor) continue;
+    const Tensor& t = args[i].tensor;
+    ir::Value* v = tail_->graph.add_input("a" + std::to_string(i), type_of(t));
+    tail_->inputs.push_back({Ref::Space::Arg, uint32_t(i)});
+    // The same tensor passed twice is one value; its second input is unused.
+    auto it = known_.find(t.impl_ptr().get());
+    if (it == known_.end() || it->second.impl.expired()) bind(t, v);
+  }
+}
+
+void Tracer::bind(const Tensor& t, ir::Value* v) { known_[t.impl_ptr().get()] = Known{t.impl_ptr(), v}; }
+
+ir::Value* Tracer::add_input(const Tensor& t, Ref ref) {
+  std::string name = ref.space == Ref::Space::Arg ? "a" : ref.space == Ref::Space::Capture ? "c" : "v";
+  ir::Value* v = tail_->graph.add_input(name + std::to_string(ref.index), type_of(t));
+  tail_->inputs.push_back(ref);
+  bind(t, v);
+  return v;
+}
+
+ir::Value* Tracer::value_of(const Tensor& t) {
+  const TensorImpl* impl = t.impl_ptr().get();
+  KILN_CHECK(impl, "compile", "an undefined tensor was used while tracing");
+  auto it = known_.find(impl);
+  if (it != known_.end() && !it->second.impl.expired()) return it->second.value;
+  if (impl->serial < start_serial_) {
+    // A tensor that existed before the trace began: captured by the function's closure.
+    // It becomes a graph input, read at call time, never a constant.
+    for (size_t i = 0; i < captures_.size(); ++i)
+      if (captures_[i].lock().get() == impl) return add_input(t, {Ref::Space::Capture, uint32_t(i)});
+    captures_.push_back(t.impl_ptr());
+    return add_input(t, {Ref::Space::Capture, uint32_t(captures_.size() - 1)});
+  }
+  KILN_FAIL("compile", "a tensor of shape ", t.sizes().vec(), " and dtype ", name(t.dtype()),
+            " was made while tracing by an operation the tracer did not see; this is a kiln bug");
+}
+
+void Tracer::record(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs,
+                    std::span<const Tensor> outputs) {
+  if (!not_replayable_.empty()) return;
+  std::vector<ir::Value*> ins;
+  for (const auto& in : inputs) {
+    if (in.tensor) {
+      ins.push_back(value_of(*in.tensor));
+      continue;
+    }
+    // A Python-style number operand: a constant typed as a wrapped 0-d tensor of full
+    // precision (bool, int64 or float64), which promotes like a number.
+    const Scalar& s = in.scalar;
+    ir::Type t = ir::Type::tensor(s.is_bool() ? kBool : s.is_integral() ? kInt64 : kFloat64, {}, {});
+    t.wrapped = true;
+    ins.push_back(tail_->graph.add_node(OpId::Constant, {}, {{"value", scalar_attr(s)}}, {t})->outputs[0]);
+  }
+  std::vector<ir::Type> types;
+  for (const Tensor& o : outputs) types.push_back(type_of(o));
+  ir::Node* n = tail_->graph.add_node(op, std::move(ins), std::move(attrs), std::move(types));
+  for (size_t k = 0; k < outputs.size(); ++k) bind(outputs[k], n->outputs[k]);
+}
+
+void Tracer::write_back(const Tensor& dst, const Tensor& src) {
+  if (!not_replayable_.empty()) return;
+  ir::Value* vd = value_of(dst);
+  ir::Value* vs = value_of(src);
+  ir::Node* n = tail_->graph.add_node(OpId::Copy, {vd, vs}, {}, {type_of(dst)});
+  bind(dst, n->outputs[0]);
+  // A write into an argument or a captured tensor: remembered so that a replay which fails a
+  // later guard can undo it before tracing again from the start.
+  const ir::Value* root = alias_root(vd);
+  const auto& gin = tail_->graph.inputs();
+  auto pos = std::find(gin.begin(), gin.end(), root);
+  if (pos != gin.end()) {
+    Ref r = tail_->inputs[size_t(pos - gin.begin())];
+    if (r.space != Ref::Space::Value && std::find(tail_->written.begin(), tail_->written.end(), r) == tail_->written.end())
+      tail_->written.push_back(r);
+  }
+}
+
+void Tracer::created(const Tensor& t, std::string_view factory) {
+  if (!not_replayable_.empty()) return;
+  static const char* refused[] = {"rand", "randn", "randint", "randperm"};
+  for (const char* r : refused)
+    KILN_CHECK(factory != r, "compile", factory, "() inside a compiled function: random values would be baked into "
+               "the graph and repeat on every call; make the random tensor outside and pass it as an argument");
+  KILN_CHECK(factory != "from_blob", "compile", "from_blob() inside a compiled function: the graph cannot read host "
+             "memory at call time; wrap the memory outside and pass the tensor as an argument");
+  ir::Type type = ir::Type::contiguous(t.dtype(), t.sizes().vec(), t.device());
+  ir::Node* n = tail_->graph.add_node(OpId::Constant, {}, {{"data", hex_bytes(t)}}, {type});
+  bind(t, n->outputs[0]);
+}
+
+TreeNode* Tracer::cut(const Tensor* also_live) {
+  if (also_live) value_of(*also_live);
+  // Every tensor still alive in the user's code may be used after the break: hand it over.
+  struct Live {
+    std::shared_ptr<TensorImpl> impl;
+    ir::Value* value;
+  };
+  std::vector<Live> live;
+  for (auto it = known_.begin(); it != known_.end();) {
+    if (auto sp = it->second.impl.lock()) {
+      live.push_back({std::move(sp), it->second.value});
+      ++it;
+    } else {
+      it = known_.erase(it);
+    }
+  }
+  // A deterministic order (value ids), so equal traces give byte-identical graphs.
+  std::sort(live.begin(), live.end(), [](const Live& a, const Live& b) {
+    return a.value->id != b.value->id ? a.value->id < b.value->id : a.impl.get() < b.impl.get();
+  });
+  TreeNode* closed = tail_;
+  std::vector<ir::Value*> outs;
+  cut_slots_.clear();
+  std::vector<std::pair<uint32_t, Tensor>> handed;  // slot, a tensor holding it
+  for (const Live& l : live) {
+    if (outs.empty() || outs.back() != l.value) {
+      outs.push_back(l.value);
+      closed->outputs.push_back(next_value_slot_++);
+      handed.push_back({closed->outputs.back(), Tensor(l.impl)});
+    }
+    cut_slots_[l.impl.get()] = {Ref::Space::Value, closed->outputs.back()};
+  }
+  closed->graph.set_outputs(outs);
+
+  auto next = std::make_unique<TreeNode>();
+  next->graph = ir::Graph("graph" + std::to_string(segments_++));
+  tail_ = next.get();
+  closed->children.push_back({std::string(), std::move(next)});
+  // The next graph's inputs are the handed-over values; every live tensor is rebound.
+  std::unordered_map<uint32_t, ir::Value*> by_slot;
+  for (auto& [slot, t] : handed) by_slot[slot] = add_input(t, {Ref::Space::Value, slot});
+  for (const Live& l : live) bind(Tensor(l.impl), by_slot.at(cut_slots_.at(l.impl.get()).index));
+  return closed;
+}
+
+Ref Tracer::slot_of(const Tensor& t) { return cut_slots_.at(t.impl_ptr().get()); }
+
+void Tracer::host_access(const Tensor& t, trace::HostAccess what, const std::source_location& where, const void* pc) {
+  if (!not_replayable_.empty()) return;
+  std::string loc = describe_location(where, pc);
+  KILN_CHECK(!fullgraph_, "compile", "graph break in fullgraph mode: ", trace::host_access_name(what),
+             " on a traced tensor at ", loc, ". Data-dependent control flow cannot be captured in one graph; "
+             "use kiln::where or kiln::cond, or compile without fullgraph");
+  if (what == trace::HostAccess::DataPtr) {
+    not_replayable_ = "data_ptr() at " + loc + " hands the tensor's memory to host code, which a replay cannot reproduce";
+    return;
+  }
+  ++breaks_;
+  TreeNode* n = cut(&t);
+  n->exit = what == trace::HostAccess::Print ? Exit::Print : Exit::HostValue;
+  n->access = what;
+  n->guarded = slot_of(t);
+  n->reason = std::string(trace::host_access_name(what)) + " on a traced tensor";
+  n->where = loc;
+  n->key = guard_key(n->exit, what, t);
+  n->children[0].first = n->key;
+}
+
+void Tracer::data_dependent(std::string_view op, std::span<const Tensor> inputs, const Tensor& output,
+                            std::function<Tensor(std::span<const Tensor>)> replay, const std::source_location& where) {
+  if (!not_replayable_.empty()) return;
+  std::string loc = describe_location(where, nullptr);
+  KILN_CHECK(!fullgraph_, "compile", "graph break in fullgraph mode: ", op, "() at ", loc,
+             ": its output shape depends on the data, so it cannot be traced into a graph");
+  ++breaks_;
+  for (const Tensor& t : inputs) value_of(t);
+  std::vector<Tensor> keep(inputs.begin(), inputs.end());  // alive through the cut
+  TreeNode* n = cut();
+  n->exit = Exit::DataDependent;
+  for (const Tensor& t : keep) n->dd_inputs.push_back(slot_of(t));
+  n->dd_output = next_value_slot_++;
+  n->replay = std::move(replay);
+  n->reason = std::string(op) + "(): its output shape depends on the data";
+  n->where = loc;
+  n->key = guard_key(Exit::DataDependent, trace::HostAccess::Bool, output);
+  n->children[0].first = n->key;
+  add_input(output, {Ref::Space::Value, n->dd_output});
+}
+
+std::unique_ptr<TreeNode> Tracer::finish(const std::vector<Tensor>& outputs) {
+  KILN_CHECK(not_replayable_.empty(), "compile", "finish() on a trace that cannot be replayed");
+  std::vector<ir::Value*> outs;
+  for (const Tensor& t : outputs) outs.push_back(value_of(t));
+  tail_->graph.set_outputs(outs);
+  tail_->exit = Exit::Return;
+  for (size_t k = 0; k < outs.size(); ++k) {
+    tail_->outputs.push_back(next_value_slot_++);
+    tail_->returns.push_back({Ref::Space::Value, tail_->outputs.back()});
+  }
+  for (TreeNode* n = head_.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
+    n->hash = ir::hash(n->graph);
+    n->exe = std::make_unique<ir::Executable>(n->graph);
+  }
+  return std::move(head_);
+}
+
+// ---- guard keys ----
+
+std::string guard_key(Exit exit, trace::HostAccess access, const Tensor& t) {
+  trace::Pause p;
+  auto raw = [](const void* data, size_t n) { return std::string(static_cast<const char*>(data), n); };
+  if (exit == Exit::Print) return std::string();
+  if (exit == Exit::DataDependent) {
+    auto sz = t.sizes().vec();
+    return "s" + raw(sz.data(), sz.size() * sizeof(int64_t));
+  }
+  if (access == trace::HostAccess::Bool) return bool(t) ? "b1" : "b0";
+  if (access == trace::HostAccess::Item) {
+    Scalar s = t.item();
+    if (s.is_floating()) {
+      double d = s.to_double();
+      return "f" + raw(&d, sizeof d);
+    }
+    int64_t i = s.to_int();
+    return (s.is_bool() ? "b" : "i") + raw(&i, sizeof i);
+  }
+  // to_vector / str: the host saw every element (and the shape and dtype).
+  Tensor c = t.contiguous();
+  auto sz = t.sizes().vec();
+  return "v" + std::string(name(t.dtype())) + ":" + raw(sz.data(), sz.size() * sizeof(int64_t)) + ":" +
+         raw(c.data_ptr(), size_t(c.nbytes()));
+}
+
+std::string describe_key(Exit exit, trace::HostAccess access, const std::string& key) {
+  if (exit == Exit::Print) return "(printed)";
+  if (key.empty()) return "?";
+  if (key[0] == 's') {
+    std::vector<int64_t> sz((key.size() - 1) / sizeof(int64_t));
+    std::memcpy(sz.data(), key.data() + 1, sz.size() * sizeof(int64_t));
+    std::string s = "sizes [";
+    for (size_t i = 0; i < sz.size(); ++i) s += (i ? ", " : "") + std::to_string(sz[i]);
+    return s + "]";
+  }
+  if (access == trace::HostAccess::Bool && key.size() == 2) return key == "b1" ? "true" : "false";
+  if (key[0] == 'f' && key.size() == 1 + sizeof(double)) {
+    double d;
+    std::memcpy(&d, key.data() + 1, sizeof d);
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", d);
+    return buf;
+  }
+  if ((key[0] == 'i' || key[0] == 'b') && key.size() == 1 + sizeof(int64_t)) {
+    int64_t i;
+    std::memcpy(&i, key.data() + 1, sizeof i);
+    return key[0] == 'b' ? (i ? "true" : "false") : std::to_string(i);
+  }
+  return "the tensor's " + std::to_string(key.size()) + "-byte contents";
+}
+
+}  // namespace kiln::detail
+
+namespace kiln::detail {
+
+void Tracer::record_cond(const Tensor& pred, const std::vector<Tensor>& operands, ir::Graph then_graph,
+                         ir::Graph else_graph, const std::vector<Tensor>& outputs) {
+  if (!not_replayable_.empty()) return;
+  std::vector<ir::Value*> ins{value_of(pred)};
+  for (const Tensor& t : operands) ins.push_back(value_of(t));
+  std::vector<ir::Type> types;
+  for (const Tensor& o : outputs) types.push_back(type_of(o));
+  ir::Node* n = tail_->graph.add_node(OpId::Cond, std::move(ins), {}, std::move(types));
+  n->regions.push_back(std::make_unique<ir::Graph>(std::move(then_graph)));
+  n->regions.push_back(std::make_unique<ir::Graph>(std::move(else_graph)));
+  for (size_t k = 0; k < outputs.size(); ++k) bind(outputs[k], n->outputs[k]);
+}
+
+}  // namespace kiln::detail

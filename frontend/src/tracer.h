@@ -1,0 +1,78 @@
+// The tracer: the runtime's Recorder while a compiled function runs for the first time on a
+// signature (or along a new path). It maps every live tensor to the SSA value that produced
+// it, appends nodes as eager ops report themselves, and cuts the trace into a chain of graphs
+// at each graph break.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/compile.h"
+#include "trace_tree.h"
+
+namespace kiln::detail {
+
+class Tracer final : public trace::Recorder {
+ public:
+  // `args` are the call's arguments; `captures` the closure tensors known from earlier traces
+  // of this signature (their slots stay stable across paths).
+  Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorImpl>> captures, bool fullgraph);
+
+  void record(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs,
+              std::span<const Tensor> outputs) override;
+  void write_back(const Tensor& dst, const Tensor& src) override;
+  void created(const Tensor& t, std::string_view factory) override;
+  void host_access(const Tensor& t, trace::HostAccess what, const std::source_location& where,
+                   const void* pc) override;
+  void data_dependent(std::string_view op, std::span<const Tensor> inputs, const Tensor& output,
+                      std::function<Tensor(std::span<const Tensor>)> replay,
+                      const std::source_location& where) override;
+
+  // A kiln::cond: both branches were traced into `then_graph` and `else_graph`; `outputs` are
+  // the real results of the branch `pred` chose.
+  void record_cond(const Tensor& pred, const std::vector<Tensor>& operands, ir::Graph then_graph,
+                   ir::Graph else_graph, const std::vector<Tensor>& outputs);
+  // For a branch tracer: whether the branch wrote into an operand.
+  bool writes_inputs() const { return head_ && !head_->written.empty(); }
+
+  // Ends the trace: the function returned `outputs`. Returns the chain of nodes, each the
+  // only child of the previous one (under the key its guard saw).
+  std::unique_ptr<TreeNode> finish(const std::vector<Tensor>& outputs);
+
+  // Non-empty when the trace cannot be replayed (data_ptr escaped to the host).
+  const std::string& not_replayable() const { return not_replayable_; }
+  const std::vector<std::weak_ptr<TensorImpl>>& captures() const { return captures_; }
+  size_t breaks() const { return breaks_; }
+
+ private:
+  struct Known {
+    std::weak_ptr<TensorImpl> impl;
+    ir::Value* value;
+  };
+  ir::Value* value_of(const Tensor& t);
+  ir::Value* add_input(const Tensor& t, Ref ref);
+  void bind(const Tensor& t, ir::Value* v);
+  // Closes the current graph with every live value as an output and opens the next one,
+  // whose inputs are those values. Returns the closed node.
+  TreeNode* cut(const Tensor* also_live = nullptr);
+  Ref slot_of(const Tensor& t);  // the Value slot a live tensor was handed out in at the last cut
+  static ir::Type type_of(const Tensor& t);
+
+  bool fullgraph_;
+  uint64_t start_serial_;
+  std::vector<std::weak_ptr<TensorImpl>> captures_;
+  std::unique_ptr<TreeNode> head_;
+  TreeNode* tail_ = nullptr;  // the node being recorded
+  std::unordered_map<const TensorImpl*, Known> known_;
+  std::unordered_map<const TensorImpl*, Ref> cut_slots_;  // tensors handed across the last cut
+  uint32_t next_value_slot_ = 0;
+  size_t segments_ = 0, breaks_ = 0;
+  std::string not_replayable_;
+};
+
+// "file:line (function)" for a source location; for a code address, the enclosing symbol.
+std::string describe_location(const std::source_location& where, const void* pc);
+
+}  // namespace kiln::detail

@@ -1,0 +1,49 @@
+// The reference executor: runs any graph on the eager kernels.
+//
+// Preparing a graph decodes every node's attributes once into a step (a small closure that
+// calls the eager op); running it walks the steps over a frame of values. Views are real views
+// and write-backs (`copy`) really write, so a graph that mutates its inputs or returns views of
+// them behaves exactly as the eager program it was traced from. Later issues add compiled
+// backends beside this one; this one stays the reference they are tested against.
+#pragma once
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kiln/ir/graph.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln::ir {
+
+// One value at run time: a tensor, or a wrapped host number (a Python-style scalar operand).
+struct Slot {
+  Tensor tensor;
+  Scalar scalar;
+  bool is_scalar = false;
+};
+
+class Executable {
+ public:
+  // Decodes the graph; throws kiln::Error ("[exec] ...") for a node it cannot run.
+  explicit Executable(const Graph& g);
+  ~Executable();
+  Executable(Executable&&) noexcept;
+  Executable& operator=(Executable&&) noexcept;
+
+  // Runs the graph. Safe to call from several threads at once.
+  std::vector<Tensor> run(std::span<const Tensor> inputs) const;
+  std::vector<Slot> run_slots(std::span<const Slot> inputs) const;
+  size_t num_inputs() const;
+  size_t num_steps() const;
+
+  struct Step;
+
+ private:
+  std::unique_ptr<struct Plan> plan_;
+};
+
+// Prepares and runs `g` once.
+std::vector<Tensor> execute(const Graph& g, std::span<const Tensor> inputs);
+
+}  // namespace kiln::ir

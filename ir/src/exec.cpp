@@ -1,0 +1,524 @@
+// The reference executor (see exec.h): one case per op of the op table, each calling the
+// eager op with the node's decoded attributes.
+#include "kiln/ir/exec.h"
+
+#include <unordered_set>
+
+#include "kiln/runtime/factories.h"
+#include "kiln/runtime/ops.h"
+
+namespace kiln::ir {
+
+namespace {
+
+using Frame = std::vector<Slot>;
+
+// ---- attribute decoding (done once, at prepare time) ----
+struct Attrs {
+  const Node& n;
+  const AttrValue& get(std::string_view name) const {
+    const Attr* a = n.attr(name);
+    KILN_CHECK(a, "exec", op_info(n.op).name, ": missing attribute '", name, "'");
+    return a->value;
+  }
+  bool has(std::string_view name) const { return n.attr(name) != nullptr; }
+  template <typename T>
+  T as(std::string_view name) const {
+    const AttrValue& v = get(name);
+    if (auto* p = std::get_if<T>(&v)) return *p;
+    if constexpr (std::is_same_v<T, double>)
+      if (auto* i = std::get_if<int64_t>(&v)) return double(*i);
+    KILN_FAIL("exec", op_info(n.op).name, ": attribute '", name, "' has the wrong kind (", attr_str(v), ")");
+  }
+  int64_t i(std::string_view name) const { return as<int64_t>(name); }
+  bool b(std::string_view name) const { return as<bool>(name); }
+  double d(std::string_view name) const { return as<double>(name); }
+  IntList ints(std::string_view name) const { return as<IntList>(name); }
+  Scalar scalar(std::string_view name) const { return attr_scalar(get(name)); }
+  std::optional<double> opt_d(std::string_view name) const {
+    if (!has(name) || std::holds_alternative<NoneAttr>(get(name))) return std::nullopt;
+    return d(name);
+  }
+  std::optional<int64_t> opt_i(std::string_view name) const {
+    if (!has(name) || std::holds_alternative<NoneAttr>(get(name))) return std::nullopt;
+    return i(name);
+  }
+  std::optional<std::string> opt_s(std::string_view name) const {
+    if (!has(name) || std::holds_alternative<NoneAttr>(get(name))) return std::nullopt;
+    return as<std::string>(name);
+  }
+  std::optional<DType> opt_dtype(std::string_view name) const {
+    if (!has(name) || std::holds_alternative<NoneAttr>(get(name))) return std::nullopt;
+    return as<DType>(name);
+  }
+};
+
+// Decodes a `constant` node's hex `data` into a tensor of the node's type.
+Tensor decode_constant(const Node& n) {
+  const Type& t = n.outputs[0]->type;
+  const auto& hex = Attrs{n}.as<std::string>("data");
+  Tensor out = empty(t.sizes, TensorOptions(t.dtype).device(t.device));
+  KILN_CHECK(int64_t(hex.size()) == 2 * out.nbytes(), "exec", "constant: data has ", hex.size() / 2,
+             " bytes but ", t.str(), " needs ", out.nbytes());
+  auto nib = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    KILN_FAIL("exec", "constant: data is not lower-case hex");
+  };
+  auto* p = static_cast<uint8_t*>(out.data_ptr());
+  for (size_t k = 0; k < hex.size() / 2; ++k) p[k] = uint8_t(nib(hex[2 * k]) * 16 + nib(hex[2 * k + 1]));
+  return out;
+}
+
+// The value whose memory `v` views: follows views and write-backs up to their source.
+const Value* alias_root(const Value* v) {
+  while (v->producer && (op_info(v->producer->op).category == Category::View || v->producer->op == OpId::Copy))
+    v = v->producer->inputs[0];
+  return v;
+}
+
+}  // namespace
+
+struct Executable::Step {
+  std::vector<int> in, out;
+  std::function<void(const Step&, Frame&)> run;
+};
+
+struct Plan {
+  size_t frame_size = 0;
+  std::vector<int> inputs, outputs;
+  std::vector<Executable::Step> steps;
+  std::vector<std::unique_ptr<Executable>> regions;  // owned by cond steps
+};
+
+namespace {
+
+using Step = Executable::Step;
+const Tensor& T(const Step& s, Frame& f, size_t k) {
+  const Slot& slot = f[size_t(s.in[k])];
+  KILN_CHECK(!slot.is_scalar, "exec", "operand ", k, " is a number where a tensor is needed");
+  return slot.tensor;
+}
+bool is_num(const Step& s, Frame& f, size_t k) { return f[size_t(s.in[k])].is_scalar; }
+const Scalar& S(const Step& s, Frame& f, size_t k) { return f[size_t(s.in[k])].scalar; }
+void put(const Step& s, Frame& f, Tensor t, size_t k = 0) {
+  Slot& o = f[size_t(s.out[k])];
+  o.tensor = std::move(t);
+  o.is_scalar = false;
+}
+
+using Fn = std::function<void(const Step&, Frame&)>;
+
+// A unary op with no attributes.
+template <typename F>
+Fn unary(F f) {
+  return [f](const Step& s, Frame& fr) { put(s, fr, f(T(s, fr, 0))); };
+}
+
+// A binary op with tensor-tensor and tensor-number forms; `swap` handles a number first
+// (for commutative ops, or comparisons with the mirrored op).
+template <typename TT, typename TS, typename Swap>
+Fn binary(TT tt, TS ts, Swap swap, std::string_view name) {
+  return [=](const Step& s, Frame& fr) {
+    bool n0 = is_num(s, fr, 0), n1 = is_num(s, fr, 1);
+    if (!n0 && !n1) return put(s, fr, tt(T(s, fr, 0), T(s, fr, 1)));
+    if (!n0) return put(s, fr, ts(T(s, fr, 0), S(s, fr, 1)));
+    if (!n1) return put(s, fr, swap(S(s, fr, 0), T(s, fr, 1)));
+    KILN_FAIL("exec", name, ": both operands are numbers");
+  };
+}
+template <typename TT, typename TS>
+Fn commutative(TT tt, TS ts, std::string_view name) {
+  return binary(tt, ts, [ts](const Scalar& a, const Tensor& b) { return ts(b, a); }, name);
+}
+template <typename TT, typename TS>
+Fn tensor_first(TT tt, TS ts, std::string_view name) {
+  return binary(tt, ts, [name](const Scalar&, const Tensor&) -> Tensor {
+    KILN_FAIL("exec", name, ": a number as the first operand is not supported");
+  }, name);
+}
+
+Fn make_step(const Node& n, Plan& plan) {
+  Attrs a{n};
+  switch (n.op) {
+#define KILN_UNARY_CASE(id, fn) \
+  case OpId::id: return unary([](const Tensor& x) { return fn(x); });
+    KILN_UNARY_CASE(Neg, neg) KILN_UNARY_CASE(Abs, abs) KILN_UNARY_CASE(Sign, sign)
+    KILN_UNARY_CASE(Exp, exp) KILN_UNARY_CASE(Exp2, exp2) KILN_UNARY_CASE(Expm1, expm1)
+    KILN_UNARY_CASE(Log, log) KILN_UNARY_CASE(Log2, log2) KILN_UNARY_CASE(Log1p, log1p)
+    KILN_UNARY_CASE(Sqrt, sqrt) KILN_UNARY_CASE(Rsqrt, rsqrt) KILN_UNARY_CASE(Reciprocal, reciprocal)
+    KILN_UNARY_CASE(Sin, sin) KILN_UNARY_CASE(Cos, cos) KILN_UNARY_CASE(Tan, tan)
+    KILN_UNARY_CASE(Asin, asin) KILN_UNARY_CASE(Acos, acos) KILN_UNARY_CASE(Atan, atan)
+    KILN_UNARY_CASE(Sinh, sinh) KILN_UNARY_CASE(Cosh, cosh) KILN_UNARY_CASE(Tanh, tanh)
+    KILN_UNARY_CASE(Sigmoid, sigmoid) KILN_UNARY_CASE(Relu, relu) KILN_UNARY_CASE(Silu, silu)
+    KILN_UNARY_CASE(Erf, erf) KILN_UNARY_CASE(Floor, floor) KILN_UNARY_CASE(Ceil, ceil)
+    KILN_UNARY_CASE(Round, round) KILN_UNARY_CASE(Trunc, trunc) KILN_UNARY_CASE(IsNan, isnan)
+    KILN_UNARY_CASE(IsInf, isinf) KILN_UNARY_CASE(IsFinite, isfinite)
+    KILN_UNARY_CASE(LogicalNot, logical_not) KILN_UNARY_CASE(BitwiseNot, bitwise_not)
+#undef KILN_UNARY_CASE
+    case OpId::Gelu: {
+      std::string approx = a.as<std::string>("approximate");
+      return unary([approx](const Tensor& x) { return gelu(x, approx); });
+    }
+    case OpId::NanToNum: {
+      auto nan = a.opt_d("nan"), pos = a.opt_d("posinf"), neg_ = a.opt_d("neginf");
+      return unary([=](const Tensor& x) { return nan_to_num(x, nan, pos, neg_); });
+    }
+    case OpId::Cast: {
+      DType dt = a.as<DType>("dtype");
+      return unary([dt](const Tensor& x) { return x.to(dt); });
+    }
+    case OpId::Fill: {
+      Scalar v = a.scalar("value");
+      return unary([v](const Tensor& x) { return full(x.sizes(), v, TensorOptions(x.dtype()).device(x.device())); });
+    }
+
+    case OpId::Add:
+    case OpId::Sub: {
+      Scalar alpha = a.scalar("alpha");
+      bool is_sub = n.op == OpId::Sub;
+      return [=](const Step& s, Frame& fr) {
+        bool n0 = is_num(s, fr, 0), n1 = is_num(s, fr, 1);
+        KILN_CHECK(!(n0 && n1), "exec", is_sub ? "sub" : "add", ": both operands are numbers");
+        if (n0) {
+          // number - tensor (rsub) or number + tensor
+          KILN_CHECK(alpha.to_double() == 1, "exec", "sub: a number first operand needs alpha = 1");
+          return put(s, fr, is_sub ? rsub(T(s, fr, 1), S(s, fr, 0)) : add(T(s, fr, 1), S(s, fr, 0)));
+        }
+        if (n1) return put(s, fr, is_sub ? sub(T(s, fr, 0), S(s, fr, 1), alpha) : add(T(s, fr, 0), S(s, fr, 1), alpha));
+        put(s, fr, is_sub ? sub(T(s, fr, 0), T(s, fr, 1), alpha) : add(T(s, fr, 0), T(s, fr, 1), alpha));
+      };
+    }
+    case OpId::Mul:
+      return commutative([](const Tensor& x, const Tensor& y) { return mul(x, y); },
+                         [](const Tensor& x, const Scalar& y) { return mul(x, y); }, "mul");
+    case OpId::Div: {
+      std::optional<std::string> mode = a.opt_s("rounding_mode");
+      auto m = [mode]() -> std::optional<std::string_view> {
+        if (mode) return std::string_view(*mode);
+        return std::nullopt;
+      };
+      return binary([=](const Tensor& x, const Tensor& y) { return div(x, y, m()); },
+                    [=](const Tensor& x, const Scalar& y) { return div(x, y, m()); },
+                    [=](const Scalar& x, const Tensor& y) { return div(x, y, m()); }, "div");
+    }
+    case OpId::Remainder:
+      return tensor_first([](const Tensor& x, const Tensor& y) { return remainder(x, y); },
+                          [](const Tensor& x, const Scalar& y) { return remainder(x, y); }, "remainder");
+    case OpId::Fmod:
+      return tensor_first([](const Tensor& x, const Tensor& y) { return fmod(x, y); },
+                          [](const Tensor& x, const Scalar& y) { return fmod(x, y); }, "fmod");
+    case OpId::Pow:
+      return binary([](const Tensor& x, const Tensor& y) { return pow(x, y); },
+                    [](const Tensor& x, const Scalar& y) { return pow(x, y); },
+                    [](const Scalar& x, const Tensor& y) { return pow(x, y); }, "pow");
+    case OpId::Atan2: return [](const Step& s, Frame& fr) { put(s, fr, atan2(T(s, fr, 0), T(s, fr, 1))); };
+    case OpId::Maximum: return [](const Step& s, Frame& fr) { put(s, fr, maximum(T(s, fr, 0), T(s, fr, 1))); };
+    case OpId::Minimum: return [](const Step& s, Frame& fr) { put(s, fr, minimum(T(s, fr, 0), T(s, fr, 1))); };
+#define KILN_CMP_CASE(id, fn, mirror)                                                              \
+  case OpId::id:                                                                                   \
+    return binary([](const Tensor& x, const Tensor& y) { return fn(x, y); },                       \
+                  [](const Tensor& x, const Scalar& y) { return fn(x, y); },                       \
+                  [](const Scalar& x, const Tensor& y) { return mirror(y, x); }, #fn);
+    KILN_CMP_CASE(Eq, eq, eq) KILN_CMP_CASE(Ne, ne, ne) KILN_CMP_CASE(Lt, lt, gt)
+    KILN_CMP_CASE(Le, le, ge) KILN_CMP_CASE(Gt, gt, lt) KILN_CMP_CASE(Ge, ge, le)
+    KILN_CMP_CASE(BitwiseAnd, bitwise_and, bitwise_and) KILN_CMP_CASE(BitwiseOr, bitwise_or, bitwise_or)
+    KILN_CMP_CASE(BitwiseXor, bitwise_xor, bitwise_xor)
+#undef KILN_CMP_CASE
+    case OpId::LogicalAnd: return [](const Step& s, Frame& fr) { put(s, fr, logical_and(T(s, fr, 0), T(s, fr, 1))); };
+    case OpId::LogicalOr: return [](const Step& s, Frame& fr) { put(s, fr, logical_or(T(s, fr, 0), T(s, fr, 1))); };
+    case OpId::LogicalXor: return [](const Step& s, Frame& fr) { put(s, fr, logical_xor(T(s, fr, 0), T(s, fr, 1))); };
+
+    case OpId::Where:
+      return [](const Step& s, Frame& fr) {
+        const Tensor& c = T(s, fr, 0);
+        bool n1 = is_num(s, fr, 1), n2 = is_num(s, fr, 2);
+        if (n1 && n2) return put(s, fr, where(c, S(s, fr, 1), S(s, fr, 2)));
+        if (n1) return put(s, fr, where(c, S(s, fr, 1), T(s, fr, 2)));
+        if (n2) return put(s, fr, where(c, T(s, fr, 1), S(s, fr, 2)));
+        put(s, fr, where(c, T(s, fr, 1), T(s, fr, 2)));
+      };
+    case OpId::Clamp: {
+      bool has_min = a.b("has_min"), has_max = a.b("has_max");
+      KILN_CHECK(n.inputs.size() == size_t(1 + has_min + has_max), "exec", "clamp: has ", n.inputs.size(),
+                 " operands but has_min=", has_min, " has_max=", has_max);
+      return [=](const Step& s, Frame& fr) {
+        size_t k = 1;
+        int lo = has_min ? int(k++) : -1, hi = has_max ? int(k++) : -1;
+        bool nums = (lo < 0 || is_num(s, fr, size_t(lo))) && (hi < 0 || is_num(s, fr, size_t(hi)));
+        bool tens = (lo < 0 || !is_num(s, fr, size_t(lo))) && (hi < 0 || !is_num(s, fr, size_t(hi)));
+        if (nums) {
+          std::optional<Scalar> l, h;
+          if (lo >= 0) l = S(s, fr, size_t(lo));
+          if (hi >= 0) h = S(s, fr, size_t(hi));
+          return put(s, fr, clamp(T(s, fr, 0), l, h));
+        }
+        KILN_CHECK(tens, "exec", "clamp: mixed number and tensor bounds are not supported");
+        std::optional<Tensor> l, h;
+        if (lo >= 0) l = T(s, fr, size_t(lo));
+        if (hi >= 0) h = T(s, fr, size_t(hi));
+        put(s, fr, clamp(T(s, fr, 0), l, h));
+      };
+    }
+    case OpId::Lerp:
+      return [](const Step& s, Frame& fr) {
+        if (is_num(s, fr, 2)) return put(s, fr, lerp(T(s, fr, 0), T(s, fr, 1), S(s, fr, 2)));
+        put(s, fr, lerp(T(s, fr, 0), T(s, fr, 1), T(s, fr, 2)));
+      };
+    case OpId::Addcmul: {
+      Scalar v = a.scalar("value");
+      return [v](const Step& s, Frame& fr) { put(s, fr, addcmul(T(s, fr, 0), T(s, fr, 1), T(s, fr, 2), v)); };
+    }
+    case OpId::MaskedFill: {
+      Scalar v = a.scalar("value");
+      return [v](const Step& s, Frame& fr) { put(s, fr, masked_fill(T(s, fr, 0), T(s, fr, 1), v)); };
+    }
+
+    // ---- reductions ----
+#define KILN_REDUCE_CASE(id, fn)                                                    \
+  case OpId::id: {                                                                  \
+    IntList dims = a.ints("dims");                                                  \
+    bool keep = a.b("keepdim");                                                     \
+    return unary([dims, keep](const Tensor& x) { return fn(x, dims, keep); });       \
+  }
+    KILN_REDUCE_CASE(NanSum, nansum) KILN_REDUCE_CASE(Mean, mean) KILN_REDUCE_CASE(Prod, prod)
+    KILN_REDUCE_CASE(Amax, amax) KILN_REDUCE_CASE(Amin, amin) KILN_REDUCE_CASE(Any, any)
+    KILN_REDUCE_CASE(All, all) KILN_REDUCE_CASE(LogSumExp, logsumexp)
+#undef KILN_REDUCE_CASE
+    case OpId::Sum: {
+      IntList dims = a.ints("dims");
+      bool keep = a.b("keepdim");
+      auto dt = a.opt_dtype("dtype");
+      return unary([=](const Tensor& x) { return sum(x, dims, keep, dt); });
+    }
+    case OpId::Norm: {
+      IntList dims = a.ints("dims");
+      bool keep = a.b("keepdim");
+      double p = a.d("p");
+      return unary([=](const Tensor& x) { return norm(x, p, dims, keep); });
+    }
+    case OpId::Var:
+    case OpId::Std: {
+      IntList dims = a.ints("dims");
+      bool keep = a.b("keepdim");
+      int64_t c = a.i("correction");
+      bool is_std = n.op == OpId::Std;
+      return unary([=](const Tensor& x) { return is_std ? kiln::std(x, dims, c, keep) : var(x, dims, c, keep); });
+    }
+    case OpId::MaxDim:
+    case OpId::MinDim: {
+      int64_t dim = a.i("dim");
+      bool keep = a.b("keepdim"), is_max = n.op == OpId::MaxDim;
+      return [=](const Step& s, Frame& fr) {
+        auto [v, i] = is_max ? max(T(s, fr, 0), dim, keep) : min(T(s, fr, 0), dim, keep);
+        put(s, fr, v, 0);
+        put(s, fr, i, 1);
+      };
+    }
+    case OpId::Argmax:
+    case OpId::Argmin: {
+      auto dim = a.opt_i("dim");
+      bool keep = a.b("keepdim"), is_max = n.op == OpId::Argmax;
+      return unary([=](const Tensor& x) { return is_max ? argmax(x, dim, keep) : argmin(x, dim, keep); });
+    }
+    case OpId::Softmax: {
+      int64_t dim = a.i("dim");
+      return unary([dim](const Tensor& x) { return softmax(x, dim); });
+    }
+    case OpId::LogSoftmax: {
+      int64_t dim = a.i("dim");
+      return unary([dim](const Tensor& x) { return log_softmax(x, dim); });
+    }
+    case OpId::Cumsum: {
+      int64_t dim = a.i("dim");
+      return unary([dim](const Tensor& x) { return cumsum(x, dim); });
+    }
+
+    // ---- views ----
+    case OpId::View: {
+      IntList sz = a.ints("sizes");
+      return unary([sz](const Tensor& x) { return x.view(sz); });
+    }
+    case OpId::Transpose: {
+      int64_t d0 = a.i("dim0"), d1 = a.i("dim1");
+      return unary([=](const Tensor& x) { return x.transpose(d0, d1); });
+    }
+    case OpId::Permute: {
+      IntList dims = a.ints("dims");
+      return unary([dims](const Tensor& x) { return x.permute(dims); });
+    }
+    case OpId::Slice: {
+      int64_t dim = a.i("dim"), st = a.i("start"), en = a.i("end"), step = a.i("step");
+      return unary([=](const Tensor& x) { return x.slice(dim, st, en, step); });
+    }
+    case OpId::Select: {
+      int64_t dim = a.i("dim"), index = a.i("index");
+      return unary([=](const Tensor& x) { return x.select(dim, index); });
+    }
+    case OpId::Expand: {
+      IntList sz = a.ints("sizes");
+      return unary([sz](const Tensor& x) { return x.expand(sz); });
+    }
+    case OpId::Squeeze: {
+      IntList dims = a.ints("dims");
+      KILN_CHECK(dims.size() <= 1, "exec", "squeeze: at most one dim is supported, got ", dims.size());
+      if (dims.empty()) return unary([](const Tensor& x) { return x.squeeze(); });
+      int64_t d = dims[0];
+      return unary([d](const Tensor& x) { return x.squeeze(d); });
+    }
+    case OpId::Unsqueeze: {
+      int64_t d = a.i("dim");
+      return unary([d](const Tensor& x) { return x.unsqueeze(d); });
+    }
+    case OpId::Diagonal: {
+      int64_t off = a.i("offset"), d1 = a.i("dim1"), d2 = a.i("dim2");
+      return unary([=](const Tensor& x) { return x.diagonal(off, d1, d2); });
+    }
+    case OpId::AsStrided: {
+      IntList sz = a.ints("sizes"), st = a.ints("strides");
+      std::optional<int64_t> off = a.opt_i("offset");  // none: the operand's own offset
+      return unary([=](const Tensor& x) { return x.as_strided(sz, st, off); });
+    }
+
+    // ---- opaque ----
+    case OpId::Contiguous: return unary([](const Tensor& x) { return x.contiguous(); });
+    case OpId::Clone: return unary([](const Tensor& x) { return x.clone(); });
+    case OpId::Matmul: return [](const Step& s, Frame& fr) { put(s, fr, matmul(T(s, fr, 0), T(s, fr, 1))); };
+    case OpId::Mm: return [](const Step& s, Frame& fr) { put(s, fr, mm(T(s, fr, 0), T(s, fr, 1))); };
+    case OpId::Bmm: return [](const Step& s, Frame& fr) { put(s, fr, bmm(T(s, fr, 0), T(s, fr, 1))); };
+    case OpId::Addmm: {
+      Scalar beta = a.scalar("beta"), alpha = a.scalar("alpha");
+      return [=](const Step& s, Frame& fr) { put(s, fr, addmm(T(s, fr, 0), T(s, fr, 1), T(s, fr, 2), beta, alpha)); };
+    }
+    case OpId::Einsum: {
+      std::string eq = a.as<std::string>("equation");
+      return [eq](const Step& s, Frame& fr) {
+        std::vector<Tensor> ops;
+        for (size_t k = 0; k < s.in.size(); ++k) ops.push_back(T(s, fr, k));
+        put(s, fr, einsum(eq, ops));
+      };
+    }
+    case OpId::Cat: {
+      int64_t dim = a.i("dim");
+      return [dim](const Step& s, Frame& fr) {
+        std::vector<Tensor> ops;
+        for (size_t k = 0; k < s.in.size(); ++k) ops.push_back(T(s, fr, k));
+        put(s, fr, cat(ops, dim));
+      };
+    }
+    case OpId::IndexSelect: {
+      int64_t dim = a.i("dim");
+      return [dim](const Step& s, Frame& fr) { put(s, fr, index_select(T(s, fr, 0), dim, T(s, fr, 1))); };
+    }
+    case OpId::Gather: {
+      int64_t dim = a.i("dim");
+      return [dim](const Step& s, Frame& fr) { put(s, fr, gather(T(s, fr, 0), dim, T(s, fr, 1))); };
+    }
+    case OpId::Copy:
+      // The write-back: the destination (a view of some buffer) receives the source; the
+      // output is the same tensor, now holding the new values.
+      return [](const Step& s, Frame& fr) {
+        Tensor dst = T(s, fr, 0);
+        dst.copy_(T(s, fr, 1));
+        put(s, fr, dst);
+      };
+
+    // ---- control ----
+    case OpId::Constant: {
+      if (a.has("value")) {
+        Scalar v = a.scalar("value");
+        return [v](const Step& s, Frame& fr) {
+          Slot& o = fr[size_t(s.out[0])];
+          o.scalar = v;
+          o.is_scalar = true;
+        };
+      }
+      Tensor c = decode_constant(n);
+      return [c](const Step& s, Frame& fr) { put(s, fr, c); };
+    }
+    case OpId::Cond: {
+      KILN_CHECK(n.regions.size() == 2, "exec", "cond: expected then and else regions, got ", n.regions.size());
+      auto then_ = std::make_unique<Executable>(*n.regions[0]);
+      auto else_ = std::make_unique<Executable>(*n.regions[1]);
+      const Executable* t = then_.get();
+      const Executable* e = else_.get();
+      plan.regions.push_back(std::move(then_));
+      plan.regions.push_back(std::move(else_));
+      return [t, e](const Step& s, Frame& fr) {
+        bool p = bool(T(s, fr, 0));
+        std::vector<Slot> ins;
+        for (size_t k = 1; k < s.in.size(); ++k) ins.push_back(fr[size_t(s.in[k])]);
+        auto outs = (p ? t : e)->run_slots(ins);
+        for (size_t k = 0; k < outs.size(); ++k) fr[size_t(s.out[k])] = std::move(outs[k]);
+      };
+    }
+  }
+  KILN_FAIL("exec", "no executor for op ", op_info(n.op).name);
+}
+
+}  // namespace
+
+Executable::Executable(const Graph& g) : plan_(std::make_unique<Plan>()) {
+  plan_->frame_size = g.num_values();
+  for (const Value* v : g.inputs()) plan_->inputs.push_back(v->id);
+  for (const Value* v : g.outputs()) plan_->outputs.push_back(v->id);
+  // Constants that a write-back targets are copied afresh on every run, so one run's writes
+  // never leak into the next.
+  std::unordered_set<const Node*> written_constants;
+  for (const auto& n : g.nodes())
+    if (n->op == OpId::Copy) {
+      const Value* root = alias_root(n->inputs[0]);
+      if (root->producer && root->producer->op == OpId::Constant) written_constants.insert(root->producer);
+    }
+  for (const auto& n : g.nodes()) {
+    Step s;
+    for (const Value* v : n->inputs) s.in.push_back(v->id);
+    for (const Value* v : n->outputs) s.out.push_back(v->id);
+    s.run = make_step(*n, *plan_);
+    if (written_constants.count(n.get())) {
+      s.run = [inner = std::move(s.run)](const Step& st, Frame& fr) {
+        inner(st, fr);
+        Slot& o = fr[size_t(st.out[0])];
+        o.tensor = o.tensor.clone();
+      };
+    }
+    plan_->steps.push_back(std::move(s));
+  }
+}
+
+Executable::~Executable() = default;
+Executable::Executable(Executable&&) noexcept = default;
+Executable& Executable::operator=(Executable&&) noexcept = default;
+size_t Executable::num_inputs() const { return plan_->inputs.size(); }
+size_t Executable::num_steps() const { return plan_->steps.size(); }
+
+std::vector<Slot> Executable::run_slots(std::span<const Slot> inputs) const {
+  KILN_CHECK(inputs.size() == plan_->inputs.size(), "exec", "graph takes ", plan_->inputs.size(),
+             " inputs, got ", inputs.size());
+  Frame f(plan_->frame_size);
+  for (size_t k = 0; k < inputs.size(); ++k) f[size_t(plan_->inputs[k])] = inputs[k];
+  for (const Step& s : plan_->steps) s.run(s, f);
+  std::vector<Slot> out;
+  out.reserve(plan_->outputs.size());
+  for (int id : plan_->outputs) out.push_back(f[size_t(id)]);
+  return out;
+}
+
+std::vector<Tensor> Executable::run(std::span<const Tensor> inputs) const {
+  KILN_CHECK(inputs.size() == plan_->inputs.size(), "exec", "graph takes ", plan_->inputs.size(),
+             " inputs, got ", inputs.size());
+  Frame f(plan_->frame_size);
+  for (size_t k = 0; k < inputs.size(); ++k) f[size_t(plan_->inputs[k])].tensor = inputs[k];
+  for (const Step& s : plan_->steps) s.run(s, f);
+  std::vector<Tensor> out;
+  out.reserve(plan_->outputs.size());
+  for (int id : plan_->outputs) {
+    KILN_CHECK(!f[size_t(id)].is_scalar, "exec", "graph output %", id, " is a number, not a tensor");
+    out.push_back(f[size_t(id)].tensor);
+  }
+  return out;
+}
+
+std::vector<Tensor> execute(const Graph& g, std::span<const Tensor> inputs) { return Executable(g).run(inputs); }
+
+}  // namespace kiln::ir

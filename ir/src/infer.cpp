@@ -1,0 +1,1324 @@
+// Type inference for the op table (see kiln/ir/infer.h for the rules).
+//
+// Each case mirrors an eager function of runtime/src, named in its comment, including the
+// errors that function raises from shapes and dtypes alone (errors that depend on the data,
+// such as an index out of range, cannot be seen here). The runtime's shape helpers
+// (runtime/src/shape.h) are internal to the runtime, so the few pieces needed are restated
+// here over plain size/stride vectors, with overflow checks: a type from text can claim any
+// sizes, and inference must reject them, never wrap around.
+#include "kiln/ir/infer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <span>
+
+namespace kiln::ir {
+
+namespace {
+
+using Sizes = std::vector<int64_t>;
+
+// ---------------------------------------------------------------- attribute schema
+
+// Attribute kinds as bits, one per AttrValue alternative, in the variant's order.
+namespace kind {
+constexpr unsigned none = 1u << 0, boolean = 1u << 1, integer = 1u << 2, real = 1u << 3, string = 1u << 4,
+                   ints = 1u << 5, dtype = 1u << 6, number = boolean | integer | real;
+}  // namespace kind
+static_assert(std::variant_size_v<AttrValue> == 7, "keep the kind bits in step with AttrValue");
+constexpr std::string_view kKindNames[] = {"none", "bool", "int", "float", "str", "ints", "dtype"};
+
+std::string kinds_str(unsigned kinds) {
+  std::string s;
+  for (size_t i = 0; i < std::size(kKindNames); ++i)
+    if (kinds & (1u << i)) s += (s.empty() ? "" : "|") + std::string(kKindNames[i]);
+  return s;
+}
+
+struct AttrSpec {
+  std::string_view name;
+  unsigned kinds;
+};
+
+// The attributes each op takes, transcribed from the comments of ops.def.
+std::span<const AttrSpec> attr_specs(OpId op) {
+  static constexpr AttrSpec constant[] = {{"data", kind::string}, {"value", kind::number}};
+  static constexpr AttrSpec gelu[] = {{"approximate", kind::string}};
+  static constexpr AttrSpec nan_to_num[] = {{"nan", kind::real | kind::none}, {"neginf", kind::real | kind::none}, {"posinf", kind::real | kind::none}};
+  static constexpr AttrSpec cast[] = {{"dtype", kind::dtype}};
+  static constexpr AttrSpec value[] = {{"value", kind::number}};
+  static constexpr AttrSpec alpha[] = {{"alpha", kind::number}};
+  static constexpr AttrSpec div[] = {{"rounding_mode", kind::string | kind::none}};
+  static constexpr AttrSpec clamp[] = {{"has_max", kind::boolean}, {"has_min", kind::boolean}};
+  static constexpr AttrSpec reduce[] = {{"dims", kind::ints}, {"keepdim", kind::boolean}};
+  static constexpr AttrSpec sum[] = {{"dims", kind::ints}, {"dtype", kind::dtype | kind::none}, {"keepdim", kind::boolean}};
+  static constexpr AttrSpec dim_keepdim[] = {{"dim", kind::integer}, {"keepdim", kind::boolean}};
+  static constexpr AttrSpec arg[] = {{"dim", kind::integer | kind::none}, {"keepdim", kind::boolean}};
+  static constexpr AttrSpec norm[] = {{"dims", kind::ints}, {"keepdim", kind::boolean}, {"p", kind::real}};
+  static constexpr AttrSpec var[] = {{"correction", kind::integer}, {"dims", kind::ints}, {"keepdim", kind::boolean}};
+  static constexpr AttrSpec dim[] = {{"dim", kind::integer}};
+  static constexpr AttrSpec sizes[] = {{"sizes", kind::ints}};
+  static constexpr AttrSpec transpose[] = {{"dim0", kind::integer}, {"dim1", kind::integer}};
+  static constexpr AttrSpec dims[] = {{"dims", kind::ints}};
+  static constexpr AttrSpec slice[] = {{"dim", kind::integer}, {"end", kind::integer}, {"start", kind::integer}, {"step", kind::integer}};
+  static constexpr AttrSpec select[] = {{"dim", kind::integer}, {"index", kind::integer}};
+  static constexpr AttrSpec diagonal[] = {{"dim1", kind::integer}, {"dim2", kind::integer}, {"offset", kind::integer}};
+  static constexpr AttrSpec as_strided[] = {{"offset", kind::integer}, {"sizes", kind::ints}, {"strides", kind::ints}};
+  static constexpr AttrSpec addmm[] = {{"alpha", kind::integer | kind::real}, {"beta", kind::integer | kind::real}};
+  static constexpr AttrSpec einsum[] = {{"equation", kind::string}};
+  switch (op) {
+    case OpId::Constant: return constant;
+    case OpId::Gelu: return gelu;
+    case OpId::NanToNum: return nan_to_num;
+    case OpId::Cast: return cast;
+    case OpId::Fill: case OpId::Addcmul: case OpId::MaskedFill: return value;
+    case OpId::Add: case OpId::Sub: return alpha;
+    case OpId::Div: return div;
+    case OpId::Clamp: return clamp;
+    case OpId::Sum: return sum;
+    case OpId::NanSum: case OpId::Mean: case OpId::Prod: case OpId::Amax: case OpId::Amin:
+    case OpId::Any: case OpId::All: case OpId::LogSumExp: return reduce;
+    case OpId::MaxDim: case OpId::MinDim: return dim_keepdim;
+    case OpId::Argmax: case OpId::Argmin: return arg;
+    case OpId::Norm: return norm;
+    case OpId::Var: case OpId::Std: return var;
+    case OpId::Softmax: case OpId::LogSoftmax: case OpId::Cumsum: return dim;
+    case OpId::View: case OpId::Expand: return sizes;
+    case OpId::Transpose: return transpose;
+    case OpId::Permute: case OpId::Squeeze: return dims;
+    case OpId::Slice: return slice;
+    case OpId::Select: return select;
+    case OpId::Unsqueeze: case OpId::Cat: case OpId::IndexSelect: case OpId::Gather: return dim;
+    case OpId::Diagonal: return diagonal;
+    case OpId::AsStrided: return as_strided;
+    case OpId::Addmm: return addmm;
+    case OpId::Einsum: return einsum;
+    default: return {};
+  }
+}
+
+// ---------------------------------------------------------------- the inference context
+
+// One op application being inferred: its operands, attributes, and the error helpers.
+class Ctx {
+ public:
+  Ctx(OpId op_, const std::vector<Type>& in_, const std::vector<Attr>& attrs_)
+      : op(op_), name(op_info(op_).name), in(in_), attrs(attrs_) {
+    check_attrs();
+    for (size_t i = 0; i < in.size(); ++i) check_operand(i);
+  }
+
+  OpId op;
+  std::string_view name;
+  const std::vector<Type>& in;
+  const std::vector<Attr>& attrs;
+
+  template <typename... A>
+  [[noreturn]] void fail(const A&... parts) const {
+    throw Error(detail::cat("[infer] ", name, ": ", parts...));
+  }
+
+  // ---- operands ----
+  void arity(size_t n) const {
+    if (in.size() != n) fail("takes ", n, " operands, got ", in.size());
+  }
+  void at_least(size_t n) const {
+    if (in.size() < n) fail("takes at least ", n, " operand", n == 1 ? "" : "s", ", got ", in.size());
+  }
+  // Operand i where the eager op takes a Tensor.
+  const Type& tensor(size_t i) const {
+    if (in[i].is_scalar()) fail("operand ", i, " is a host scalar (", in[i].str(), "), but ", name, " takes a tensor there");
+    return in[i];
+  }
+  // Operand i where a Python-style number may stand: a host scalar becomes a wrapped 0-d tensor.
+  Type number_or_tensor(size_t i) const {
+    if (!in[i].is_scalar()) return in[i];
+    Type t = Type::tensor(in[i].dtype, {}, {});
+    t.wrapped = true;
+    return t;
+  }
+
+  // ---- attributes (kinds were checked against the schema on construction) ----
+  const AttrValue* find(std::string_view n) const {
+    for (const Attr& a : attrs)
+      if (a.name == n) return &a.value;
+    return nullptr;
+  }
+  // The attribute's value; nullopt when absent or `none`.
+  template <typename T>
+  std::optional<T> opt(std::string_view n) const {
+    const AttrValue* v = find(n);
+    if (const T* p = v ? std::get_if<T>(v) : nullptr) return *p;
+    return std::nullopt;
+  }
+  template <typename T>
+  T get(std::string_view n, T dflt) const {
+    return opt<T>(n).value_or(std::move(dflt));
+  }
+  template <typename T>
+  T req(std::string_view n) const {
+    auto v = opt<T>(n);
+    if (!v) fail("missing attribute '", n, "' (", kinds_str(spec(n).kinds), ")");
+    return *v;
+  }
+  // A bool|int|float attribute as the Scalar the eager op received.
+  std::optional<Scalar> number(std::string_view n) const {
+    const AttrValue* v = find(n);
+    if (!v) return std::nullopt;
+    if (auto* b = std::get_if<bool>(v)) return Scalar(*b);
+    if (auto* i = std::get_if<int64_t>(v)) return Scalar(*i);
+    if (auto* d = std::get_if<double>(v)) return Scalar(*d);
+    return std::nullopt;
+  }
+
+  // ---- dims ----
+  // shape::wrap_dim: a possibly negative dim into [0, ndim); a 0-d tensor accepts -1 and 0.
+  int64_t wrap(int64_t d, int64_t ndim) const {
+    int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
+    if (d < lo || d > hi)
+      fail("Dimension out of range (expected to be in range of [", lo, ", ", hi, "], but got ", d, ")");
+    return d < 0 ? d + std::max<int64_t>(ndim, 1) : d;
+  }
+
+  // ---- checked arithmetic: a claimed size may be anything up to INT64_MAX ----
+  int64_t mul(int64_t a, int64_t b) const {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) fail("sizes or strides overflow int64 (", a, " * ", b, ")");
+    return r;
+  }
+  int64_t add(int64_t a, int64_t b) const {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) fail("sizes or strides overflow int64 (", a, " + ", b, ")");
+    return r;
+  }
+  int64_t numel(const Sizes& sizes) const {
+    int64_t n = 1;
+    for (int64_t s : sizes) n = mul(n, s);
+    return n;
+  }
+  // shape::contiguous_strides: row-major strides, a size-0 dim counting as 1.
+  Sizes dense_strides(const Sizes& sizes) const {
+    Sizes st(sizes.size());
+    int64_t acc = 1;
+    for (size_t i = sizes.size(); i-- > 0;) {
+      st[i] = acc;
+      acc = mul(acc, std::max<int64_t>(sizes[i], 1));
+    }
+    return st;
+  }
+  // A fresh row-major tensor, as every eager kernel allocates its output with empty().
+  Type dense(DType dt, const Sizes& sizes, Device dev) const { return Type::tensor(dt, sizes, dense_strides(sizes), dev); }
+
+ private:
+  const AttrSpec& spec(std::string_view n) const {
+    for (const AttrSpec& s : attr_specs(op))
+      if (s.name == n) return s;
+    throw Error("[infer] internal: no attribute spec for '" + std::string(n) + "'");
+  }
+  void check_attrs() const {
+    auto specs = attr_specs(op);
+    for (size_t i = 0; i < attrs.size(); ++i) {
+      const Attr& a = attrs[i];
+      for (size_t j = 0; j < i; ++j)
+        if (attrs[j].name == a.name) fail("attribute '", a.name, "' is given twice");
+      auto it = std::find_if(specs.begin(), specs.end(), [&](const AttrSpec& s) { return s.name == a.name; });
+      if (it == specs.end()) {
+        std::string known;
+        for (const AttrSpec& s : specs) known += (known.empty() ? "" : ", ") + std::string(s.name);
+        fail("unknown attribute '", a.name, "' (", name, " takes ", known.empty() ? "no attributes" : known, ")");
+      }
+      if (!(it->kinds & (1u << a.value.index())))
+        fail("attribute ", a.name, "=", attr_str(a.value), " must be ", kinds_str(it->kinds), ", not ",
+             kKindNames[a.value.index()]);
+    }
+  }
+  void check_operand(size_t i) const {
+    const Type& t = in[i];
+    if (t.is_scalar()) return;
+    if (t.sizes.size() != t.strides.size()) fail("operand ", i, " has ", t.sizes.size(), " sizes but ", t.strides.size(), " strides");
+    for (int64_t s : t.sizes)
+      if (s < 0) fail("operand ", i, " has a negative size (", t.str(), ")");
+    if (t.wrapped && !t.sizes.empty()) fail("operand ", i, " is marked wrapped but is not 0-d (", t.str(), ")");
+  }
+};
+
+// ---------------------------------------------------------------- shared rules
+
+DType float_compute(DType d) { return is_floating(d) ? d : kDefaultFloat; }  // elementwise.cpp
+DType sum_dtype(DType d) { return is_integral(d, true) ? kInt64 : d; }      // reduce.cpp
+
+// detail::result_type (ops_common.cpp): dimensioned tensors, then 0-d tensors, then wrapped
+// numbers; a lower group only counts when it is of a higher category (bool < int < float).
+DType result_type(const std::vector<Type>& ts) {
+  std::optional<DType> dim_r, zero_r, wrapped_r;
+  auto promote = [](std::optional<DType> a, DType b) { return a ? promote_types(*a, b) : b; };
+  auto combine = [](std::optional<DType> higher, std::optional<DType> lower) -> std::optional<DType> {
+    if (!higher) return lower;
+    if (!lower) return higher;
+    if (is_floating(*higher)) return higher;
+    if (*higher == DType::Bool || is_floating(*lower)) return promote_types(*higher, *lower);
+    return higher;
+  };
+  for (const Type& t : ts) {
+    if (t.wrapped) wrapped_r = promote(wrapped_r, is_floating(t.dtype) ? kDefaultFloat : t.dtype);
+    else if (t.sizes.empty()) zero_r = promote(zero_r, t.dtype);
+    else dim_r = promote(dim_r, t.dtype);
+  }
+  std::optional<DType> r = combine(dim_r, combine(zero_r, wrapped_r));
+  if (!r) throw Error("[infer] internal: result type of no operands");
+  return *r;
+}
+
+// broadcast_shapes (copy.cpp).
+Sizes broadcast(const Ctx& c, const Sizes& a, const Sizes& b) {
+  size_t n = std::max(a.size(), b.size());
+  Sizes out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (!(da == db || da == 1 || db == 1))
+      c.fail("The size of tensor a (", da, ") must match the size of tensor b (", db,
+             ") at non-singleton dimension ", i, " (shapes ", a, " and ", b, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+Sizes broadcast_all(const Ctx& c, const std::vector<Type>& ts) {
+  Sizes shape;
+  for (const Type& t : ts) shape = broadcast(c, shape, t.sizes);
+  return shape;
+}
+
+// Operands of one op must share a device; wrapped numbers live on the host and go anywhere.
+Device common_device(const Ctx& c, const std::vector<Type>& ts) {
+  std::optional<Device> dev;
+  for (const Type& t : ts) {
+    if (t.wrapped || t.is_scalar()) continue;
+    if (dev && *dev != t.device)
+      c.fail("Expected all tensors to be on the same device, but found ", dev->str(), " and ", t.device.str());
+    dev = t.device;
+  }
+  return dev.value_or(Device::cpu());
+}
+
+// shape::is_contiguous: row-major dense, ignoring the strides of size-1 dims.
+bool is_contiguous(const Sizes& sizes, const Sizes& strides) {
+  __int128 expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 0) return true;
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+    if (expected > std::numeric_limits<int64_t>::max()) expected = std::numeric_limits<int64_t>::max();
+  }
+  return true;
+}
+
+std::string attr_number_str(const Scalar& v) {
+  if (v.is_bool()) return v.to_bool() ? "true" : "false";
+  if (v.is_integral()) return std::to_string(v.to_int());
+  return attr_str(v.to_double());
+}
+
+// checked_fill_value (copy.cpp): fill_ refuses a value its dtype cannot hold.
+void check_fill_value(const Ctx& c, const Scalar& v, DType dt) {
+  auto overflow = [&] { c.fail("value ", attr_number_str(v), " cannot be converted to type ", name(dt), " without overflow"); };
+  if (dt == kBool) return;
+  if (is_integral(dt)) {
+    int64_t max = 0, min = 0;
+    switch (dt) {
+      case kUInt8: max = 255; break;
+      case kInt8: max = 127, min = -128; break;
+      case kInt16: max = 32767, min = -32768; break;
+      case kInt32: max = std::numeric_limits<int32_t>::max(), min = std::numeric_limits<int32_t>::min(); break;
+      default: max = std::numeric_limits<int64_t>::max(), min = std::numeric_limits<int64_t>::min(); break;
+    }
+    if (v.is_floating()) {
+      double d = v.to_double();
+      double lo = is_signed(dt) ? double(min) : 0.0;
+      if (!(d > lo - 1.0 && d < double(max) + 1.0)) overflow();
+    } else {
+      int64_t i = v.to_int(), lo = is_signed(dt) ? min : -max;
+      if (i < lo || (dt != kInt64 && i > max)) overflow();
+    }
+    return;
+  }
+  double d = v.to_double();
+  double hi = dt == kFloat16 ? 65504.0 : dt == kBFloat16 ? 3.3895313892515355e38
+            : dt == kFloat32 ? double(std::numeric_limits<float>::max()) : std::numeric_limits<double>::max();
+  if (std::isfinite(d) && std::abs(d) > hi) overflow();
+}
+
+// ---------------------------------------------------------------- elementwise
+
+std::vector<Type> numbers_or_tensors(const Ctx& c) {
+  std::vector<Type> ts;
+  for (size_t i = 0; i < c.in.size(); ++i) ts.push_back(c.number_or_tensor(i));
+  return ts;
+}
+
+// run() (elementwise.cpp): the broadcast shape, row-major, in dtype `dt`.
+Type elementwise_out(const Ctx& c, DType dt, const std::vector<Type>& ts) {
+  return c.dense(dt, broadcast_all(c, ts), common_device(c, ts));
+}
+
+Type unary(const Ctx& c) {
+  const Type& x = c.tensor(0);
+  DType d = x.dtype;
+  auto same = [&](DType dt) { return elementwise_out(c, dt, {x}); };
+  auto no_bool = [&] {
+    if (d == kBool) c.fail("\"", c.name, "\" not implemented for 'bool'");
+  };
+  switch (c.op) {
+    // float_unary: integers and bool compute in the default float dtype
+    case OpId::Exp: case OpId::Exp2: case OpId::Expm1: case OpId::Log: case OpId::Log2: case OpId::Log1p:
+    case OpId::Sqrt: case OpId::Rsqrt: case OpId::Reciprocal: case OpId::Sin: case OpId::Cos: case OpId::Tan:
+    case OpId::Asin: case OpId::Acos: case OpId::Atan: case OpId::Sinh: case OpId::Cosh: case OpId::Tanh:
+    case OpId::Sigmoid: case OpId::Erf:
+      return same(float_compute(d));
+    case OpId::Gelu: {
+      std::string approx = c.get<std::string>("approximate", "none");
+      if (approx != "none" && approx != "tanh")
+        c.fail("approximate argument must be either none or tanh, got '", approx, "'");
+      [[fallthrough]];
+    }
+    case OpId::Silu:
+      if (!is_floating(d)) c.fail("\"", c.name, "\" not implemented for '", name(d), "' (", x.str(), ")");
+      return same(d);
+    // same_unary: the dtype is kept
+    case OpId::Neg:
+      if (d == kBool) c.fail("Negation, the `-` operator, on a bool tensor is not supported (use logical_not)");
+      return same(d);
+    case OpId::Abs: case OpId::Relu: case OpId::Floor: case OpId::Ceil: case OpId::Round: case OpId::Trunc:
+      no_bool();
+      return same(d);
+    case OpId::Sign: case OpId::NanToNum:
+      return same(d);
+    case OpId::BitwiseNot:
+      if (is_floating(d)) c.fail("\"bitwise_not_cpu\" not implemented for '", name(d), "'");
+      return same(d);
+    // pred_unary: bool results
+    case OpId::IsNan: case OpId::IsInf: case OpId::IsFinite: case OpId::LogicalNot:
+      return same(kBool);
+    case OpId::Cast: {
+      // Tensor::to returns the tensor itself when the dtype already matches: an alias
+      DType to = c.req<DType>("dtype");
+      if (to == d) {
+        Type t = x;
+        t.wrapped = false;
+        return t;
+      }
+      return same(to);
+    }
+    case OpId::Fill: {
+      // a tensor like the operand (empty(sizes, dtype)), filled through fill_'s value check
+      auto v = c.number("value");
+      if (!v) c.fail("missing attribute 'value' (bool|int|float)");
+      check_fill_value(c, *v, d);
+      return same(d);
+    }
+    default: break;
+  }
+  c.fail("internal: not a unary op");
+}
+
+Type binary(const Ctx& c) {
+  std::vector<Type> ts = numbers_or_tensors(c);
+  const Type &a = ts[0], &b = ts[1];
+  DType ct = result_type(ts);
+  switch (c.op) {
+    case OpId::Add: case OpId::Sub: {
+      if (c.op == OpId::Sub && (a.dtype == kBool || b.dtype == kBool))
+        c.fail("Subtraction, the `-` operator, with a bool tensor is not supported (", a.str(), ", ", b.str(), ")");
+      // check_alpha
+      Scalar alpha = c.number("alpha").value_or(Scalar(int64_t(1)));
+      if (alpha.is_bool() && ct != kBool) c.fail("Boolean alpha only supported for Boolean results (result type ", name(ct), ")");
+      if (!is_floating(ct) && alpha.is_floating())
+        c.fail("For integral input tensors, argument alpha must not be a floating point number (result type ", name(ct), ")");
+      return elementwise_out(c, ct, ts);
+    }
+    case OpId::Mul: case OpId::Maximum: case OpId::Minimum:
+      return elementwise_out(c, ct, ts);
+    case OpId::Div: {
+      std::optional<std::string> mode = c.opt<std::string>("rounding_mode");
+      if (!mode) return elementwise_out(c, float_compute(ct), ts);  // true division
+      if (*mode != "trunc" && *mode != "floor")
+        c.fail("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *mode, "'");
+      if (ct == kBool) c.fail("\"div_floor/trunc\" not implemented for 'bool'");
+      return elementwise_out(c, ct, ts);
+    }
+    case OpId::Remainder: case OpId::Fmod: case OpId::Pow:
+      if (ct == kBool) c.fail("\"", c.name, "\" not implemented for 'bool'");
+      return elementwise_out(c, ct, ts);
+    case OpId::Atan2:
+      return elementwise_out(c, float_compute(ct), ts);
+    case OpId::Eq: case OpId::Ne: case OpId::Lt: case OpId::Le: case OpId::Gt: case OpId::Ge:
+    case OpId::LogicalAnd: case OpId::LogicalOr: case OpId::LogicalXor:
+      return elementwise_out(c, kBool, ts);
+    case OpId::BitwiseAnd: case OpId::BitwiseOr: case OpId::BitwiseXor:
+      if (is_floating(ct)) c.fail("\"", c.name, "_cpu\" not implemented for '", name(ct), "'");
+      return elementwise_out(c, ct, ts);
+    default: break;
+  }
+  c.fail("internal: not a binary op");
+}
+
+// where_impl, clamp_impl, lerp_impl, addcmul, masked_fill_impl (elementwise.cpp).
+Type ternary(const Ctx& c) {
+  switch (c.op) {
+    case OpId::Where: {
+      const Type& cond = c.tensor(0);
+      if (cond.dtype != kBool)
+        c.fail("where expected condition to be a boolean tensor, but got a tensor with dtype ", name(cond.dtype));
+      Type a = c.number_or_tensor(1), b = c.number_or_tensor(2);
+      return elementwise_out(c, result_type({a, b}), {cond, a, b});
+    }
+    case OpId::Clamp: {
+      bool has_min = c.get<bool>("has_min", false), has_max = c.get<bool>("has_max", false);
+      if (!has_min && !has_max) c.fail("At least one of 'min' or 'max' must not be None (has_min and has_max are false)");
+      c.arity(1 + size_t(has_min) + size_t(has_max));
+      std::vector<Type> ts = {c.tensor(0)};
+      for (size_t i = 1; i < c.in.size(); ++i) ts.push_back(c.number_or_tensor(i));
+      DType ct = result_type(ts);
+      if (ct == kBool) c.fail("\"clamp\" not implemented for 'bool'");
+      return elementwise_out(c, ct, ts);
+    }
+    case OpId::Lerp: {
+      const Type &s = c.tensor(0), &e = c.tensor(1);
+      Type w = c.number_or_tensor(2);
+      if (s.dtype != e.dtype) c.fail("expected dtype ", name(s.dtype), " for `end` but got dtype ", name(e.dtype));
+      if (!w.wrapped && w.dtype != s.dtype) c.fail("expected dtype ", name(s.dtype), " for `weight` but got dtype ", name(w.dtype));
+      if (!is_floating(s.dtype)) c.fail("\"lerp_kernel_scalar\" not implemented for '", name(s.dtype), "'");
+      return elementwise_out(c, s.dtype, {s, e, w});
+    }
+    case OpId::Addcmul: {
+      std::vector<Type> ts = {c.tensor(0), c.tensor(1), c.tensor(2)};
+      DType ct = result_type(ts);
+      if (ct == kBool) c.fail("\"addcmul_cpu_out\" not implemented for 'bool'");
+      return elementwise_out(c, ct, ts);
+    }
+    case OpId::MaskedFill: {
+      const Type &x = c.tensor(0), &mask = c.tensor(1);
+      if (mask.dtype != kBool) c.fail("masked_fill only supports boolean masks, but got mask with dtype ", name(mask.dtype));
+      auto v = c.number("value");
+      if (!v) c.fail("missing attribute 'value' (bool|int|float)");
+      check_fill_value(c, *v, x.dtype);
+      // the output takes the broadcast shape of x and the mask, in x's dtype
+      return elementwise_out(c, x.dtype, {x, mask});
+    }
+    default: break;
+  }
+  c.fail("internal: not a ternary op");
+}
+
+// ---------------------------------------------------------------- reductions (reduce.cpp)
+
+// shape::reduce_mask: wrapped, duplicate-checked dims; empty means every dim.
+std::vector<bool> reduce_mask(const Ctx& c, const IntList& dims, int64_t ndim) {
+  std::vector<bool> mask(size_t(ndim), dims.empty());
+  for (int64_t d : dims) {
+    int64_t w = c.wrap(d, ndim);
+    if (ndim == 0) continue;
+    if (mask[size_t(w)]) c.fail("dim ", w, " appears multiple times in the list of dims");
+    mask[size_t(w)] = true;
+  }
+  return mask;
+}
+
+Sizes reduced_shape(const Sizes& sizes, const std::vector<bool>& mask, bool keepdim) {
+  Sizes out;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (!mask[d]) out.push_back(sizes[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+// check_nonempty: max-like reductions have no identity, so an empty reduction is an error.
+void check_nonempty(const Ctx& c, const Type& x, const IntList& dims) {
+  if (std::find(x.sizes.begin(), x.sizes.end(), 0) == x.sizes.end()) return;
+  if (dims.empty())
+    c.fail("Expected reduction dim to be specified for input.numel() == 0 (", x.str(), "). Specify the reduction dim with the 'dim' argument.");
+  auto mask = reduce_mask(c, dims, int64_t(x.sizes.size()));
+  for (size_t d = 0; d < x.sizes.size(); ++d)
+    if (mask[d] && x.sizes[d] == 0) c.fail("Expected reduction dim ", d, " to have non-zero size (", x.str(), ")");
+}
+
+// reduce(): the reduced shape over `dims` with `keepdim`, row-major (an empty() keepdim result,
+// viewed without the reduced dims), in dtype `dt`.
+Type reduced(const Ctx& c, const Type& x, DType dt) {
+  IntList dims = c.get<IntList>("dims", {});
+  auto mask = reduce_mask(c, dims, int64_t(x.sizes.size()));
+  return c.dense(dt, reduced_shape(x.sizes, mask, c.get<bool>("keepdim", false)), x.device);
+}
+
+void check_float(const Ctx& c, const Type& x) {
+  if (!is_floating(x.dtype)) c.fail("input dtype should be floating point, but got ", name(x.dtype));
+}
+
+// arg_extremum: values and int64 indices along one dim.
+std::vector<Type> along_dim(const Ctx& c, const Type& x, int64_t dim, bool keepdim) {
+  int64_t nd = int64_t(x.sizes.size());
+  int64_t d = c.wrap(dim, nd);
+  if (nd > 0 && x.sizes[size_t(d)] == 0) c.fail("Expected reduction dim ", d, " to have non-zero size (", x.str(), ")");
+  std::vector<bool> mask(size_t(nd), false);
+  if (nd > 0) mask[size_t(d)] = true;
+  Sizes shape = reduced_shape(x.sizes, mask, keepdim);
+  return {c.dense(x.dtype, shape, x.device), c.dense(kInt64, shape, x.device)};
+}
+
+std::vector<Type> reduction(const Ctx& c) {
+  const Type& x = c.tensor(0);
+  IntList dims = c.get<IntList>("dims", {});
+  switch (c.op) {
+    case OpId::Sum: {
+      DType dt = c.opt<DType>("dtype").value_or(sum_dtype(x.dtype));
+      Type out = reduced(c, x, dt);
+      if (dt == kBool) c.fail("\"sum\" not implemented for 'bool'");
+      return {out};
+    }
+    case OpId::NanSum: case OpId::Prod:
+      return {reduced(c, x, sum_dtype(x.dtype))};
+    case OpId::Mean:
+      if (!is_floating(x.dtype))
+        c.fail("mean(): could not infer output dtype. Input dtype must be either a floating point or complex dtype. Got: ", name(x.dtype));
+      return {reduced(c, x, x.dtype)};
+    case OpId::Amax: case OpId::Amin:
+      check_nonempty(c, x, dims);
+      return {reduced(c, x, x.dtype)};
+    case OpId::Any: case OpId::All:
+      return {reduced(c, x, x.dtype == kUInt8 ? kUInt8 : kBool)};  // uint8 in, uint8 out, as PyTorch
+    case OpId::Norm: {
+      check_float(c, x);
+      if (std::isinf(c.get<double>("p", 2.0))) check_nonempty(c, x, dims);
+      return {reduced(c, x, x.dtype)};
+    }
+    case OpId::Var: case OpId::Std:
+      check_float(c, x);
+      return {reduced(c, x, x.dtype)};
+    case OpId::LogSumExp:
+      return {reduced(c, x, float_compute(x.dtype))};
+    case OpId::MaxDim: case OpId::MinDim:
+      return along_dim(c, x, c.req<int64_t>("dim"), c.get<bool>("keepdim", false));
+    case OpId::Argmax: case OpId::Argmin: {
+      if (x.dtype == kBool) c.fail("\"", c.name, "_cpu\" not implemented for 'bool'");
+      bool keepdim = c.get<bool>("keepdim", false);
+      if (auto dim = c.opt<int64_t>("dim")) return {along_dim(c, x, *dim, keepdim)[1]};
+      // over the flattened tensor: a 0-d index, or all-ones dims with keepdim
+      if (c.numel(x.sizes) == 0) c.fail("Expected reduction dim to be specified for input.numel() == 0 (", x.str(), ")");
+      return {c.dense(kInt64, keepdim ? Sizes(x.sizes.size(), 1) : Sizes{}, x.device)};
+    }
+    case OpId::Softmax: case OpId::LogSoftmax: {  // softmax.cpp
+      if (!is_floating(x.dtype)) c.fail("\"", c.name, "\" not implemented for '", name(x.dtype), "'");
+      c.wrap(c.req<int64_t>("dim"), int64_t(x.sizes.size()));
+      return {c.dense(x.dtype, x.sizes, x.device)};
+    }
+    case OpId::Cumsum:
+      c.wrap(c.req<int64_t>("dim"), int64_t(x.sizes.size()));
+      return {c.dense(sum_dtype(x.dtype), x.sizes, x.device)};
+    default: break;
+  }
+  c.fail("internal: not a reduction");
+}
+
+// ---------------------------------------------------------------- views (tensor.cpp)
+
+// A view of x: same dtype and device, new sizes and strides.
+Type view_of(const Type& x, Sizes sizes, Sizes strides) {
+  Type t = Type::tensor(x.dtype, std::move(sizes), std::move(strides), x.device);
+  return t;
+}
+
+// shape::infer_size: one -1 entry becomes what makes the element count `n`.
+Sizes infer_size(const Ctx& c, const Sizes& shape, int64_t n) {
+  Sizes out = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      if (infer >= 0) c.fail("only one dimension can be inferred, got shape ", shape);
+      infer = int64_t(i);
+    } else {
+      if (out[i] < 0) c.fail("invalid shape dimension ", out[i], " in ", shape);
+      known = c.mul(known, out[i]);
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || n % known != 0) c.fail("shape '", shape, "' is invalid for input of size ", n);
+    out[size_t(infer)] = n / known;
+  } else if (known != n) {
+    c.fail("shape '", shape, "' is invalid for input of size ", n);
+  }
+  return out;
+}
+
+// shape::view_strides: strides that view (sizes, strides) as new_sizes without a copy.
+std::optional<Sizes> view_strides(const Ctx& c, const Sizes& sizes, const Sizes& strides, const Sizes& new_sizes) {
+  if (sizes.empty() || c.numel(sizes) == 0) return c.dense_strides(new_sizes);
+  Sizes out(new_sizes.size());
+  int64_t view_d = int64_t(new_sizes.size()) - 1;
+  int64_t chunk_base_stride = strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;  // both stay <= numel(sizes), which fits
+  for (int64_t d = int64_t(sizes.size()) - 1; d >= 0; --d) {
+    tensor_numel *= sizes[size_t(d)];
+    // A chunk of old dims ends where the next outer dim is not laid out right after it.
+    if (d == 0 || (sizes[size_t(d - 1)] != 1 &&
+                   __int128(strides[size_t(d - 1)]) != __int128(tensor_numel) * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[size_t(view_d)] == 1)) {
+        out[size_t(view_d)] = c.mul(view_numel, chunk_base_stride);
+        view_numel *= new_sizes[size_t(view_d)];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = strides[size_t(d - 1)];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+Type view_op(const Ctx& c) {
+  const Type& x = c.tensor(0);
+  const int64_t n = int64_t(x.sizes.size());
+  Sizes sizes = x.sizes, st = x.strides;
+  switch (c.op) {
+    case OpId::View: {
+      Sizes want = infer_size(c, c.req<IntList>("sizes"), c.numel(x.sizes));
+      auto vs = view_strides(c, x.sizes, x.strides, want);
+      if (!vs)
+        c.fail("view size ", want, " is not compatible with input tensor's size ", x.sizes, " and stride ", x.strides,
+               " (at least one dimension spans across two contiguous subspaces). Use .reshape(...) instead.");
+      return view_of(x, want, *vs);
+    }
+    case OpId::Transpose: {
+      int64_t d0 = c.wrap(c.req<int64_t>("dim0"), n), d1 = c.wrap(c.req<int64_t>("dim1"), n);
+      if (n > 0) {
+        std::swap(sizes[size_t(d0)], sizes[size_t(d1)]);
+        std::swap(st[size_t(d0)], st[size_t(d1)]);
+      }
+      return view_of(x, sizes, st);
+    }
+    case OpId::Permute: {
+      IntList dims = c.req<IntList>("dims");
+      if (int64_t(dims.size()) != n)
+        c.fail("number of dims don't match in permute: got ", dims.size(), " dims for a tensor of shape ", x.sizes);
+      std::vector<bool> seen(size_t(n), false);
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t d = c.wrap(dims[size_t(i)], n);
+        if (seen[size_t(d)]) c.fail("repeated dim ", d, " in permutation ", dims);
+        seen[size_t(d)] = true;
+        sizes[size_t(i)] = x.sizes[size_t(d)];
+        st[size_t(i)] = x.strides[size_t(d)];
+      }
+      return view_of(x, sizes, st);
+    }
+    case OpId::Slice: {
+      if (n == 0) c.fail("slice() cannot be applied to a 0-dim tensor");
+      size_t d = size_t(c.wrap(c.get<int64_t>("dim", 0), n));
+      int64_t step = c.get<int64_t>("step", 1);
+      if (step <= 0) c.fail("slice step must be positive, got ", step);
+      int64_t size = x.sizes[d];
+      auto clamp_index = [size](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + size : i, 0, size); };
+      int64_t s = clamp_index(c.get<int64_t>("start", 0));
+      int64_t e = c.opt<int64_t>("end") ? clamp_index(*c.opt<int64_t>("end")) : size;
+      sizes[d] = e > s ? (e - s - 1) / step + 1 : 0;  // ceil((e - s) / step) without overflow
+      st[d] = c.mul(st[d], step);
+      return view_of(x, sizes, st);
+    }
+    case OpId::Select: {
+      if (n == 0) c.fail("select() cannot be applied to a 0-dim tensor");
+      size_t d = size_t(c.wrap(c.req<int64_t>("dim"), n));
+      int64_t index = c.req<int64_t>("index"), size = x.sizes[d];
+      if (index < -size || index >= size)
+        c.fail("index ", index, " is out of bounds for dimension ", d, " with size ", size);
+      sizes.erase(sizes.begin() + int64_t(d));
+      st.erase(st.begin() + int64_t(d));
+      return view_of(x, sizes, st);
+    }
+    case OpId::Expand: {
+      IntList target = c.req<IntList>("sizes");
+      int64_t m = int64_t(target.size());
+      if (m < n)
+        c.fail("the number of sizes provided (", m, ") must be greater or equal to the number of dimensions in the tensor (", n, ")");
+      sizes.assign(size_t(m), 0);
+      st.assign(size_t(m), 0);
+      for (int64_t i = m - 1; i >= 0; --i) {
+        int64_t j = i - (m - n), want = target[size_t(i)];
+        if (j < 0) {
+          if (want < 0) c.fail("the expanded size of the tensor (", want, ") isn't allowed in a leading, non-existing dimension ", i);
+          sizes[size_t(i)] = want;
+          continue;
+        }
+        int64_t have = x.sizes[size_t(j)];
+        if (want == -1) want = have;
+        if (want < 0) c.fail("the expanded size of the tensor (", want, ") is negative at dimension ", i);
+        if (have != want && have != 1)
+          c.fail("The expanded size of the tensor (", want, ") must match the existing size (", have,
+                 ") at non-singleton dimension ", i, ".  Target sizes: ", target, ".  Tensor sizes: ", x.sizes);
+        sizes[size_t(i)] = want;
+        st[size_t(i)] = have == want ? x.strides[size_t(j)] : 0;
+      }
+      return view_of(x, sizes, st);
+    }
+    case OpId::Squeeze: {
+      // dims=[] squeezes every size-1 dim; otherwise the listed dims (by their original
+      // positions) that have size 1, as PyTorch 2's squeeze(dims).
+      IntList dims = c.get<IntList>("dims", {});
+      std::vector<bool> mask = reduce_mask(c, dims, n);
+      Sizes ns, nst;
+      for (int64_t i = 0; i < n; ++i)
+        if (!(mask[size_t(i)] && x.sizes[size_t(i)] == 1)) {
+          ns.push_back(x.sizes[size_t(i)]);
+          nst.push_back(x.strides[size_t(i)]);
+        }
+      return view_of(x, ns, nst);
+    }
+    case OpId::Unsqueeze: {
+      size_t d = size_t(c.wrap(c.req<int64_t>("dim"), n + 1));
+      int64_t s = int64_t(d) < n ? c.mul(sizes[d], st[d]) : 1;
+      sizes.insert(sizes.begin() + int64_t(d), 1);
+      st.insert(st.begin() + int64_t(d), s);
+      return view_of(x, sizes, st);
+    }
+    case OpId::Diagonal: {
+      if (n < 2) c.fail("diagonal requires a tensor with at least 2 dimensions, got ", n, "D");
+      size_t d1 = size_t(c.wrap(c.get<int64_t>("dim1", 0), n)), d2 = size_t(c.wrap(c.get<int64_t>("dim2", 1), n));
+      if (d1 == d2) c.fail("diagonal dimensions cannot be identical ", d1, ", ", d2);
+      __int128 offset = c.get<int64_t>("offset", 0), n1 = x.sizes[d1], n2 = x.sizes[d2];
+      __int128 len = offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2);
+      Sizes ns, nst;
+      for (size_t i = 0; i < size_t(n); ++i)
+        if (i != d1 && i != d2) {
+          ns.push_back(x.sizes[i]);
+          nst.push_back(x.strides[i]);
+        }
+      ns.push_back(int64_t(std::max<__int128>(len, 0)));
+      nst.push_back(c.add(x.strides[d1], x.strides[d2]));
+      return view_of(x, ns, nst);
+    }
+    case OpId::AsStrided: {
+      // (the storage-size check needs the storage, which a type does not describe)
+      IntList ns = c.req<IntList>("sizes"), nst = c.req<IntList>("strides");
+      if (ns.size() != nst.size())
+        c.fail("mismatch in length of strides (", nst.size(), ") and shape (", ns.size(), ")");
+      for (size_t i = 0; i < ns.size(); ++i)
+        if (ns[i] < 0 || nst[i] < 0) c.fail("negative size or stride: sizes ", ns, ", strides ", nst);
+      if (c.get<int64_t>("offset", 0) < 0) c.fail("negative storage offset ", c.get<int64_t>("offset", 0));
+      return view_of(x, ns, nst);
+    }
+    default: break;
+  }
+  c.fail("internal: not a view op");
+}
+
+// ---------------------------------------------------------------- linear algebra (linalg.cpp)
+
+// gemm_into refuses bool, but only once it has a non-empty product to compute (beta = 0).
+void check_gemm_dtype(const Ctx& c, DType dt, int64_t batch, int64_t n, int64_t k, int64_t m) {
+  if (dt == kBool && batch > 0 && n > 0 && m > 0 && k > 0) c.fail("\"addmm_impl_cpu_\" not implemented for 'bool'");
+}
+
+void check_mm(const Ctx& c, const Type& a, const Type& b) {
+  if (a.sizes.size() != 2) c.fail("self must be a matrix, got a ", a.sizes.size(), "-D tensor of shape ", a.sizes);
+  if (b.sizes.size() != 2) c.fail("mat2 must be a matrix, got a ", b.sizes.size(), "-D tensor of shape ", b.sizes);
+  if (a.sizes[1] != b.sizes[0])
+    c.fail("mat1 and mat2 shapes cannot be multiplied (", a.sizes[0], "x", a.sizes[1], " and ", b.sizes[0], "x", b.sizes[1], ")");
+  if (a.dtype != b.dtype)
+    c.fail("expected mat1 and mat2 to have the same dtype, but got: ", name(a.dtype), " != ", name(b.dtype));
+}
+
+Type mm(const Ctx& c, const Type& a, const Type& b) {
+  check_mm(c, a, b);
+  check_gemm_dtype(c, a.dtype, 1, a.sizes[0], a.sizes[1], b.sizes[1]);
+  return c.dense(a.dtype, {a.sizes[0], b.sizes[1]}, common_device(c, {a, b}));
+}
+
+Type bmm(const Ctx& c, const Type& a, const Type& b) {
+  if (a.sizes.size() != 3) c.fail("batch1 must be a 3D tensor, got shape ", a.sizes);
+  if (b.sizes.size() != 3) c.fail("batch2 must be a 3D tensor, got shape ", b.sizes);
+  if (a.sizes[0] != b.sizes[0])
+    c.fail("batch1 and batch2 must have same number of batches, got ", a.sizes[0], " and ", b.sizes[0]);
+  if (a.sizes[2] != b.sizes[1])
+    c.fail("Expected size for first two dimensions of batch2 tensor to be: [", a.sizes[0], ", ", a.sizes[2],
+           "] but got: [", b.sizes[0], ", ", b.sizes[1], "].");
+  if (a.dtype != b.dtype) c.fail("expected scalar type ", name(a.dtype), " but found ", name(b.dtype));
+  check_gemm_dtype(c, a.dtype, a.sizes[0], a.sizes[1], a.sizes[2], b.sizes[2]);
+  return c.dense(a.dtype, {a.sizes[0], a.sizes[1], b.sizes[2]}, common_device(c, {a, b}));
+}
+
+// matmul: every rank case; the result is always a row-major product (a view of mm's or bmm's
+// fresh output with size-1 dims removed, which leaves the strides row-major).
+Type matmul(const Ctx& c, const Type& a, const Type& b) {
+  const int64_t da = int64_t(a.sizes.size()), db = int64_t(b.sizes.size());
+  if (da == 0 || db == 0) c.fail("both arguments to matmul need to be at least 1D, but they are ", da, "D and ", db, "D");
+  if (a.dtype != b.dtype) c.fail("expected scalar type ", name(a.dtype), " but found ", name(b.dtype));
+  Device dev = common_device(c, {a, b});
+  auto out = [&](DType dt, Sizes s) { return c.dense(dt, s, dev); };
+  if (da == 1 && db == 1) {
+    if (a.sizes[0] != b.sizes[0])
+      c.fail("inconsistent tensor size, expected tensor [", a.sizes[0], "] and src [", b.sizes[0],
+             "] to have the same number of elements, but got ", a.sizes[0], " and ", b.sizes[0], " elements respectively");
+    check_gemm_dtype(c, a.dtype, 1, 1, a.sizes[0], 1);
+    return out(a.dtype, {});
+  }
+  if (da == 2 && db == 1) {
+    if (a.sizes[1] != b.sizes[0])
+      c.fail("size mismatch, got input (", a.sizes[0], "), mat (", a.sizes[0], "x", a.sizes[1], "), vec (", b.sizes[0], ")");
+    check_gemm_dtype(c, a.dtype, 1, a.sizes[0], a.sizes[1], 1);
+    return out(a.dtype, {a.sizes[0]});
+  }
+  if (da == 1 && db == 2) {  // mm(a.unsqueeze(0), b).squeeze(0)
+    Type row = view_of(a, {1, a.sizes[0]}, {c.mul(a.sizes[0], a.strides[0]), a.strides[0]});
+    return out(a.dtype, {mm(c, row, b).sizes[1]});
+  }
+  if (da == 2 && db == 2) return mm(c, a, b);
+  // batched: a 1-d operand becomes a matrix and its extra dim is dropped from the result
+  Sizes A = a.sizes, B = b.sizes;
+  if (da == 1) A.insert(A.begin(), 1);
+  if (db == 1) B.push_back(1);
+  int64_t n = A[A.size() - 2], k = A.back(), k2 = B[B.size() - 2], m = B.back();
+  if (k != k2) c.fail("mat1 and mat2 shapes cannot be multiplied (", n, "x", k, " and ", k2, "x", m, ")");
+  Sizes shape;
+  if (db <= 2 && da >= 3) {
+    // [..., n, k] @ [k, m] folds the batch into the rows: A.reshape({-1, k}) refuses k == 0
+    Sizes rows = infer_size(c, {-1, k}, c.numel(A));
+    check_gemm_dtype(c, a.dtype, 1, rows[0], k, m);
+    shape.assign(A.begin(), A.end() - 1);
+    shape.push_back(m);
+    if (db == 1) shape.pop_back();
+    return out(a.dtype, shape);
+  }
+  Sizes batch = broadcast(c, Sizes(A.begin(), A.end() - 2), Sizes(B.begin(), B.end() - 2));
+  check_gemm_dtype(c, a.dtype, c.numel(batch), n, k, m);
+  shape = batch;
+  if (da != 1) shape.push_back(n);
+  if (db != 1) shape.push_back(m);
+  c.numel(shape);  // the product's size must fit
+  return out(a.dtype, shape);
+}
+
+Type addmm(const Ctx& c) {
+  const Type &self = c.tensor(0), &a = c.tensor(1), &b = c.tensor(2);
+  check_mm(c, a, b);
+  if (self.dtype != a.dtype)
+    c.fail("expected self and mat1 to have the same dtype, but got: ", name(self.dtype), " != ", name(a.dtype));
+  Sizes shape{a.sizes[0], b.sizes[1]};
+  if (broadcast(c, self.sizes, shape) != shape)
+    c.fail("self of shape ", self.sizes, " cannot be broadcast to the product's shape ", shape);
+  // bool: gemm_into refuses a non-empty product, and scaling by a nonzero beta (mul_) an empty one
+  Scalar beta = c.number("beta").value_or(Scalar(int64_t(1)));
+  if (a.dtype == kBool && shape[0] > 0 && shape[1] > 0 && (a.sizes[1] > 0 || beta.to_double() != 0))
+    c.fail("\"addmm_impl_cpu_\" not implemented for 'bool'");
+  return c.dense(a.dtype, shape, common_device(c, {self, a, b}));
+}
+
+// ---------------------------------------------------------------- einsum (einsum.cpp)
+
+// einsum diagonalises, sums and contracts step by step; its result is the final permute of
+// the last step's tensor, so its strides (and, for a lone operand that is only permuted or
+// diagonalised, the aliasing) follow from replaying those steps on metadata.
+constexpr int kEllipsis = 100;  // ellipsis dims get labels kEllipsis + i, aligned from the right
+
+int label_of(char ch) {
+  if (ch >= 'a' && ch <= 'z') return ch - 'a';
+  if (ch >= 'A' && ch <= 'Z') return 26 + (ch - 'A');
+  return -1;
+}
+char label_char(int l) { return l < 26 ? char('a' + l) : l < 52 ? char('A' + l - 26) : '.'; }
+
+struct Term {
+  Type t;
+  std::vector<int> labels;  // one per dim of t
+};
+
+std::vector<int> scan_term(const Ctx& c, std::string_view term) {
+  std::vector<int> labels;
+  bool has_ell = false;
+  for (size_t i = 0; i < term.size(); ++i) {
+    char ch = term[i];
+    if (ch == ' ') continue;
+    if (ch == '.') {
+      if (has_ell || term.substr(i, 3) != "...")
+        c.fail("found an invalid ellipsis in '", term, "'; an operand may have at most one '...'");
+      has_ell = true;
+      labels.push_back(-1);
+      i += 2;
+      continue;
+    }
+    if (label_of(ch) < 0)
+      c.fail("invalid subscript given at index ", i, " in the equation term '", term, "'; subscripts must be in [a-zA-Z]");
+    labels.push_back(label_of(ch));
+  }
+  return labels;
+}
+
+std::vector<int> expand_ellipsis(const std::vector<int>& scanned, int64_t ell_dims, int64_t max_ell) {
+  std::vector<int> out;
+  for (int l : scanned) {
+    if (l != -1) out.push_back(l);
+    else
+      for (int64_t e = 0; e < ell_dims; ++e) out.push_back(kEllipsis + int(max_ell - ell_dims + e));
+  }
+  return out;
+}
+
+// take_diagonals: a label repeated within an operand becomes the diagonal of those two dims.
+Term take_diagonals(const Ctx& c, Term x) {
+  for (bool again = true; again;) {
+    again = false;
+    for (size_t i = 0; i < x.labels.size() && !again; ++i)
+      for (size_t j = i + 1; j < x.labels.size() && !again; ++j) {
+        if (x.labels[i] != x.labels[j]) continue;
+        if (x.t.sizes[i] != x.t.sizes[j])
+          c.fail("subscript ", label_char(x.labels[i]), " is repeated for an operand but the sizes don't match, ",
+                 x.t.sizes[i], " != ", x.t.sizes[j]);
+        Sizes ns, nst;
+        for (size_t k = 0; k < x.labels.size(); ++k)
+          if (k != i && k != j) ns.push_back(x.t.sizes[k]), nst.push_back(x.t.strides[k]);
+        ns.push_back(x.t.sizes[i]);
+        nst.push_back(c.add(x.t.strides[i], x.t.strides[j]));
+        int l = x.labels[i];
+        x.labels.erase(x.labels.begin() + int64_t(j));
+        x.labels.erase(x.labels.begin() + int64_t(i));
+        x.labels.push_back(l);
+        x.t = view_of(x.t, ns, nst);
+        again = true;
+      }
+  }
+  return x;
+}
+
+bool has_label(const std::vector<int>& v, int l) { return std::find(v.begin(), v.end(), l) != v.end(); }
+
+// sum_unneeded: sums the dims whose labels are not in `keep` (a fresh tensor, sum's dtype).
+Term sum_unneeded(const Ctx& c, const Term& x, const std::vector<int>& keep) {
+  Term r{x.t, {}};
+  Sizes sizes;
+  for (size_t d = 0; d < x.labels.size(); ++d)
+    if (has_label(keep, x.labels[d])) r.labels.push_back(x.labels[d]), sizes.push_back(x.t.sizes[d]);
+  if (r.labels.size() == x.labels.size()) return x;
+  r.t = c.dense(sum_dtype(x.t.dtype), sizes, x.t.device);
+  return r;
+}
+
+int64_t size_of(const Term& x, int label) {
+  auto it = std::find(x.labels.begin(), x.labels.end(), label);
+  return it == x.labels.end() ? 1 : x.t.sizes[size_t(it - x.labels.begin())];
+}
+
+// contract: one bmm over (batch, left, contracted) x (batch, contracted, right).
+Term contract(const Ctx& c, const Term& a, const Term& b, const std::vector<int>& keep) {
+  std::vector<int> batch, left, con, right;
+  for (int l : a.labels) {
+    if (has_label(b.labels, l)) (has_label(keep, l) ? batch : con).push_back(l);
+    else left.push_back(l);
+  }
+  for (int l : b.labels)
+    if (!has_label(a.labels, l)) right.push_back(l);
+  auto full = [&](int l) { return std::max(size_of(a, l), size_of(b, l)); };
+  // arrange: permute, expand size-1 dims to the other operand's size, flatten each group
+  auto arrange = [&](const Term& x, std::initializer_list<const std::vector<int>*> groups) {
+    for (int l : x.labels)
+      if (size_of(x, l) != full(l) && size_of(x, l) != 1)
+        c.fail("the expanded size of the tensor (", full(l), ") must match the existing size (", size_of(x, l),
+               ") for subscript ", label_char(l));
+    Sizes flat;
+    for (auto* g : groups) {
+      int64_t n = 1;
+      for (int l : *g) n = c.mul(n, full(l));
+      flat.push_back(n);
+    }
+    return view_of(x.t, flat, c.dense_strides(flat));
+  };
+  Type A = arrange(a, {&batch, &left, &con}), B = arrange(b, {&batch, &con, &right});
+  Type r = bmm(c, A, B);
+  Term out{r, {}};
+  Sizes shape;
+  for (auto* g : {&batch, &left, &right})
+    for (int l : *g) shape.push_back(full(l)), out.labels.push_back(l);
+  out.t = c.dense(r.dtype, shape, r.device);
+  return out;
+}
+
+Type einsum(const Ctx& c) {
+  if (c.in.empty()) c.fail("einsum(): must provide at least one operand");
+  std::vector<Type> ops;
+  for (size_t i = 0; i < c.in.size(); ++i) ops.push_back(c.tensor(i));
+  for (const Type& t : ops)
+    if (t.dtype != ops[0].dtype) c.fail("expected scalar type ", name(ops[0].dtype), " but found ", name(t.dtype));
+  common_device(c, ops);
+  std::string eq = c.req<std::string>("equation");
+  size_t arrow = eq.find("->");
+  std::string_view lhs = std::string_view(eq).substr(0, arrow);
+  std::vector<std::vector<int>> scanned;
+  for (size_t start = 0;;) {
+    size_t comma = lhs.find(',', start);
+    scanned.push_back(scan_term(c, lhs.substr(start, comma == std::string_view::npos ? comma : comma - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  if (scanned.size() != ops.size())
+    c.fail("einsum(): more operands were provided than specified in the equation (equation has ", scanned.size(),
+           " terms, got ", ops.size(), " operands)");
+  int64_t max_ell = 0;
+  std::vector<int64_t> ell(ops.size(), 0);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    int64_t explicit_labels = std::count_if(scanned[i].begin(), scanned[i].end(), [](int l) { return l >= 0; });
+    bool has_ell = has_label(scanned[i], -1);
+    ell[i] = int64_t(ops[i].sizes.size()) - explicit_labels;
+    if (has_ell ? ell[i] < 0 : ell[i] != 0)
+      c.fail("the number of subscripts in the equation (", explicit_labels, ") does not match the number of dimensions (",
+             ops[i].sizes.size(), ") for operand ", i, has_ell ? "" : " and no ellipsis was given");
+    max_ell = std::max(max_ell, ell[i]);
+  }
+  std::vector<Term> terms;
+  std::map<int, int> counts;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    Term t{ops[i], expand_ellipsis(scanned[i], ell[i], max_ell)};
+    t.t.wrapped = false;
+    for (int l : t.labels) ++counts[l];
+    terms.push_back(take_diagonals(c, t));
+  }
+  std::vector<int> out;
+  if (arrow != std::string::npos) {
+    out = expand_ellipsis(scan_term(c, std::string_view(eq).substr(arrow + 2)), max_ell, max_ell);
+    for (int l : out) {
+      if (!counts.count(l))
+        c.fail("einsum(): output subscript ", label_char(l), " does not appear in the equation for any input operand");
+      if (std::count(out.begin(), out.end(), l) != 1)
+        c.fail("einsum(): output subscript ", label_char(l), " appears more than once in the output");
+    }
+  } else {
+    // implicit output: ellipsis dims, then labels seen exactly once, in label order
+    for (int64_t e = 0; e < max_ell; ++e) out.push_back(kEllipsis + int(e));
+    for (auto& [l, n] : counts)
+      if (n == 1 && l < kEllipsis) out.push_back(l);
+  }
+  // labels still needed after operand i: the output's and those of later operands
+  auto needed_after = [&](size_t i) {
+    std::vector<int> keep = out;
+    for (size_t j = i + 1; j < terms.size(); ++j) keep.insert(keep.end(), terms[j].labels.begin(), terms[j].labels.end());
+    return keep;
+  };
+  std::vector<int> keep0 = needed_after(0);
+  if (terms.size() > 1) keep0.insert(keep0.end(), terms[1].labels.begin(), terms[1].labels.end());
+  Term acc = sum_unneeded(c, terms[0], keep0);
+  for (size_t i = 1; i < terms.size(); ++i) {
+    std::vector<int> keep = needed_after(i);
+    std::vector<int> keep_b = keep;
+    keep_b.insert(keep_b.end(), acc.labels.begin(), acc.labels.end());
+    acc = contract(c, acc, sum_unneeded(c, terms[i], keep_b), keep);
+  }
+  acc = sum_unneeded(c, acc, out);
+  // the final permute into the output's label order
+  if (out.size() != acc.labels.size())
+    c.fail("number of dims don't match in permute: got ", out.size(), " dims for a tensor of shape ", acc.t.sizes);
+  Sizes sizes, strides;
+  for (int l : out) {
+    auto it = std::find(acc.labels.begin(), acc.labels.end(), l);
+    if (it == acc.labels.end()) c.fail("einsum(): output subscript ", label_char(l), " has no dimension in the result");
+    sizes.push_back(acc.t.sizes[size_t(it - acc.labels.begin())]);
+    strides.push_back(acc.t.strides[size_t(it - acc.labels.begin())]);
+  }
+  return view_of(acc.t, sizes, strides);
+}
+
+// ---------------------------------------------------------------- joining, indexing, copies
+
+Type cat(const Ctx& c) {  // join.cpp
+  if (c.in.empty()) c.fail("torch.cat(): expected a non-empty list of Tensors");
+  std::vector<Type> ts;
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    ts.push_back(c.tensor(i));
+    ts.back().wrapped = false;  // cat takes tensors: a wrapped value promotes as a 0-d tensor
+  }
+  // PyTorch skips legacy 1-d empty tensors ([0]) when the others have more dims.
+  auto legacy_empty = [](const Type& t) { return t.sizes.size() == 1 && t.sizes[0] == 0; };
+  const Type* ref = &ts[0];
+  for (const Type& t : ts)
+    if (!legacy_empty(t)) {
+      ref = &t;
+      break;
+    }
+  const size_t nd = ref->sizes.size();
+  if (nd == 0) c.fail("zero-dimensional tensor cannot be concatenated");
+  size_t d = size_t(c.wrap(c.get<int64_t>("dim", 0), int64_t(nd)));
+  DType dt = result_type(ts);
+  Sizes shape = ref->sizes;
+  shape[d] = 0;
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const Type& t = ts[i];
+    if (legacy_empty(t) && nd != 1) continue;
+    if (t.sizes.size() != nd) c.fail("Tensors must have same number of dimensions: got ", nd, " and ", t.sizes.size());
+    for (size_t k = 0; k < nd; ++k)
+      if (k != d && t.sizes[k] != ref->sizes[k])
+        c.fail("Sizes of tensors must match except in dimension ", d, ". Expected size ", ref->sizes[k], " but got size ",
+               t.sizes[k], " for tensor number ", i, " in the list.");
+    shape[d] = c.add(shape[d], t.sizes[d]);
+  }
+  return c.dense(dt, shape, common_device(c, ts));
+}
+
+Type index_select(const Ctx& c) {  // join.cpp
+  const Type &x = c.tensor(0), &index = c.tensor(1);
+  if (index.dtype != kInt64 && index.dtype != kInt32)
+    c.fail("index_select(): Expected dtype int32/int64 for index, got ", name(index.dtype));
+  if (index.sizes.size() > 1) c.fail("index_select(): Index is supposed to be a vector, got shape ", index.sizes);
+  size_t d = size_t(c.wrap(c.req<int64_t>("dim"), int64_t(x.sizes.size())));
+  int64_t n = index.sizes.empty() ? 1 : index.sizes[0];
+  Device dev = common_device(c, {x, index});
+  if (x.sizes.empty()) {
+    if (n != 1) c.fail("index_select(): a 0-dim input takes exactly one index, got ", n);
+    return c.dense(x.dtype, {}, dev);
+  }
+  Sizes shape = x.sizes;
+  shape[d] = n;
+  return c.dense(x.dtype, shape, dev);
+}
+
+Type gather(const Ctx& c) {  // join.cpp
+  const Type &x = c.tensor(0), &index = c.tensor(1);
+  if (index.dtype != kInt64) c.fail("gather(): Expected dtype int64 for index, got ", name(index.dtype));
+  size_t nd = std::max<size_t>(x.sizes.size(), 1);
+  size_t d = size_t(c.wrap(c.req<int64_t>("dim"), int64_t(x.sizes.size())));
+  if (std::max<size_t>(index.sizes.size(), 1) != nd)
+    c.fail("Index tensor must have the same number of dimensions as input tensor (input ", x.sizes, ", index ", index.sizes, ")");
+  Sizes xs = x.sizes.empty() ? Sizes{1} : x.sizes, is = index.sizes.empty() ? Sizes{1} : index.sizes;
+  for (size_t k = 0; k < nd; ++k)
+    if (k != d && is[k] > xs[k])
+      c.fail("Size does not match at dimension ", k, " expected index ", index.sizes, " to be smaller than self ", x.sizes,
+             " apart from dimension ", d);
+  Device dev = common_device(c, {x, index});
+  if (x.sizes.empty()) {  // the [1] result is viewed back as 0-d
+    if (is[0] != 1) c.fail("shape '[]' is invalid for input of size ", is[0]);
+    return c.dense(x.dtype, {}, dev);
+  }
+  return c.dense(x.dtype, is, dev);
+}
+
+// Tensor::copy_ (copy.cpp): src broadcasts to dst's shape; dst is the result, after the write.
+Type copy(const Ctx& c) {
+  const Type &dst = c.tensor(0), &src = c.tensor(1);
+  if (dst.wrapped) c.fail("the destination (operand 0) is a wrapped number, not a tensor");
+  broadcast(c, dst.sizes, src.sizes);
+  if (src.sizes.size() > dst.sizes.size())
+    c.fail("source of shape ", src.sizes, " cannot be broadcast to destination of shape ", dst.sizes);
+  for (size_t i = 0; i < src.sizes.size(); ++i) {
+    int64_t have = src.sizes[i], want = dst.sizes[i + dst.sizes.size() - src.sizes.size()];
+    if (have != want && have != 1)
+      c.fail("source of shape ", src.sizes, " cannot be broadcast to destination of shape ", dst.sizes);
+  }
+  for (size_t d = 0; d < dst.sizes.size(); ++d)
+    if (dst.strides[d] == 0 && dst.sizes[d] > 1)
+      c.fail("unsupported operation: more than one element of the written-to tensor refers to a single memory "
+             "location (size ", dst.sizes, ", stride ", dst.strides, "). Please clone() the tensor before performing the operation.");
+  return dst;
+}
+
+// The cond predicate becomes a host bool (Tensor::operator bool): one element of any dtype.
+void check_predicate(const Ctx& c) {
+  c.at_least(1);
+  const Type& p = c.in[0];
+  if (!p.is_scalar() && c.numel(p.sizes) != 1)
+    c.fail("the predicate must have one element (Boolean value of a tensor with more is ambiguous), got ", p.str());
+}
+
+}  // namespace
+
+std::vector<Type> infer_types(OpId op, const std::vector<Type>& inputs, const std::vector<Attr>& attrs) {
+  if (size_t(op) >= size_t(num_ops())) throw Error("[infer] unknown op id " + std::to_string(size_t(op)));
+  Ctx c(op, inputs, attrs);
+  if (op_info(op).operands >= 0) c.arity(size_t(op_info(op).operands));
+  switch (op_info(op).category) {
+    case Category::Control:
+      if (op == OpId::Cond) check_predicate(c);
+      if (op == OpId::Constant && c.find("value") && c.find("data")) c.fail("takes value= or data=, not both");
+      return {};
+    case Category::Elementwise:
+      switch (op) {
+        case OpId::Where: case OpId::Clamp: case OpId::Lerp: case OpId::Addcmul: case OpId::MaskedFill:
+          return {ternary(c)};
+        default:
+          return {op_info(op).operands == 1 ? unary(c) : binary(c)};
+      }
+    case Category::Reduction: return reduction(c);
+    case Category::View: return {view_op(c)};
+    case Category::Opaque: break;
+  }
+  switch (op) {
+    case OpId::Contiguous: {
+      // Tensor::contiguous returns the tensor itself when it already is
+      Type x = c.tensor(0);
+      x.wrapped = false;
+      return {is_contiguous(x.sizes, x.strides) ? x : c.dense(x.dtype, x.sizes, x.device)};
+    }
+    case OpId::Clone: return {c.dense(c.tensor(0).dtype, c.tensor(0).sizes, c.tensor(0).device)};
+    case OpId::Matmul: return {matmul(c, c.tensor(0), c.tensor(1))};
+    case OpId::Mm: return {mm(c, c.tensor(0), c.tensor(1))};
+    case OpId::Bmm: return {bmm(c, c.tensor(0), c.tensor(1))};
+    case OpId::Addmm: return {addmm(c)};
+    case OpId::Einsum: return {einsum(c)};
+    case OpId::Cat: return {cat(c)};
+    case OpId::IndexSelect: return {index_select(c)};
+    case OpId::Gather: return {gather(c)};
+    case OpId::Copy: return {copy(c)};
+    default: break;
+  }
+  c.fail("internal: no inference rule");
+}
+
+namespace {
+// A constant's declared type against its value: value= is a number of a matching category in
+// a 0-d tensor; data= holds exactly the bytes of a contiguous tensor of the declared type.
+void check_constant(const Node& n) {
+  auto fail = [](const std::string& what) { throw Error("[infer] constant: " + what); };
+  if (n.outputs.size() != 1) fail("defines one value, not " + std::to_string(n.outputs.size()));
+  const Type& t = n.outputs[0]->type;
+  if (t.is_scalar()) fail("its type must be a tensor type, not " + t.str());
+  const Attr* value = n.attr("value");
+  const Attr* data = n.attr("data");
+  if (!value && !data) fail("needs value= (a number) or data= (hex bytes)");
+  if (value) {
+    if (!t.sizes.empty()) fail("value= makes a 0-d tensor, but the type is " + t.str());
+    const AttrValue& v = value->value;
+    bool ok = std::holds_alternative<bool>(v) ? t.dtype == kBool
+              : std::holds_alternative<int64_t>(v) ? is_integral(t.dtype)
+                                                   : is_floating(t.dtype);
+    if (!ok) fail("value=" + attr_str(v) + " does not fit its type's category (" + t.str() + ")");
+    return;
+  }
+  const std::string& hex = std::get<std::string>(data->value);
+  if (!is_contiguous(t.sizes, t.strides)) fail("data= describes a contiguous tensor, but the type is " + t.str());
+  __int128 bytes = itemsize(t.dtype);
+  for (int64_t s : t.sizes) {
+    bytes *= s;
+    if (bytes > std::numeric_limits<int64_t>::max()) fail("the type " + t.str() + " is too large");
+  }
+  if (__int128(hex.size()) != 2 * bytes)
+    fail("data= has " + std::to_string(hex.size()) + " hex digits, but " + t.str() + " needs " +
+         std::to_string(int64_t(2 * bytes)));
+  if (hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) fail("data= must be hex digits");
+}
+}  // namespace
+
+std::vector<Type> infer_types(const Node& node) {
+  std::vector<Type> in;
+  for (const Value* v : node.inputs) in.push_back(v->type);
+  if (node.op != OpId::Constant && node.op != OpId::Cond) return infer_types(node.op, in, node.attrs);
+  infer_types(node.op, in, node.attrs);  // checks the operands and attributes
+  if (node.op == OpId::Constant) {
+    check_constant(node);
+    return {node.outputs[0]->type};
+  }
+  if (node.regions.empty() || !node.regions[0]) throw Error("[infer] cond: has no then-region");
+  std::vector<Type> out;
+  for (const Value* v : node.regions[0]->outputs()) out.push_back(v->type);
+  return out;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,157 @@
+// The tracing hook of the eager ops.
+//
+// kiln traces by running: while a compiled function is traced, every eager op still computes
+// its real result, and then reports itself to the thread's Recorder (the frontend's tracer),
+// which appends a node to the graph being built. An op that is implemented with other public
+// ops reports only itself: the inner ops run under a Pause. Turning a traced tensor into a host
+// value (operator bool, item, to_vector, data_ptr, printing) and ops whose output shape
+// depends on the data report a graph break instead.
+//
+// With no Recorder installed (the normal eager case) the cost is one thread-local load per op.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <source_location>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "dtype.h"
+#include "scalar.h"
+#include "tensor.h"
+
+namespace kiln {
+
+// The op ids of the op table (ops.def).
+enum class OpId : uint16_t {
+#define KILN_OP(id, name, category, operands) id,
+#include "ops.def"
+#undef KILN_OP
+};
+
+// Node attributes: named, typed values (dims, keepdim, alpha, rounding_mode, dtype, ...).
+using IntList = std::vector<int64_t>;
+struct NoneAttr {
+  bool operator==(const NoneAttr&) const = default;
+};
+using AttrValue = std::variant<NoneAttr, bool, int64_t, double, std::string, IntList, DType>;
+struct Attr {
+  std::string name;
+  AttrValue value;
+  bool operator==(const Attr&) const = default;
+};
+// A Scalar as an attribute value: bool, int64 or double by its kind.
+AttrValue scalar_attr(const Scalar& s);
+AttrValue optional_attr(const std::optional<double>& v);
+// The Scalar an attribute value holds (bool, int64 or double).
+Scalar attr_scalar(const AttrValue& v);
+
+namespace trace {
+
+// An operand as an op received it: a tensor, or a host number (a Python-style scalar).
+struct Operand {
+  const Tensor* tensor = nullptr;
+  Scalar scalar;
+  Operand(const Tensor& t) : tensor(&t) {}
+  Operand(const Scalar& s) : scalar(s) {}
+};
+
+// Why a traced tensor had to become a host value.
+enum class HostAccess : uint8_t { Bool, Item, ToVector, DataPtr, Print, Str };
+std::string_view host_access_name(HostAccess a);
+
+class Recorder {
+ public:
+  virtual ~Recorder() = default;
+  // A functional op ran: `outputs` are its real results.
+  virtual void record(OpId op, std::span<const Operand> inputs, std::vector<Attr> attrs,
+                      std::span<const Tensor> outputs) = 0;
+  // An in-place op ran: `dst` now holds `src` (converted to dst's dtype); `src` was recorded.
+  virtual void write_back(const Tensor& dst, const Tensor& src) = 0;
+  // A factory made `t` (zeros, ones, arange, from_vector, ...): it becomes a constant.
+  virtual void created(const Tensor& t, std::string_view factory) = 0;
+  // `t` is about to become a host value. `pc` is the caller's return address where no
+  // source_location can be had (operator bool). May throw (fullgraph mode).
+  virtual void host_access(const Tensor& t, HostAccess what, const std::source_location& where,
+                           const void* pc) = 0;
+  // An op whose output shape depends on the data ran (nonzero, masked_select, unique).
+  // `replay` recomputes it from the same inputs when the recorded program runs again.
+  virtual void data_dependent(std::string_view op, std::span<const Tensor> inputs, const Tensor& output,
+                              std::function<Tensor(std::span<const Tensor>)> replay,
+                              const std::source_location& where) = 0;
+};
+
+// The thread's recorder, or null when the thread is not tracing.
+Recorder* active();
+// Installs `r` for this thread until destroyed (restores the previous one).
+class Install {
+ public:
+  explicit Install(Recorder* r);
+  ~Install();
+  Install(const Install&) = delete;
+  Install& operator=(const Install&) = delete;
+
+ private:
+  Recorder* saved_;
+};
+// Suspends recording on this thread (ops implemented with other ops report only themselves).
+class Pause {
+ public:
+  Pause();
+  ~Pause();
+  Pause(const Pause&) = delete;
+  Pause& operator=(const Pause&) = delete;
+
+ private:
+  Recorder* saved_;
+};
+
+// Runs `compute` and, when tracing, records it as one `op` node with the attributes `attrs()`
+// makes (called only when tracing). Used by the eager ops' public entry points.
+template <typename Compute, typename Attrs>
+Tensor traced(OpId op, std::initializer_list<Operand> inputs, Attrs&& attrs, Compute&& compute) {
+  Recorder* r = active();
+  if (!r) [[likely]] return compute();
+  Tensor out;
+  {
+    Pause p;
+    out = compute();
+  }
+  r->record(op, std::span<const Operand>(inputs.begin(), inputs.size()), attrs(), std::span<const Tensor>(&out, 1));
+  return out;
+}
+inline std::vector<Attr> no_attrs() { return {}; }
+
+// An in-place op while tracing: records `functional()` (the out-of-place result), then runs the
+// eager in-place op `eager()` unrecorded, so checks, casts and errors are exactly eager's, and
+// records the write-back into `self`. Without a recorder it just runs `eager()`.
+template <typename Functional, typename Eager>
+void traced_inplace(const Tensor& self, Functional&& functional, Eager&& eager) {
+  Recorder* r = active();
+  if (!r) [[likely]] {
+    eager();
+    return;
+  }
+  Tensor result;
+  try {
+    result = functional();
+  } catch (const Error&) {
+    Pause p;
+    eager();  // eager's own error, when it has one
+    throw;
+  }
+  {
+    Pause p;
+    eager();
+  }
+  r->write_back(self, result);
+}
+
+// Reports a host access of `t` to the recorder, when tracing.
+void host_access(const Tensor& t, HostAccess what, const std::source_location& where,
+                 const void* pc = nullptr);
+
+}  // namespace trace
+}  // namespace kiln

@@ -51,8 +51,16 @@ std::string describe_location(const std::source_location& where, const void* pc)
       std::snprintf(buf, sizeof buf, "+0x%lx", static_cast<unsigned long>(off));
       return "in " + name + buf + " (no source line: use t.item<bool>() to record one)";
     }
+    if (dladdr(pc, &info) && info.dli_fname) {
+      // No exported symbol (an executable not linked with -rdynamic): name the binary and the
+      // offset, which `addr2line -f -C -e BINARY OFFSET` turns into a function and line.
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "+0x%lx",
+                    static_cast<unsigned long>(static_cast<const char*>(pc) - static_cast<const char*>(info.dli_fbase)));
+      return std::string(info.dli_fname) + buf + " (no source line: use t.item<bool>() to record one)";
+    }
     char buf[48];
-    std::snprintf(buf, sizeof buf, "at code address %p", pc);
+    std::snprintf(buf, sizeof buf, "code address %p", pc);
     return buf;
   }
   return "unknown location";

@@ -30,9 +30,10 @@ constexpr unsigned none = 1u << 0, boolean = 1u << 1, integer = 1u << 2, real = 
 static_assert(std::variant_size_v<AttrValue> == 7, "keep the kind bits in step with AttrValue");
 constexpr std::string_view kKindNames[] = {"none", "bool", "int", "float", "str", "ints", "dtype"};
 
+// "int|float|bool", "float|none": in the order ops.def writes them.
 std::string kinds_str(unsigned kinds) {
   std::string s;
-  for (size_t i = 0; i < std::size(kKindNames); ++i)
+  for (size_t i : {2, 3, 1, 4, 5, 6, 0})
     if (kinds & (1u << i)) s += (s.empty() ? "" : "|") + std::string(kKindNames[i]);
   return s;
 }

@@ -28,6 +28,7 @@ OpCase op_case(OpId op) {
   auto s = [](const char* v) { return AttrValue(std::string(v)); };
   switch (op) {
     case OpId::Gelu: return {{x}, {{"approximate", s("tanh")}}};
+    case OpId::Silu: return {{xt}, {}};
     case OpId::NanToNum: return {{x}, {{"nan", 0.0}, {"posinf", NoneAttr{}}, {"neginf", -1e30}}};
     case OpId::BitwiseNot: return {{i32}, {}};
     case OpId::Cast: return {{x}, {{"dtype", kFloat16}}};

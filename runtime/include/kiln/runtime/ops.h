@@ -155,9 +155,6 @@ inline Tensor operator>=(const Scalar& a, const Tensor& b) { return le(b, a); }
 // The output's shape depends on the values, so these cannot be traced into a graph: while
 // tracing they compute eagerly and report themselves to the tracer
 // (trace::Recorder::data_dependent, with `where` as the call site).
-}  // namespace kiln
-#include <source_location>
-namespace kiln {
 // The int64 [n, x.dim()] indices of x's nonzero elements (NaN counts), in row-major order.
 Tensor nonzero(const Tensor& x, std::source_location where = std::source_location::current());
 // The 1-d tensor of x's elements where the bool `mask` is true; x and mask broadcast together.

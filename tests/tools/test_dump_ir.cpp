@@ -1,0 +1,232 @@
+// dump-ir, run as a program: its JSON output parses and holds graphs that load and verify, for
+// every workload; DOT output is well formed; graph files convert between the text form and
+// JSON; every error is one line on stderr with the documented exit status.
+#include <gtest/gtest.h>
+#include <kiln/ir/graph.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "workloads.h"
+
+using nlohmann::json;
+namespace wl = kiln::workloads;
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+// Runs dump-ir with `args` (shell syntax); `stream` 1 captures stdout, 2 stderr (stdout dropped).
+Result dump_ir(const std::string& args, int stream = 1) {
+  std::string cmd = std::string("'") + KILN_DUMP_IR + "' " + args + (stream == 1 ? " 2>/dev/null" : " 2>&1 >/dev/null");
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  return r;
+}
+
+std::string data(const std::string& file) { return std::string(KILN_TOOLS_DATA) + "/" + file; }
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Braces balance outside double-quoted strings.
+bool balanced(const std::string& s) {
+  int depth = 0;
+  bool quoted = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    char c = s[i];
+    if (quoted) {
+      if (c == '\\') ++i;
+      else if (c == '"') quoted = false;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == '{') {
+      ++depth;
+    } else if (c == '}') {
+      if (--depth < 0) return false;
+    }
+  }
+  return depth == 0 && !quoted;
+}
+
+size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+}  // namespace
+
+TEST(DumpIr, JsonOutputOfEveryWorkloadLoadsAndVerifies) {
+  for (const wl::Workload& w : wl::all_workloads()) {
+    Result r = dump_ir(w.name + " --format json --explain --run");
+    ASSERT_EQ(r.status, 0) << w.name;
+    json doc;
+    ASSERT_NO_THROW(doc = json::parse(r.out)) << w.name << "\n" << r.out;
+    EXPECT_EQ(doc.at("workload"), w.name);
+    EXPECT_EQ(doc.at("inputs").size(), w.inputs.size()) << w.name;
+    const json& graphs = doc.at("graphs");
+    EXPECT_EQ(graphs.size(), size_t(w.paths == 1 ? 1 : 1 + w.paths)) << w.name;
+    for (const json& g : graphs) {
+      kiln::ir::Graph graph = kiln::ir::from_json(g.dump());
+      auto err = kiln::ir::verify(graph);
+      EXPECT_FALSE(err.has_value()) << w.name << ": " << (err ? err->str() : "");
+    }
+    const json& ex = doc.at("explain");
+    EXPECT_EQ(ex.at("breaks").size(), w.paths == 1 ? 0u : 1u) << w.name;
+    EXPECT_GE(ex.at("stats").at("compiles").get<int>(), 1) << w.name;
+    EXPECT_FALSE(doc.at("outputs").empty()) << w.name;
+  }
+}
+
+TEST(DumpIr, DotAndTextOutputOfEveryWorkload) {
+  for (const wl::Workload& w : wl::all_workloads()) {
+    Result dot = dump_ir(w.name + " --format dot");
+    ASSERT_EQ(dot.status, 0) << w.name;
+    EXPECT_NE(dot.out.find("digraph \""), std::string::npos) << w.name;
+    EXPECT_TRUE(balanced(dot.out)) << w.name << "\n" << dot.out;
+    Result text = dump_ir(w.name);
+    ASSERT_EQ(text.status, 0) << w.name;
+    if (w.paths == 1) {
+      // one graph: the output (comments included) is a loadable graph file
+      EXPECT_NO_THROW(kiln::ir::parse(text.out)) << w.name << "\n" << text.out;
+    }
+  }
+}
+
+TEST(DumpIr, BranchSignExplainShowsBothPaths) {
+  Result r = dump_ir("branch_sign --explain");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("3 graphs, 1 graph break"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("value in {true, false}"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("guard failed"), std::string::npos) << r.out;
+}
+
+TEST(DumpIr, ListAsJson) {
+  Result r = dump_ir("--list --format json");
+  ASSERT_EQ(r.status, 0);
+  json list = json::parse(r.out);
+  ASSERT_EQ(list.size(), wl::all_workloads().size());
+  EXPECT_EQ(list[0].at("name"), "add_sin_cos");
+  EXPECT_EQ(list[0].at("inputs")[0].at("sizes").at("small"), json::array({1000}));
+}
+
+TEST(DumpIr, GraphFileRoundTripsThroughJson) {
+  Result text = dump_ir("'" + data("small.ir") + "'");
+  ASSERT_EQ(text.status, 0);
+  EXPECT_EQ(text.out, kiln::ir::print(kiln::ir::parse(read(data("small.ir")))));
+  Result js = dump_ir("'" + data("small.ir") + "' --format json");
+  ASSERT_EQ(js.status, 0);
+  kiln::ir::Graph g = kiln::ir::from_json(js.out);
+  EXPECT_EQ(kiln::ir::print(g), text.out);
+  std::string tmp = testing::TempDir() + "dump_ir_small.json";
+  std::ofstream(tmp) << js.out;
+  Result back = dump_ir("'" + tmp + "'");
+  ASSERT_EQ(back.status, 0);
+  EXPECT_EQ(back.out, text.out);
+  Result run = dump_ir("'" + tmp + "' --run");
+  ASSERT_EQ(run.status, 0);
+  EXPECT_NE(run.out.find("// output 0: f32[4] = tensor("), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("// output 1: f32[3, 4] = tensor("), std::string::npos) << run.out;
+  Result run_json = dump_ir("'" + data("small.ir") + "' --run --format json");
+  ASSERT_EQ(run_json.status, 0);
+  json doc = json::parse(run_json.out);
+  EXPECT_EQ(doc.at("outputs").size(), 2u);
+  EXPECT_EQ(doc.at("outputs")[1].at("values").size(), 12u);
+}
+
+TEST(DumpIr, ErrorsAreOneLineWithTheDocumentedStatus) {
+  struct Case {
+    std::string args;
+    int status;
+    std::string expect;  // in the message
+  };
+  const std::vector<Case> cases = {
+      {"nope", 1, "dump-ir: error: unknown workload 'nope' (see --list)"},
+      {"'" + data("does_not_exist.ir") + "'", 1, "does_not_exist.ir: no such file"},
+      {"'" + data("malformed.ir") + "'", 1, "malformed.ir:3:15: expected ')'"},
+      {"'" + data("unknown_op.ir") + "'", 1, "unknown_op.ir:2:8: unknown op 'frobnicate'"},
+      {"'" + data("bad_type.ir") + "'", 1, "bad_type.ir:3:3: node 1 (%1 = mul): declared f64[4]{1} but inferred"},
+      {"'" + data("malformed.json") + "'", 1, "malformed.json:5:3: malformed JSON"},
+      {"add_sin_cos --input c=10", 1, "workload 'add_sin_cos' has no input 'c' (its inputs: a, b)"},
+      {"add_sin_cos --input a=10xq", 1, "bad size 'q'"},
+      {"add_sin_cos --input a=-3", 1, "bad size '-3'"},
+      {"add_sin_cos --input a=10:f17", 1, "unknown dtype 'f17'"},
+      {"add_sin_cos --input a", 1, "expected NAME=SIZES[:DTYPE]"},
+      {"add_sin_cos --dtype q8", 1, "unknown dtype 'q8'"},
+      {"add_sin_cos --input a=12", 1, "add_sin_cos: [mul] The size of tensor a (12) must match"},
+      {"add_sin_cos --size huge", 2, "--size"},
+      {"add_sin_cos --format yaml", 2, "--format"},
+      {"--no-such-flag", 2, "--no-such-flag"},
+      {"", 2, "give a workload name"},
+      {"'" + data("small.ir") + "' --size bench", 2, "apply to workloads"},
+  };
+  for (const Case& c : cases) {
+    Result r = dump_ir(c.args, 2);
+    EXPECT_EQ(r.status, c.status) << c.args << "\n" << r.out;
+    EXPECT_EQ(count_lines(r.out), 1u) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.rfind("dump-ir: error: ", 0), 0u) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("terminate"), std::string::npos) << r.out;
+  }
+}
+
+// Inside every cluster (a region of a cond), edges join nodes of that region only: Graphviz
+// moves a node into the first cluster that names it, so an outer node named inside one would
+// be drawn there.
+TEST(DumpIr, DotClustersHoldOnlyTheirRegion) {
+  for (const char* file : {"small.ir", "nested_cond.ir"}) {
+    Result r = dump_ir("'" + data(file) + "' --format dot");
+    ASSERT_EQ(r.status, 0) << file;
+    EXPECT_TRUE(balanced(r.out)) << r.out;
+    std::istringstream in(r.out);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    int clusters = 0;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      size_t indent = lines[i].find("subgraph cluster_");
+      if (indent == std::string::npos) continue;
+      ++clusters;
+      std::string prefix;  // the region's id prefix, from its first node line ("n0r1_in0 [")
+      const std::string close = std::string(indent, ' ') + "}";
+      for (size_t j = i + 1; j < lines.size() && lines[j] != close; ++j) {
+        const std::string& l = lines[j];
+        size_t start = l.find_first_not_of(' ');
+        if (prefix.empty() && l.find(" [shape=") != std::string::npos)
+          prefix = l.substr(start, l.find("in0") - start);
+        size_t arrow = l.find(" -> ");
+        if (arrow == std::string::npos) continue;
+        std::string from = l.substr(start, arrow - start);
+        std::string to = l.substr(arrow + 4, l.find_first_of(" ;", arrow + 4) - arrow - 4);
+        EXPECT_EQ(from.rfind(prefix, 0), 0u) << file << ": " << l << " in the cluster of " << prefix;
+        EXPECT_EQ(to.rfind(prefix, 0), 0u) << file << ": " << l << " in the cluster of " << prefix;
+      }
+      EXPECT_FALSE(prefix.empty()) << file;
+    }
+    EXPECT_EQ(clusters, std::string(file) == "small.ir" ? 2 : 4) << r.out;
+  }
+}
+
+TEST(DumpIr, HelpDocumentsTheOptions) {
+  Result r = dump_ir("--help");
+  ASSERT_EQ(r.status, 0);
+  for (const char* opt : {"--list", "--size", "--input", "--dtype", "--format", "--explain", "--run", "--seed",
+                          "Examples:", "Exit status"})
+    EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
+}

@@ -8,6 +8,8 @@
 // sizes, and inference must reject them, never wrap around.
 #include "kiln/ir/infer.h"
 
+#include "kiln/runtime/einsum_labels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -923,50 +925,23 @@ Type addmm(const Ctx& c) {
 // einsum diagonalises, sums and contracts step by step; its result is the final permute of
 // the last step's tensor, so its strides (and, for a lone operand that is only permuted or
 // diagonalised, the aliasing) follow from replaying those steps on metadata.
-constexpr int kEllipsis = 100;  // ellipsis dims get labels kEllipsis + i, aligned from the right
-
-int label_of(char ch) {
-  if (ch >= 'a' && ch <= 'z') return ch - 'a';
-  if (ch >= 'A' && ch <= 'Z') return 26 + (ch - 'A');
-  return -1;
-}
-char label_char(int l) { return l < 26 ? char('a' + l) : l < 52 ? char('A' + l - 26) : '.'; }
+using einsum_labels::kEllipsis;
+using einsum_labels::label_char;
 
 struct Term {
   Type t;
   std::vector<int> labels;  // one per dim of t
 };
 
+// The equation is read by the runtime's own parser; its errors become inference errors.
 std::vector<int> scan_term(const Ctx& c, std::string_view term) {
-  std::vector<int> labels;
-  bool has_ell = false;
-  for (size_t i = 0; i < term.size(); ++i) {
-    char ch = term[i];
-    if (ch == ' ') continue;
-    if (ch == '.') {
-      if (has_ell || term.substr(i, 3) != "...")
-        c.fail("found an invalid ellipsis in '", term, "'; an operand may have at most one '...'");
-      has_ell = true;
-      labels.push_back(-1);
-      i += 2;
-      continue;
-    }
-    if (label_of(ch) < 0)
-      c.fail("invalid subscript given at index ", i, " in the equation term '", term, "'; subscripts must be in [a-zA-Z]");
-    labels.push_back(label_of(ch));
+  try {
+    return einsum_labels::scan_term(term);
+  } catch (const Error& e) {
+    c.fail(e.what());
   }
-  return labels;
 }
-
-std::vector<int> expand_ellipsis(const std::vector<int>& scanned, int64_t ell_dims, int64_t max_ell) {
-  std::vector<int> out;
-  for (int l : scanned) {
-    if (l != -1) out.push_back(l);
-    else
-      for (int64_t e = 0; e < ell_dims; ++e) out.push_back(kEllipsis + int(max_ell - ell_dims + e));
-  }
-  return out;
-}
+using einsum_labels::expand_ellipsis;
 
 // take_diagonals: a label repeated within an operand becomes the diagonal of those two dims.
 Term take_diagonals(const Ctx& c, Term x) {

@@ -3,23 +3,22 @@
 #include <algorithm>
 #include <map>
 
+#include "kiln/runtime/einsum_labels.h"
 #include "ops_common.h"
 
 namespace kiln {
 
 using namespace detail;
 
-namespace {
-
-constexpr int kEllipsis = 100;  // ellipsis dims get labels kEllipsis + i, aligned from the right
+namespace einsum_labels {
 
 int label_of(char c) {
   if (c >= 'a' && c <= 'z') return c - 'a';
   if (c >= 'A' && c <= 'Z') return 26 + (c - 'A');
   return -1;
 }
+char label_char(int l) { return l < 26 ? char('a' + l) : l < 52 ? char('A' + l - 26) : '.'; }
 
-// Splits one term into labels; -1 marks where "..." stands.
 std::vector<int> scan_term(std::string_view term) {
   std::vector<int> labels;
   bool has_ell = false;
@@ -50,6 +49,12 @@ std::vector<int> expand_ellipsis(const std::vector<int>& scanned, int64_t ell_di
   }
   return out;
 }
+
+}  // namespace einsum_labels
+
+namespace {
+
+using namespace einsum_labels;
 
 struct Term {
   Tensor t;

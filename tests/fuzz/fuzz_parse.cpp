@@ -2,7 +2,7 @@
 // tests/fuzz/CMakeLists.txt), and the fuzz body it shares with the corpus runner.
 //
 //   build-fuzz/tests/fuzz/fuzz_parse -dict=tests/fuzz/ir.dict -max_total_time=60 \
-//       /tmp/fuzz-corpus tests/fuzz/corpus
+//       fuzz-corpus tests/fuzz/corpus
 #include "fuzz_parse.h"
 
 #include <kiln/ir/graph.h>

@@ -1,4 +1,4 @@
-// The workload registry: the programs of /work/shared/workloads.md over kiln ops, with their
+// The workload registry: the programs of the project's workload list over kiln ops, with their
 // inputs per size tier. See workloads.h.
 #include "workloads.h"
 

@@ -1,4 +1,4 @@
-// The workload registry: the 18 programs of the shared workload list (/work/shared/workloads.md)
+// The workload registry: the 18 programs of the project's workload list
 // written once, with their inputs at every size tier, for the tools (dump-ir, later bench) and
 // the tests (tests/tools/test_workloads.cpp).
 //

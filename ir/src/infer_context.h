@@ -1,0 +1,332 @@
+// Internal to ir/: the context and shared rules of type inference, used by infer.cpp (most
+// ops) and infer_linalg.cpp (matmul family and einsum).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "kiln/ir/infer.h"
+
+namespace kiln::ir::infer_detail {
+
+using Sizes = std::vector<int64_t>;
+
+// ---------------------------------------------------------------- attribute schema
+
+// Attribute kinds as bits, one per AttrValue alternative, in the variant's order.
+namespace kind {
+constexpr unsigned none = 1u << 0, boolean = 1u << 1, integer = 1u << 2, real = 1u << 3, string = 1u << 4,
+                   ints = 1u << 5, dtype = 1u << 6, number = boolean | integer | real;
+}  // namespace kind
+static_assert(std::variant_size_v<AttrValue> == 7, "keep the kind bits in step with AttrValue");
+inline constexpr std::string_view kKindNames[] = {"none", "bool", "int", "float", "str", "ints", "dtype"};
+
+// "int|float|bool", "float|none": in the order ops.def writes them.
+inline std::string kinds_str(unsigned kinds) {
+  std::string s;
+  for (size_t i : {2, 3, 1, 4, 5, 6, 0})
+    if (kinds & (1u << i)) s += (s.empty() ? "" : "|") + std::string(kKindNames[i]);
+  return s;
+}
+
+struct AttrSpec {
+  std::string_view name;
+  unsigned kinds;
+};
+
+// The attributes each op takes (infer.cpp).
+std::span<const AttrSpec> attr_specs(OpId op);
+
+// ---------------------------------------------------------------- the inference context
+
+// One op application being inferred: its operands, attributes, and the error helpers.
+class Ctx {
+ public:
+  Ctx(OpId op_, const std::vector<Type>& in_, const std::vector<Attr>& attrs_)
+      : op(op_), name(op_info(op_).name), in(in_), attrs(attrs_) {
+    check_attrs();
+    for (size_t i = 0; i < in.size(); ++i) check_operand(i);
+  }
+
+  OpId op;
+  std::string_view name;
+  const std::vector<Type>& in;
+  const std::vector<Attr>& attrs;
+
+  template <typename... A>
+  [[noreturn]] void fail(const A&... parts) const {
+    throw Error(detail::cat("[infer] ", name, ": ", parts...));
+  }
+
+  // ---- operands ----
+  void arity(size_t n) const {
+    if (in.size() != n) fail("takes ", n, " operands, got ", in.size());
+  }
+  void at_least(size_t n) const {
+    if (in.size() < n) fail("takes at least ", n, " operand", n == 1 ? "" : "s", ", got ", in.size());
+  }
+  // Operand i where the eager op takes a Tensor.
+  const Type& tensor(size_t i) const {
+    if (in[i].is_scalar()) fail("operand ", i, " is a host scalar (", in[i].str(), "), but ", name, " takes a tensor there");
+    return in[i];
+  }
+  // Operand i where a Python-style number may stand: a host scalar becomes a wrapped 0-d tensor.
+  Type number_or_tensor(size_t i) const {
+    if (!in[i].is_scalar()) return in[i];
+    Type t = Type::tensor(in[i].dtype, {}, {});
+    t.wrapped = true;
+    return t;
+  }
+
+  // ---- attributes (kinds were checked against the schema on construction) ----
+  const AttrValue* find(std::string_view n) const {
+    for (const Attr& a : attrs)
+      if (a.name == n) return &a.value;
+    return nullptr;
+  }
+  // The attribute's value; nullopt when absent or `none`.
+  template <typename T>
+  std::optional<T> opt(std::string_view n) const {
+    const AttrValue* v = find(n);
+    if (const T* p = v ? std::get_if<T>(v) : nullptr) return *p;
+    return std::nullopt;
+  }
+  template <typename T>
+  T get(std::string_view n, T dflt) const {
+    return opt<T>(n).value_or(std::move(dflt));
+  }
+  template <typename T>
+  T req(std::string_view n) const {
+    auto v = opt<T>(n);
+    if (!v) fail("missing attribute '", n, "' (", kinds_str(spec(n).kinds), ")");
+    return *v;
+  }
+  // A bool|int|float attribute as the Scalar the eager op received.
+  std::optional<Scalar> number(std::string_view n) const {
+    const AttrValue* v = find(n);
+    if (!v) return std::nullopt;
+    if (auto* b = std::get_if<bool>(v)) return Scalar(*b);
+    if (auto* i = std::get_if<int64_t>(v)) return Scalar(*i);
+    if (auto* d = std::get_if<double>(v)) return Scalar(*d);
+    return std::nullopt;
+  }
+
+  // ---- dims ----
+  // shape::wrap_dim: a possibly negative dim into [0, ndim); a 0-d tensor accepts -1 and 0.
+  int64_t wrap(int64_t d, int64_t ndim) const {
+    int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
+    if (d < lo || d > hi)
+      fail("Dimension out of range (expected to be in range of [", lo, ", ", hi, "], but got ", d, ")");
+    return d < 0 ? d + std::max<int64_t>(ndim, 1) : d;
+  }
+
+  // ---- checked arithmetic: a claimed size may be anything up to INT64_MAX ----
+  int64_t mul(int64_t a, int64_t b) const {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) fail("sizes or strides overflow int64 (", a, " * ", b, ")");
+    return r;
+  }
+  int64_t add(int64_t a, int64_t b) const {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) fail("sizes or strides overflow int64 (", a, " + ", b, ")");
+    return r;
+  }
+  int64_t numel(const Sizes& sizes) const {
+    int64_t n = 1;
+    for (int64_t s : sizes) n = mul(n, s);
+    return n;
+  }
+  // shape::contiguous_strides: row-major strides, a size-0 dim counting as 1.
+  Sizes dense_strides(const Sizes& sizes) const {
+    Sizes st(sizes.size());
+    int64_t acc = 1;
+    for (size_t i = sizes.size(); i-- > 0;) {
+      st[i] = acc;
+      acc = mul(acc, std::max<int64_t>(sizes[i], 1));
+    }
+    return st;
+  }
+  // A fresh row-major tensor, as every eager kernel allocates its output with empty().
+  Type dense(DType dt, const Sizes& sizes, Device dev) const { return Type::tensor(dt, sizes, dense_strides(sizes), dev); }
+
+ private:
+  const AttrSpec& spec(std::string_view n) const {
+    for (const AttrSpec& s : attr_specs(op))
+      if (s.name == n) return s;
+    throw Error("[infer] internal: no attribute spec for '" + std::string(n) + "'");
+  }
+  void check_attrs() const {
+    auto specs = attr_specs(op);
+    for (size_t i = 0; i < attrs.size(); ++i) {
+      const Attr& a = attrs[i];
+      for (size_t j = 0; j < i; ++j)
+        if (attrs[j].name == a.name) fail("attribute '", a.name, "' is given twice");
+      auto it = std::find_if(specs.begin(), specs.end(), [&](const AttrSpec& s) { return s.name == a.name; });
+      if (it == specs.end()) {
+        std::string known;
+        for (const AttrSpec& s : specs) known += (known.empty() ? "" : ", ") + std::string(s.name);
+        fail("unknown attribute '", a.name, "' (", name, " takes ", known.empty() ? "no attributes" : known, ")");
+      }
+      if (!(it->kinds & (1u << a.value.index())))
+        fail("attribute ", a.name, "=", attr_str(a.value), " must be ", kinds_str(it->kinds), ", not ",
+             kKindNames[a.value.index()]);
+    }
+  }
+  void check_operand(size_t i) const {
+    const Type& t = in[i];
+    if (t.is_scalar()) return;
+    if (t.sizes.size() != t.strides.size()) fail("operand ", i, " has ", t.sizes.size(), " sizes but ", t.strides.size(), " strides");
+    for (int64_t s : t.sizes)
+      if (s < 0) fail("operand ", i, " has a negative size (", t.str(), ")");
+    if (t.wrapped && !t.sizes.empty()) fail("operand ", i, " is marked wrapped but is not 0-d (", t.str(), ")");
+  }
+};
+
+// ---------------------------------------------------------------- shared rules
+
+inline DType float_compute(DType d) { return is_floating(d) ? d : kDefaultFloat; }  // elementwise.cpp
+inline DType sum_dtype(DType d) { return is_integral(d, true) ? kInt64 : d; }      // reduce.cpp
+
+// detail::result_type (ops_common.cpp): dimensioned tensors, then 0-d tensors, then wrapped
+// numbers; a lower group only counts when it is of a higher category (bool < int < float).
+inline DType result_type(const std::vector<Type>& ts) {
+  std::optional<DType> dim_r, zero_r, wrapped_r;
+  auto promote = [](std::optional<DType> a, DType b) { return a ? promote_types(*a, b) : b; };
+  auto combine = [](std::optional<DType> higher, std::optional<DType> lower) -> std::optional<DType> {
+    if (!higher) return lower;
+    if (!lower) return higher;
+    if (is_floating(*higher)) return higher;
+    if (*higher == DType::Bool || is_floating(*lower)) return promote_types(*higher, *lower);
+    return higher;
+  };
+  for (const Type& t : ts) {
+    if (t.wrapped) wrapped_r = promote(wrapped_r, is_floating(t.dtype) ? kDefaultFloat : t.dtype);
+    else if (t.sizes.empty()) zero_r = promote(zero_r, t.dtype);
+    else dim_r = promote(dim_r, t.dtype);
+  }
+  std::optional<DType> r = combine(dim_r, combine(zero_r, wrapped_r));
+  if (!r) throw Error("[infer] internal: result type of no operands");
+  return *r;
+}
+
+// broadcast_shapes (copy.cpp).
+inline Sizes broadcast(const Ctx& c, const Sizes& a, const Sizes& b) {
+  size_t n = std::max(a.size(), b.size());
+  Sizes out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (!(da == db || da == 1 || db == 1))
+      c.fail("The size of tensor a (", da, ") must match the size of tensor b (", db,
+             ") at non-singleton dimension ", i, " (shapes ", a, " and ", b, ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+inline Sizes broadcast_all(const Ctx& c, const std::vector<Type>& ts) {
+  Sizes shape;
+  for (const Type& t : ts) shape = broadcast(c, shape, t.sizes);
+  return shape;
+}
+
+// Operands of one op must share a device; wrapped numbers live on the host and go anywhere.
+inline Device common_device(const Ctx& c, const std::vector<Type>& ts) {
+  std::optional<Device> dev;
+  for (const Type& t : ts) {
+    if (t.wrapped || t.is_scalar()) continue;
+    if (dev && *dev != t.device)
+      c.fail("Expected all tensors to be on the same device, but found ", dev->str(), " and ", t.device.str());
+    dev = t.device;
+  }
+  return dev.value_or(Device::cpu());
+}
+
+// shape::is_contiguous: row-major dense, ignoring the strides of size-1 dims.
+inline bool is_contiguous(const Sizes& sizes, const Sizes& strides) {
+  __int128 expected = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    if (sizes[i] == 0) return true;
+    if (sizes[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= sizes[i];
+    if (expected > std::numeric_limits<int64_t>::max()) expected = std::numeric_limits<int64_t>::max();
+  }
+  return true;
+}
+
+inline std::string attr_number_str(const Scalar& v) {
+  if (v.is_bool()) return v.to_bool() ? "true" : "false";
+  if (v.is_integral()) return std::to_string(v.to_int());
+  return attr_str(v.to_double());
+}
+
+// checked_fill_value (copy.cpp): fill_ refuses a value its dtype cannot hold.
+inline void check_fill_value(const Ctx& c, const Scalar& v, DType dt) {
+  auto overflow = [&] { c.fail("value ", attr_number_str(v), " cannot be converted to type ", name(dt), " without overflow"); };
+  if (dt == kBool) return;
+  if (is_integral(dt)) {
+    int64_t max = 0, min = 0;
+    switch (dt) {
+      case kUInt8: max = 255; break;
+      case kInt8: max = 127, min = -128; break;
+      case kInt16: max = 32767, min = -32768; break;
+      case kInt32: max = std::numeric_limits<int32_t>::max(), min = std::numeric_limits<int32_t>::min(); break;
+      default: max = std::numeric_limits<int64_t>::max(), min = std::numeric_limits<int64_t>::min(); break;
+    }
+    if (v.is_floating()) {
+      double d = v.to_double();
+      double lo = is_signed(dt) ? double(min) : 0.0;
+      if (!(d > lo - 1.0 && d < double(max) + 1.0)) overflow();
+    } else {
+      int64_t i = v.to_int(), lo = is_signed(dt) ? min : -max;
+      if (i < lo || (dt != kInt64 && i > max)) overflow();
+    }
+    return;
+  }
+  double d = v.to_double();
+  double hi = dt == kFloat16 ? 65504.0 : dt == kBFloat16 ? 3.3895313892515355e38
+            : dt == kFloat32 ? double(std::numeric_limits<float>::max()) : std::numeric_limits<double>::max();
+  if (std::isfinite(d) && std::abs(d) > hi) overflow();
+}
+
+// A view of x: same dtype and device, new sizes and strides.
+inline Type view_of(const Type& x, Sizes sizes, Sizes strides) {
+  Type t = Type::tensor(x.dtype, std::move(sizes), std::move(strides), x.device);
+  return t;
+}
+
+// shape::infer_size: one -1 entry becomes what makes the element count `n`.
+inline Sizes infer_size(const Ctx& c, const Sizes& shape, int64_t n) {
+  Sizes out = shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      if (infer >= 0) c.fail("only one dimension can be inferred, got shape ", shape);
+      infer = int64_t(i);
+    } else {
+      if (out[i] < 0) c.fail("invalid shape dimension ", out[i], " in ", shape);
+      known = c.mul(known, out[i]);
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || n % known != 0) c.fail("shape '", shape, "' is invalid for input of size ", n);
+    out[size_t(infer)] = n / known;
+  } else if (known != n) {
+    c.fail("shape '", shape, "' is invalid for input of size ", n);
+  }
+  return out;
+}
+
+// Linear algebra and einsum (infer_linalg.cpp).
+Type mm(const Ctx& c, const Type& a, const Type& b);
+Type bmm(const Ctx& c, const Type& a, const Type& b);
+Type matmul(const Ctx& c, const Type& a, const Type& b);
+Type addmm(const Ctx& c);
+Type einsum(const Ctx& c);
+
+}  // namespace kiln::ir::infer_detail

@@ -365,16 +365,14 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
     s.eager_calls++;
     return run_eager();
   }
-  DynamicDims dynamic;
-  {
-    std::shared_lock lock(s.mu);
-    dynamic = s.dynamic;
-  }
-  Key key = signature(args, dynamic);
-  bool dynamic_key = !dynamic.empty();
+  Key key;
+  bool dynamic_key;
   std::string why;
   {
+    // One reader lock covers the signature (it reads the dynamic dims), lookup and replay.
     std::shared_lock lock(s.mu);
+    key = signature(args, s.dynamic);
+    dynamic_key = !s.dynamic.empty();
     auto it = s.cache.find(key);
     if (it != s.cache.end()) {
       const State::Entry& e = *it->second;

@@ -7,31 +7,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kiln/ir/exec.h"
 #include "kiln/runtime/factories.h"
 
 namespace kiln::detail {
-
-namespace {
-
-const ir::Value* alias_root(const ir::Value* v) {
-  while (v->producer && (ir::op_info(v->producer->op).category == ir::Category::View || v->producer->op == OpId::Copy))
-    v = v->producer->inputs[0];
-  return v;
-}
-
-std::string hex_bytes(const Tensor& t) {
-  Tensor c = t.contiguous();
-  static const char* digits = "0123456789abcdef";
-  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
-  std::string s(size_t(c.nbytes()) * 2, '0');
-  for (int64_t i = 0; i < c.nbytes(); ++i) {
-    s[size_t(2 * i)] = digits[p[i] >> 4];
-    s[size_t(2 * i + 1)] = digits[p[i] & 15];
-  }
-  return s;
-}
-
-}  // namespace
 
 std::string describe_location(const std::source_location& where, const void* pc) {
   if (where.line() != 0) {
@@ -144,7 +123,7 @@ void Tracer::write_back(const Tensor& dst, const Tensor& src) {
   bind(dst, n->outputs[0]);
   // A write into an argument or a captured tensor: remembered so that a replay which fails a
   // later guard can undo it before tracing again from the start.
-  const ir::Value* root = alias_root(vd);
+  const ir::Value* root = ir::alias_root(vd);
   const auto& gin = tail_->graph.inputs();
   auto pos = std::find(gin.begin(), gin.end(), root);
   if (pos != gin.end()) {
@@ -163,7 +142,7 @@ void Tracer::created(const Tensor& t, std::string_view factory) {
   KILN_CHECK(factory != "from_blob", "compile", "from_blob() inside a compiled function: the graph cannot read host "
              "memory at call time; wrap the memory outside and pass the tensor as an argument");
   ir::Type type = ir::Type::contiguous(t.dtype(), t.sizes().vec(), t.device());
-  ir::Node* n = tail_->graph.add_node(OpId::Constant, {}, {{"data", hex_bytes(t)}}, {type});
+  ir::Node* n = tail_->graph.add_node(OpId::Constant, {}, {{"data", ir::encode_constant(t)}}, {type});
   bind(t, n->outputs[0]);
 }
 

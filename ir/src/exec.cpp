@@ -53,12 +53,21 @@ struct Attrs {
   }
 };
 
-// Decodes a `constant` node's hex `data` into a tensor of the node's type.
+}  // namespace
+
+const Value* alias_root(const Value* v) {
+  while (v->producer && (op_info(v->producer->op).category == Category::View || v->producer->op == OpId::Copy))
+    v = v->producer->inputs[0];
+  return v;
+}
+
 Tensor decode_constant(const Node& n) {
+  KILN_CHECK(n.op == OpId::Constant && n.attr("data"), "exec", "decode_constant: not a tensor constant");
   const Type& t = n.outputs[0]->type;
-  const auto& hex = Attrs{n}.as<std::string>("data");
+  const auto* hex = std::get_if<std::string>(&n.attr("data")->value);
+  KILN_CHECK(hex, "exec", "constant: data is not a string");
   Tensor out = empty(t.sizes, TensorOptions(t.dtype).device(t.device));
-  KILN_CHECK(int64_t(hex.size()) == 2 * out.nbytes(), "exec", "constant: data has ", hex.size() / 2,
+  KILN_CHECK(int64_t(hex->size()) == 2 * out.nbytes(), "exec", "constant: data has ", hex->size() / 2,
              " bytes but ", t.str(), " needs ", out.nbytes());
   auto nib = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
@@ -66,18 +75,21 @@ Tensor decode_constant(const Node& n) {
     KILN_FAIL("exec", "constant: data is not lower-case hex");
   };
   auto* p = static_cast<uint8_t*>(out.data_ptr());
-  for (size_t k = 0; k < hex.size() / 2; ++k) p[k] = uint8_t(nib(hex[2 * k]) * 16 + nib(hex[2 * k + 1]));
+  for (size_t k = 0; k < hex->size() / 2; ++k) p[k] = uint8_t(nib((*hex)[2 * k]) * 16 + nib((*hex)[2 * k + 1]));
   return out;
 }
 
-// The value whose memory `v` views: follows views and write-backs up to their source.
-const Value* alias_root(const Value* v) {
-  while (v->producer && (op_info(v->producer->op).category == Category::View || v->producer->op == OpId::Copy))
-    v = v->producer->inputs[0];
-  return v;
+std::string encode_constant(const Tensor& t) {
+  Tensor c = t.contiguous();
+  static const char* digits = "0123456789abcdef";
+  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
+  std::string s(size_t(c.nbytes()) * 2, '0');
+  for (int64_t i = 0; i < c.nbytes(); ++i) {
+    s[size_t(2 * i)] = digits[p[i] >> 4];
+    s[size_t(2 * i + 1)] = digits[p[i] & 15];
+  }
+  return s;
 }
-
-}  // namespace
 
 struct Executable::Step {
   std::vector<int> in, out;

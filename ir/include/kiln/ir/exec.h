@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kiln/ir/graph.h"
@@ -42,6 +43,13 @@ class Executable {
  private:
   std::unique_ptr<struct Plan> plan_;
 };
+
+// A tensor `constant` node's value (its hex `data`), and the hex data of a tensor (row-major
+// bytes): the one codec of tensor constants, shared by the tracer, the executor and the passes.
+Tensor decode_constant(const Node& n);
+std::string encode_constant(const Tensor& t);
+// The value whose memory `v` views: follows views and write-backs (`copy`) up to their source.
+const Value* alias_root(const Value* v);
 
 // Prepares and runs `g` once.
 std::vector<Tensor> execute(const Graph& g, std::span<const Tensor> inputs);

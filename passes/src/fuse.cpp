@@ -1,0 +1,355 @@
+// The fusion pass: groups the graph's nodes into kernels.
+//
+// Greedy, in program order. Each scheduled node starts as its own group and joins the group of
+// an operand's producer when the rules below allow it; then groups that are siblings (they read
+// the same value) merge. A group becomes one kernel (lower.cpp builds its loop nest and body).
+//
+// Legality (a merged group must still be one loop nest that computes the same thing):
+// - elementwise groups merge when one's iteration space broadcasts into the other's;
+// - an elementwise group joins a reduction group when its space broadcasts into the reduction's
+//   operand shape (a prologue feeding the reduction, or an epilogue on the reduced rows, as in
+//   softmax and layernorm); reductions merge when they reduce the same dims of the same shape;
+//   a reduction that drops its dims (keepdim=false) ends its kernel: nothing in it reads it;
+// - an opaque op that takes an epilogue (matmul family) absorbs elementwise consumers of its
+//   output over the output's shape; other opaque ops and cond nodes stay alone;
+// - merging never makes the kernel order cyclic (no path between the two groups through a
+//   third), and a kernel that writes memory (a copy) reads that memory only before the write,
+//   through the very view it writes, so reading and writing element by element is sound.
+// The cost model (thresholds below) refuses merges that are legal but slower.
+#include <algorithm>
+#include <memory>
+#include <set>
+
+#include "lower.h"
+#include "schedule.h"
+
+namespace kiln::passes {
+
+namespace {
+
+using namespace detail;
+
+// ---- cost model ----
+// Fusing a group computed over a smaller shape into a kernel over a larger one recomputes its
+// values once per broadcast element. Cheap work (arithmetic, comparisons, selects) is always
+// fused: the backends hoist loop-invariant values out of the inner loops, and even recomputed,
+// a few flops per element cost less than writing and re-reading a temporary. Expensive work
+// (transcendentals: tens of cycles per element) is recomputed at most this many times per
+// element it would otherwise compute once, i.e. never.
+constexpr int64_t kMaxExpensiveRecompute = 1;
+// A kernel's body values live in registers in the backends; past this many ops a loop body
+// spills, and compile time grows with it.
+constexpr size_t kMaxKernelNodes = 256;
+// Distinct buffers a kernel reads: each is a pointer and a stream of loads in the inner loop.
+constexpr size_t kMaxKernelInputs = 24;
+
+bool is_expensive(OpId op) {
+  switch (op) {
+    case OpId::Exp: case OpId::Exp2: case OpId::Expm1: case OpId::Log: case OpId::Log2: case OpId::Log1p:
+    case OpId::Sin: case OpId::Cos: case OpId::Tan: case OpId::Asin: case OpId::Acos: case OpId::Atan:
+    case OpId::Sinh: case OpId::Cosh: case OpId::Tanh: case OpId::Sigmoid: case OpId::Gelu: case OpId::Silu:
+    case OpId::Erf: case OpId::Pow: case OpId::Atan2: case OpId::Remainder: case OpId::Fmod:
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct Group {
+  std::vector<int> nodes;  // sorted
+  NodeClass kind = NodeClass::Elementwise;
+  std::vector<int64_t> space;  // elementwise: output shape; reduction: the reduced operand's shape
+  std::vector<int> red_dims;
+  int opaque = -1;  // the opaque node of an Opaque group
+  bool expensive = false;
+  bool alive = true;
+};
+
+class Fuser {
+ public:
+  explicit Fuser(const Analysis& a) : a_(a), group_of_(a.nodes.size(), -1), succ_(a.nodes.size()) {
+    for (size_t i = 0; i < a.nodes.size(); ++i)
+      for (int p : a.preds[i]) succ_[size_t(p)].push_back(int(i));
+  }
+
+  std::vector<std::vector<int>> run(bool fusion) {
+    for (size_t i = 0; i < a_.nodes.size(); ++i) {
+      const ir::Node& n = *a_.nodes[i];
+      NodeClass c = classify(n);
+      if (c == NodeClass::Free || c == NodeClass::Data) continue;
+      int g = make_group(int(i), c);
+      if (!fusion) continue;
+      // Producers of the operands this node reads directly (not through a view: a viewed value
+      // is materialised and read through its index).
+      std::vector<int> cands;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        if (n.op == OpId::Copy && k == 0) continue;
+        const ir::Value* v = n.inputs[k];
+        if (!v->producer || classify(*v->producer) == NodeClass::Free || classify(*v->producer) == NodeClass::Data)
+          continue;
+        int pg = group_of_[size_t(a_.index.at(v->producer))];
+        if (pg >= 0 && std::find(cands.begin(), cands.end(), pg) == cands.end()) cands.push_back(pg);
+      }
+      std::sort(cands.begin(), cands.end(), std::greater<>());
+      for (int cg : cands) {
+        if (!groups_[size_t(cg)].alive || cg == g) continue;
+        if (try_merge(cg, g)) g = cg;
+      }
+    }
+    if (fusion) merge_siblings();
+    return ordered();
+  }
+
+ private:
+  int make_group(int node, NodeClass c) {
+    const ir::Node& n = *a_.nodes[size_t(node)];
+    Group gr;
+    gr.nodes = {node};
+    gr.kind = c;
+    gr.expensive = is_expensive(n.op);
+    if (c == NodeClass::Reduction) {
+      gr.space = n.inputs[0]->type.sizes;
+      gr.red_dims = reduce_info(n).dims;
+    } else if (c == NodeClass::Elementwise || c == NodeClass::Opaque) {
+      gr.space = n.outputs[0]->type.sizes;
+      if (c == NodeClass::Opaque) gr.opaque = node;
+    }
+    groups_.push_back(std::move(gr));
+    group_of_[size_t(node)] = int(groups_.size() - 1);
+    return int(groups_.size() - 1);
+  }
+
+  // Whether fusing group `small` (over space `from`) into a kernel over `to` is worth it.
+  static bool recompute_ok(const Group& small, const std::vector<int64_t>& to) {
+    if (!small.expensive) return true;
+    int64_t f = numel(small.space) == 0 ? 1 : numel(to) / std::max<int64_t>(numel(small.space), 1);
+    return f <= kMaxExpensiveRecompute;
+  }
+  // A space that is per-row of a reduction over `red` on `s` (1 on every reduced dim): its values
+  // are computed once per row, whatever the row length.
+  static bool per_row(const std::vector<int64_t>& space, const std::vector<int64_t>& s, const std::vector<int>& red) {
+    if (space.size() != s.size()) return false;
+    for (int d : red)
+      if (space[size_t(d)] != 1) return false;
+    return broadcasts_to(space, s);
+  }
+
+  // The merged group's shape, or false when the kinds or spaces cannot share one loop nest.
+  bool combine(const Group& x, const Group& y, Group& out) const {
+    if (x.kind == NodeClass::Control || y.kind == NodeClass::Control) return false;
+    if (x.kind == NodeClass::Opaque && y.kind == NodeClass::Opaque) return false;
+    out = x;
+    out.nodes.insert(out.nodes.end(), y.nodes.begin(), y.nodes.end());
+    std::sort(out.nodes.begin(), out.nodes.end());
+    out.expensive = x.expensive || y.expensive;
+    if (x.kind == NodeClass::Opaque || y.kind == NodeClass::Opaque) {
+      const Group& op = x.kind == NodeClass::Opaque ? x : y;
+      const Group& ep = x.kind == NodeClass::Opaque ? y : x;
+      if (ep.kind != NodeClass::Elementwise || !takes_epilogue(a_.nodes[size_t(op.opaque)]->op)) return false;
+      if (ep.nodes.front() < op.opaque || !broadcasts_to(ep.space, op.space) || !recompute_ok(ep, op.space))
+        return false;
+      out.kind = NodeClass::Opaque;
+      out.opaque = op.opaque;
+      out.space = op.space;
+      return true;
+    }
+    if (x.kind == NodeClass::Reduction && y.kind == NodeClass::Reduction) {
+      if (x.space != y.space || x.red_dims != y.red_dims) return false;
+      return true;
+    }
+    if (x.kind == NodeClass::Reduction || y.kind == NodeClass::Reduction) {
+      const Group& red = x.kind == NodeClass::Reduction ? x : y;
+      const Group& ew = x.kind == NodeClass::Reduction ? y : x;
+      if (!broadcasts_to(ew.space, red.space)) return false;
+      if (!per_row(ew.space, red.space, red.red_dims) && !recompute_ok(ew, red.space)) return false;
+      out.kind = NodeClass::Reduction;
+      out.space = red.space;
+      out.red_dims = red.red_dims;
+      return true;
+    }
+    // Both elementwise: the smaller space broadcasts into the larger.
+    if (broadcasts_to(x.space, y.space)) {
+      if (!recompute_ok(x, y.space)) return false;
+      out.space = y.space;
+      return true;
+    }
+    if (broadcasts_to(y.space, x.space)) {
+      if (!recompute_ok(y, x.space)) return false;
+      out.space = x.space;
+      return true;
+    }
+    return false;
+  }
+
+  // Node-level rules of a candidate group: dropped-dim reductions end the kernel, an opaque op
+  // reads its operands from memory, and memory a kernel writes is read only before the write,
+  // through the same view.
+  bool sound(const Group& g) const {
+    std::set<int> in(g.nodes.begin(), g.nodes.end());
+    std::set<const ir::Value*> external;
+    for (int i : g.nodes) {
+      const ir::Node& n = *a_.nodes[size_t(i)];
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        const ir::Value* v = n.inputs[k];
+        int p = v->producer && classify(*v->producer) != NodeClass::Free ? a_.index.at(v->producer) : -1;
+        bool inside = p >= 0 && in.count(p);
+        if (!inside && !(n.op == OpId::Copy && k == 0)) external.insert(ir::alias_root(v));
+        if (!inside) continue;
+        const ir::Node& pn = *a_.nodes[size_t(p)];
+        if (i == g.opaque) return false;
+        if (classify(pn) == NodeClass::Reduction && !aligned_result(pn)) return false;
+      }
+    }
+    if (g.nodes.size() > kMaxKernelNodes || external.size() > kMaxKernelInputs) return false;
+    // Writes: each copy's destination view; reads of that root must precede the first write and
+    // use the same view.
+    for (int w : g.nodes) {
+      const ir::Node& wn = *a_.nodes[size_t(w)];
+      if (wn.op != OpId::Copy) continue;
+      ViewKey dst = view_key(wn.inputs[0]);
+      for (int r : g.nodes) {
+        const ir::Node& rn = *a_.nodes[size_t(r)];
+        for (size_t k = 0; k < rn.inputs.size(); ++k) {
+          if (rn.op == OpId::Copy && k == 0) {
+            if (r != w && !(view_key(rn.inputs[0]) == dst) && ir::alias_root(rn.inputs[0]) == dst.root) return false;
+            continue;
+          }
+          const ir::Value* v = rn.inputs[k];
+          if (ir::alias_root(v) != dst.root) continue;
+          int p = v->producer && classify(*v->producer) != NodeClass::Free ? a_.index.at(v->producer) : -1;
+          if (p >= 0 && in.count(p)) continue;  // a body value, not a memory read
+          if (r > w || !(view_key(v) == dst)) return false;
+        }
+      }
+    }
+    return true;
+  }
+
+  // Whether a reduction's result lines up with its operand's shape right-aligned, as broadcasting
+  // reads it in the kernel: it keeps its dims, or it drops only leading ones (sum over dim 0, a
+  // sum of everything). Otherwise (x.sum(1) of a matrix) its readers belong to a later kernel.
+  static bool aligned_result(const ir::Node& n) {
+    ReduceInfo r = reduce_info(n);
+    if (r.keepdim || r.full_output) return true;
+    for (size_t j = 0; j < r.dims.size(); ++j)
+      if (r.dims[j] != int(j)) return false;
+    return true;
+  }
+
+  // Whether `to` is reachable from `from` through some group other than the two.
+  bool path_through_other(int from, int to) const {
+    std::vector<char> seen(groups_.size(), 0);
+    std::vector<int> stack;
+    auto push_succs = [&](int g, bool first) {
+      for (int i : groups_[size_t(g)].nodes)
+        for (int s : succ_[size_t(i)]) {
+          int sg = group_of_[size_t(s)];
+          if (sg < 0 || sg == g || seen[size_t(sg)]) continue;
+          if (first && sg == to) continue;  // a direct edge is internal after the merge
+          seen[size_t(sg)] = 1;
+          stack.push_back(sg);
+        }
+    };
+    push_succs(from, true);
+    while (!stack.empty()) {
+      int g = stack.back();
+      stack.pop_back();
+      if (g == to) return true;
+      push_succs(g, false);
+    }
+    return false;
+  }
+
+  bool try_merge(int keep, int other) {
+    Group merged;
+    if (!combine(groups_[size_t(keep)], groups_[size_t(other)], merged)) return false;
+    if (!sound(merged)) return false;
+    if (path_through_other(keep, other) || path_through_other(other, keep)) return false;
+    for (int i : groups_[size_t(other)].nodes) group_of_[size_t(i)] = keep;
+    groups_[size_t(keep)] = std::move(merged);
+    groups_[size_t(other)].alive = false;
+    groups_[size_t(other)].nodes.clear();
+    return true;
+  }
+
+  // Horizontal fusion: groups over the same space that read a common value from memory.
+  void merge_siblings() {
+    auto reads = [&](const Group& g) {
+      std::set<const ir::Value*> r;
+      for (int i : g.nodes)
+        for (const ir::Value* v : a_.nodes[size_t(i)]->inputs)
+          if (!v->producer || classify(*v->producer) == NodeClass::Free || classify(*v->producer) == NodeClass::Data)
+            if (!(v->producer && v->producer->op == OpId::Constant && !v->producer->attr("data")))
+              r.insert(ir::alias_root(v));
+      return r;
+    };
+    for (size_t x = 0; x < groups_.size(); ++x) {
+      if (!groups_[x].alive || groups_[x].kind == NodeClass::Opaque || groups_[x].kind == NodeClass::Control) continue;
+      for (size_t y = x + 1; y < groups_.size(); ++y) {
+        if (!groups_[y].alive || groups_[y].kind == NodeClass::Opaque || groups_[y].kind == NodeClass::Control) continue;
+        if (groups_[x].space != groups_[y].space) continue;
+        auto rx = reads(groups_[x]), ry = reads(groups_[y]);
+        bool shared = std::any_of(rx.begin(), rx.end(), [&](const ir::Value* v) { return ry.count(v) > 0; });
+        if (shared) try_merge(int(x), int(y));
+      }
+    }
+  }
+
+  // Live groups in an order that respects every dependence; ties go to the earliest node.
+  std::vector<std::vector<int>> ordered() const {
+    std::vector<int> live;
+    for (size_t g = 0; g < groups_.size(); ++g)
+      if (groups_[g].alive) live.push_back(int(g));
+    std::vector<std::set<int>> preds(groups_.size());
+    std::vector<int> indeg(groups_.size(), 0);
+    for (int g : live)
+      for (int i : groups_[size_t(g)].nodes)
+        for (int p : a_.preds[size_t(i)]) {
+          int pg = group_of_[size_t(p)];
+          if (pg >= 0 && pg != g && preds[size_t(g)].insert(pg).second) ++indeg[size_t(g)];
+        }
+    std::set<std::pair<int, int>> ready;  // (first node, group)
+    for (int g : live)
+      if (indeg[size_t(g)] == 0) ready.insert({groups_[size_t(g)].nodes.front(), g});
+    std::vector<std::vector<int>> out;
+    while (!ready.empty()) {
+      int g = ready.begin()->second;
+      ready.erase(ready.begin());
+      out.push_back(groups_[size_t(g)].nodes);
+      for (int h : live)
+        if (preds[size_t(h)].count(g) && --indeg[size_t(h)] == 0) ready.insert({groups_[size_t(h)].nodes.front(), h});
+    }
+    KILN_CHECK(out.size() == live.size(), "passes", "fuse: internal error: the kernel order has a cycle");
+    return out;
+  }
+
+  const Analysis& a_;
+  std::vector<Group> groups_;
+  std::vector<int> group_of_;
+  std::vector<std::vector<int>> succ_;
+};
+
+}  // namespace
+
+bool fuse(Module& m, bool fusion) {
+  Analysis a(m.graph);
+  auto groups = Fuser(a).run(fusion);
+  auto program = std::make_shared<KernelProgram>(lower(m.graph, groups, LayoutPolicy{}));
+  bool changed = !m.program || print(*m.program) != print(*program);
+  m.program = std::move(program);
+  return changed;
+}
+
+bool layout(Module& m) {
+  KILN_CHECK(m.program, "passes", "layout: no kernel program");
+  std::vector<std::vector<int>> groups;
+  for (const Kernel& k : m.program->kernels) groups.push_back(k.nodes);
+  LayoutPolicy all{true, true, true};
+  auto program = std::make_shared<KernelProgram>(lower(m.graph, groups, all));
+  if (m.program->planned) plan_memory_of(*program);
+  bool changed = print(*m.program) != print(*program);
+  m.program = std::move(program);
+  return changed;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,107 @@
+// The kernel interpreter (see kernel.h): runs a kernel program on the eager ops, honouring its
+// index expressions and its memory plan, so that fusion, layout and planning are tested without
+// any code generation.
+#include <cstdlib>
+
+#include "kiln/passes/kernel.h"
+#include "kiln/runtime/factories.h"
+#include "kiln/runtime/storage.h"
+
+namespace kiln::passes {
+
+struct ProgramRunner::Impl {
+  const KernelProgram& p;
+  std::vector<ir::Executable> bodies;
+  std::vector<bool> written;  // per buffer: some kernel stores into it
+};
+
+ProgramRunner::ProgramRunner(const KernelProgram& p) : impl_(std::make_unique<Impl>(Impl{p, {}, {}})) {
+  impl_->written.assign(p.buffers.size(), false);
+  for (const Kernel& k : p.kernels) {
+    impl_->bodies.emplace_back(k.body);
+    for (const Access& a : k.stores)
+      if (a.buffer >= 0) impl_->written[size_t(a.buffer)] = true;
+  }
+}
+ProgramRunner::~ProgramRunner() = default;
+ProgramRunner::ProgramRunner(ProgramRunner&&) noexcept = default;
+
+std::vector<Tensor> ProgramRunner::run(std::span<const Tensor> inputs) const {
+  std::vector<ir::Slot> slots(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) slots[i].tensor = inputs[i];
+  return run(slots);
+}
+
+std::vector<Tensor> ProgramRunner::run(std::span<const ir::Slot> inputs) const {
+  const KernelProgram& p = impl_->p;
+  // One arena for every temporary, as the plan lays them out.
+  std::shared_ptr<Storage> arena = Storage::allocate(size_t(std::max<int64_t>(p.arena_bytes, 64)));
+  std::vector<Tensor> buf(p.buffers.size());
+  for (const Buffer& b : p.buffers) {
+    switch (b.kind) {
+      case BufferKind::Input: {
+        KILN_CHECK(b.input >= 0 && size_t(b.input) < inputs.size() && !inputs[size_t(b.input)].is_scalar, "passes",
+                   "run: input ", b.input, " must be a tensor");
+        buf[size_t(b.id)] = inputs[size_t(b.input)].tensor;
+        break;
+      }
+      case BufferKind::Constant:
+        buf[size_t(b.id)] = impl_->written[size_t(b.id)] ? b.constant.clone() : b.constant;
+        break;
+      case BufferKind::Output:
+        buf[size_t(b.id)] = empty_strided(b.sizes, b.strides, TensorOptions(b.dtype));
+        break;
+      case BufferKind::Temp: {
+        auto* base = static_cast<uint8_t*>(arena->data()) + b.arena_offset;
+        buf[size_t(b.id)] = from_blob(base, {std::max<int64_t>(b.numel, 0)}, TensorOptions(b.dtype),
+                                      [keep = arena](void*) {});
+        break;
+      }
+    }
+  }
+  // The view an access names: offsets count from the buffer's first element (or its storage).
+  auto view = [&](const Access& a) {
+    const Tensor& t = buf[size_t(a.buffer)];
+    int64_t off = a.storage_relative ? a.offset : t.storage_offset() + a.offset;
+    return t.as_strided(a.sizes, a.strides, off);
+  };
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const Kernel& k = p.kernels[i];
+    std::vector<ir::Slot> in(k.loads.size());
+    for (size_t j = 0; j < k.loads.size(); ++j) {
+      const Access& a = k.loads[j];
+      if (a.buffer < 0) {
+        in[j] = inputs[size_t(a.arg)];
+        continue;
+      }
+      Tensor t = view(a);
+      if (k.body.inputs()[j]->type.sizes.empty() && t.dim() > 0) t = t.reshape({});
+      in[j].tensor = t;
+    }
+    std::vector<ir::Slot> out = impl_->bodies[i].run_slots(in);
+    for (size_t j = 0; j < k.stores.size(); ++j) {
+      const Access& a = k.stores[j];
+      Tensor dst = view(a);
+      Tensor v = out[j].tensor;
+      if (out[j].is_scalar) {
+        dst.fill_(out[j].scalar);
+        continue;
+      }
+      // The body value may be constant along loops the store does not index (size 1 there).
+      while (v.dim() > dst.dim() && v.size(0) == 1) v = v.squeeze(0);
+      if (v.dim() == dst.dim())
+        for (int64_t d = 0; d < v.dim(); ++d)
+          if (dst.size(d) == 1 && v.size(d) > 1) v = v.narrow(d, 0, 1);
+      dst.copy_(v);
+    }
+  }
+  std::vector<Tensor> results;
+  for (const Access& a : p.outputs) {
+    Tensor t = view(a);
+    if (p.buffers[size_t(a.buffer)].kind == BufferKind::Constant) t = t.clone();
+    results.push_back(t);
+  }
+  return results;
+}
+
+}  // namespace kiln::passes

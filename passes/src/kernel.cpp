@@ -1,0 +1,222 @@
+// The kernel program's text form, statistics and verifier (see kernel.h).
+#include <algorithm>
+#include <sstream>
+
+#include "kiln/passes/kernel.h"
+
+using kiln::ir::short_name;
+
+namespace kiln::passes {
+
+std::string_view stride_class_name(StrideClass c) {
+  switch (c) {
+    case StrideClass::Contiguous: return "contiguous";
+    case StrideClass::Broadcast: return "broadcast";
+    case StrideClass::Permuted: return "permuted";
+    case StrideClass::General: return "general";
+  }
+  return "?";
+}
+
+std::string_view buffer_kind_name(BufferKind k) {
+  switch (k) {
+    case BufferKind::Input: return "input";
+    case BufferKind::Constant: return "constant";
+    case BufferKind::Temp: return "temp";
+    case BufferKind::Output: return "output";
+  }
+  return "?";
+}
+
+std::string_view kernel_kind_name(KernelKind k) {
+  switch (k) {
+    case KernelKind::Elementwise: return "elementwise";
+    case KernelKind::Reduction: return "reduction";
+    case KernelKind::RowWise: return "rowwise";
+    case KernelKind::Opaque: return "opaque";
+    case KernelKind::Control: return "control";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string list(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+std::string bytes_str(int64_t b) {
+  char buf[32];
+  if (b >= (int64_t(1) << 20))
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / double(1 << 20));
+  else if (b >= 1024)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", double(b) / 1024.0);
+  else
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
+  return buf;
+}
+
+std::string access_str(const Access& a) {
+  std::ostringstream os;
+  if (a.buffer < 0) {
+    os << "arg" << a.arg << " " << short_name(a.dtype);
+    return os.str();
+  }
+  os << "b" << a.buffer << " " << short_name(a.dtype) << list(a.sizes) << " strides " << list(a.strides);
+  if (a.offset || a.storage_relative) os << (a.storage_relative ? " storage+" : " +") << a.offset;
+  os << " " << stride_class_name(a.cls) << " align " << a.align;
+  return os.str();
+}
+
+}  // namespace
+
+std::string print(const KernelProgram& p) {
+  std::ostringstream os;
+  os << "kernels " << p.kernels.size() << " {  // " << p.buffers.size() << " buffers, arena "
+     << bytes_str(p.arena_bytes) << ", peak " << bytes_str(p.peak_bytes) << (p.laid_out ? ", laid out" : "")
+     << (p.planned ? ", planned" : "") << "\n";
+  for (const Buffer& b : p.buffers) {
+    os << "  b" << b.id << " = " << buffer_kind_name(b.kind) << " " << short_name(b.dtype);
+    if (b.kind == BufferKind::Input) os << " %" << "a" << b.input;
+    os << list(b.sizes) << "{";
+    for (size_t d = 0; d < b.strides.size(); ++d) os << (d ? "," : "") << b.strides[d];
+    os << "} " << bytes_str(b.bytes());
+    if (b.kind == BufferKind::Temp) os << " @" << b.arena_offset;
+    os << "\n";
+  }
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const Kernel& k = p.kernels[i];
+    os << "  kernel k" << i << " " << kernel_kind_name(k.kind) << " loops " << list(k.loops);
+    if (k.reduce_from < int(k.loops.size())) os << " reduce " << k.reduce_from << "..";
+    os << " reads " << bytes_str(k.bytes_read) << " writes " << bytes_str(k.bytes_written) << " {\n";
+    for (size_t j = 0; j < k.loads.size(); ++j) os << "    load in" << j << " = " << access_str(k.loads[j]) << "\n";
+    std::string body = ir::print(k.body);
+    std::istringstream lines(body);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("  ", 0) == 0) os << "  " << line << "\n";
+    for (size_t j = 0; j < k.stores.size(); ++j) os << "    store out" << j << " -> " << access_str(k.stores[j]) << "\n";
+    os << "  }\n";
+  }
+  os << "  return";
+  for (size_t j = 0; j < p.outputs.size(); ++j) os << (j ? ", " : " ") << access_str(p.outputs[j]);
+  os << "\n}\n";
+  return os.str();
+}
+
+std::string stats(const KernelProgram& p) {
+  std::ostringstream os;
+  int64_t r = 0, w = 0;
+  os << p.kernels.size() << " kernel" << (p.kernels.size() == 1 ? "" : "s") << "\n";
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const Kernel& k = p.kernels[i];
+    os << "  k" << i << " " << kernel_kind_name(k.kind) << " " << k.body.nodes().size() << " ops, reads "
+       << k.bytes_read << " B, writes " << k.bytes_written << " B\n";
+    r += k.bytes_read;
+    w += k.bytes_written;
+  }
+  os << "total: reads " << r << " B, writes " << w << " B, arena " << p.arena_bytes << " B, peak " << p.peak_bytes
+     << " B\n";
+  return os.str();
+}
+
+std::optional<std::string> verify_program(const KernelProgram& p) {
+  auto fail = [](auto&&... parts) {
+    std::ostringstream os;
+    (os << ... << parts);
+    return std::optional<std::string>(os.str());
+  };
+  auto check_access = [&](const Access& a, const std::string& where) -> std::optional<std::string> {
+    if (a.buffer < 0) return std::nullopt;
+    if (a.buffer >= int(p.buffers.size())) return fail(where, ": buffer b", a.buffer, " does not exist");
+    if (a.sizes.size() != a.strides.size()) return fail(where, ": sizes and strides differ in length");
+    const Buffer& b = p.buffers[size_t(a.buffer)];
+    if (a.dtype != b.dtype && b.kind != BufferKind::Input)
+      return fail(where, ": dtype ", short_name(a.dtype), " of buffer b", a.buffer, " which holds ", short_name(b.dtype));
+    if (a.storage_relative || b.kind == BufferKind::Input) return std::nullopt;  // bounds known at run time
+    int64_t lo = a.offset, hi = a.offset;
+    for (size_t d = 0; d < a.sizes.size(); ++d) {
+      if (a.sizes[d] == 0) return std::nullopt;
+      (a.strides[d] < 0 ? lo : hi) += (a.sizes[d] - 1) * a.strides[d];
+    }
+    if (lo < 0 || hi >= b.numel) return fail(where, ": index reaches [", lo, ", ", hi, "] outside b", a.buffer, " (", b.numel, " elements)");
+    return std::nullopt;
+  };
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const Kernel& k = p.kernels[i];
+    std::string kn = "kernel k" + std::to_string(i);
+    if (k.loads.size() != k.body.inputs().size()) return fail(kn, ": ", k.loads.size(), " loads for ", k.body.inputs().size(), " body inputs");
+    if (k.stores.size() != k.body.outputs().size()) return fail(kn, ": ", k.stores.size(), " stores for ", k.body.outputs().size(), " body outputs");
+    if (auto e = ir::verify(k.body)) return fail(kn, ": body: ", e->str());
+    bool loop_space = k.kind != KernelKind::Opaque && k.kind != KernelKind::Control;
+    for (size_t j = 0; j < k.loads.size(); ++j) {
+      const Access& a = k.loads[j];
+      std::string where = kn + " load in" + std::to_string(j);
+      if (auto e = check_access(a, where)) return e;
+      const ir::Type& t = k.body.inputs()[j]->type;
+      if (a.buffer < 0) continue;
+      if (t.dtype != a.dtype) return fail(where, ": body input is ", t.str());
+      if (!t.sizes.empty() && t.sizes != a.sizes) return fail(where, ": body input is ", t.str(), " but the load is ", list(a.sizes));
+      if (loop_space && a.sizes.size() != k.loops.size()) return fail(where, ": ", a.sizes.size(), " dims for ", k.loops.size(), " loops");
+      if (loop_space)
+        for (size_t d = 0; d < a.sizes.size(); ++d)
+          if (a.sizes[d] != 1 && a.sizes[d] != k.loops[d]) return fail(where, ": size ", a.sizes[d], " in loop ", d, " of extent ", k.loops[d]);
+    }
+    for (size_t j = 0; j < k.stores.size(); ++j) {
+      const Access& a = k.stores[j];
+      std::string where = kn + " store " + std::to_string(j);
+      if (a.buffer < 0) return fail(where, ": stores to a number");
+      if (auto e = check_access(a, where)) return e;
+      if (k.body.outputs()[j]->type.dtype != a.dtype) return fail(where, ": body output is ", k.body.outputs()[j]->type.str());
+      // A kernel writing a buffer reads it only through the index it writes.
+      for (const Access& l : k.loads)
+        if (l.buffer == a.buffer && !(l.sizes == a.sizes && l.strides == a.strides && l.offset == a.offset))
+          return fail(where, ": writes b", a.buffer, " which the kernel also reads through another index");
+    }
+  }
+  for (size_t j = 0; j < p.outputs.size(); ++j)
+    if (auto e = check_access(p.outputs[j], "output " + std::to_string(j))) return e;
+  // The arena: temporaries live at the same time never share bytes, except a kernel's in-place pair.
+  std::vector<std::pair<int, int>> life(p.buffers.size(), {-1, -1});
+  for (size_t i = 0; i < p.kernels.size(); ++i)
+    for (const auto* accs : {&p.kernels[i].stores, &p.kernels[i].loads})
+      for (const Access& a : *accs)
+        if (a.buffer >= 0) {
+          auto& l = life[size_t(a.buffer)];
+          if (l.first < 0) l.first = int(i);
+          l.second = int(i);
+        }
+  for (const Buffer& x : p.buffers)
+    for (const Buffer& y : p.buffers) {
+      if (x.id >= y.id || x.kind != BufferKind::Temp || y.kind != BufferKind::Temp) continue;
+      if (x.arena_offset < 0 || y.arena_offset < 0) return fail("temporary without arena bytes");
+      bool overlap = x.arena_offset < y.arena_offset + y.bytes() && y.arena_offset < x.arena_offset + x.bytes();
+      auto lx = life[size_t(x.id)], ly = life[size_t(y.id)];
+      if (!overlap || lx.first < 0 || ly.first < 0) continue;
+      bool live_together = lx.first <= ly.second && ly.first <= lx.second;
+      if (!live_together) continue;
+      // Allowed only when one dies where the other is born, in a kernel reading and writing both identically.
+      int k = lx.second == ly.first ? lx.second : (ly.second == lx.first ? ly.second : -1);
+      if (k < 0) return fail("temporaries b", x.id, " and b", y.id, " share arena bytes while both are live");
+      const Kernel& kern = p.kernels[size_t(k)];
+      int from = lx.second == k ? x.id : y.id, to = from == x.id ? y.id : x.id;
+      const Access* r = nullptr;
+      const Access* w = nullptr;
+      for (const Access& a : kern.loads)
+        if (a.buffer == from) r = &a;
+      for (const Access& a : kern.stores)
+        if (a.buffer == to) w = &a;
+      if (!r || !w || r->sizes != w->sizes || r->strides != w->strides || r->offset != w->offset ||
+          x.arena_offset != y.arena_offset)
+        return fail("temporaries b", x.id, " and b", y.id, " share arena bytes in kernel k", k,
+                    " without a same-index in-place read and write");
+    }
+  if (p.arena_bytes < 0 || p.peak_bytes < 0) return fail("negative arena or peak size");
+  for (const Buffer& b : p.buffers)
+    if (b.kind == BufferKind::Temp && b.arena_offset + b.bytes() > p.arena_bytes)
+      return fail("b", b.id, " ends past the arena (", p.arena_bytes, " bytes)");
+  return std::nullopt;
+}
+
+}  // namespace kiln::passes

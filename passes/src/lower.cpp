@@ -1,0 +1,686 @@
+// Lowering groups of nodes to kernels: buffers, loop nests, index expressions and bodies.
+//
+// A kernel's iteration space S is, for elementwise work, the broadcast shape of what it computes;
+// for reductions, the shape of the reduced operand. Every value a kernel touches maps onto S
+// right-aligned, as broadcasting does (a reduction that drops its dims maps onto the kept ones).
+// The loop nest runs over S's dims of size > 1, reduced dims innermost; the layout policy
+// orders the other loops by the dominant operand's strides and merges adjacent loops that every
+// operand walks contiguously. Each operand's index is then one stride per loop (0 where it is
+// broadcast) and an offset: the views between it and its buffer are folded in, never copied.
+#include "lower.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "kiln/ir/infer.h"
+#include "schedule.h"
+
+namespace kiln::passes {
+
+using namespace detail;
+
+namespace {
+
+int64_t span(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides) {
+  int64_t hi = 0;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    hi += (sizes[d] - 1) * std::max<int64_t>(strides[d], 0);
+  }
+  return hi + 1;
+}
+
+// `bcast_from`: the loops (extents) against which a size of 1 means broadcast; a store does not
+// count its reduction loops.
+StrideClass classify_access(const Access& a, const std::vector<int64_t>& loops, size_t loops_checked) {
+  bool bcast = false;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims that vary
+  for (size_t d = 0; d < a.sizes.size(); ++d) {
+    if (a.sizes[d] == 1) {
+      if (d < loops_checked && d < loops.size() && loops[d] > 1) bcast = true;
+      continue;
+    }
+    if (a.strides[d] == 0) {
+      bcast = true;
+      continue;
+    }
+    dims.push_back({a.strides[d], a.sizes[d]});
+  }
+  auto dense = [](const std::vector<std::pair<int64_t, int64_t>>& ds) {
+    int64_t expect = 1;
+    for (size_t k = ds.size(); k-- > 0;) {
+      if (ds[k].first != expect) return false;
+      expect *= ds[k].second;
+    }
+    return true;
+  };
+  if (dense(dims)) return bcast ? StrideClass::Broadcast : StrideClass::Contiguous;
+  auto sorted = dims;
+  std::stable_sort(sorted.begin(), sorted.end(), [](auto x, auto y) { return x.first > y.first; });
+  if (!bcast && dense(sorted)) return StrideClass::Permuted;
+  return StrideClass::General;
+}
+
+int alignment(int64_t offset_elems, DType dt) {
+  int64_t bytes = offset_elems * itemsize(dt);
+  int align = 64;
+  while (align > 1 && bytes % align != 0) align /= 2;
+  return align;
+}
+
+class Lowerer {
+ public:
+  Lowerer(const ir::Graph& g, const LayoutPolicy& pol) : g_(g), a_(g), pol_(pol) {}
+
+  KernelProgram run(const std::vector<std::vector<int>>& groups) {
+    for (size_t gi = 0; gi < groups.size(); ++gi)
+      for (int n : groups[gi]) group_of_[n] = int(gi);
+    // Graph inputs first, in order: a tensor input is a buffer, a number an argument.
+    for (size_t i = 0; i < g_.inputs().size(); ++i) {
+      const ir::Value* v = g_.inputs()[i];
+      if (v->type.is_scalar()) {
+        arg_of_[v] = int(i);
+        continue;
+      }
+      Buffer b;
+      b.kind = BufferKind::Input;
+      b.dtype = v->type.dtype;
+      b.input = int(i);
+      b.value = v->id;
+      b.sizes = v->type.sizes;
+      b.strides = v->type.strides;
+      b.numel = span(b.sizes, b.strides);
+      add_buffer(v, std::move(b));
+    }
+    find_materialized();
+    for (size_t gi = 0; gi < groups.size(); ++gi) p_.kernels.push_back(build(groups[gi]));
+    for (const ir::Value* out : g_.outputs()) {
+      KILN_CHECK(!out->type.is_scalar() && !is_inline(out), "passes",
+                 "lower: graph output %", out->id, " is a number; kernel programs return tensors");
+      ViewKey k = loc(out);
+      Access acc;
+      acc.buffer = buffer_of(k.root);
+      acc.dtype = out->type.dtype;
+      acc.sizes = k.sizes;
+      acc.strides = k.strides;
+      acc.offset = k.offset;
+      finish_access(acc, k.storage_relative);
+      p_.outputs.push_back(std::move(acc));
+    }
+    plan_without_reuse(p_);
+    return std::move(p_);
+  }
+
+ private:
+  // ---- buffers ----
+  int add_buffer(const ir::Value* v, Buffer b) {
+    b.id = int(p_.buffers.size());
+    p_.buffers.push_back(std::move(b));
+    buffer_[v] = int(p_.buffers.size() - 1);
+    return int(p_.buffers.size() - 1);
+  }
+  int buffer_of(const ir::Value* root) {
+    auto it = buffer_.find(root);
+    if (it != buffer_.end()) return it->second;
+    // A tensor constant, on first use.
+    KILN_CHECK(root->producer && root->producer->op == OpId::Constant, "passes",
+               "lower: internal error: %", root->id, " has no buffer");
+    Buffer b;
+    b.kind = BufferKind::Constant;
+    b.dtype = root->type.dtype;
+    b.value = root->id;
+    b.constant = ir::decode_constant(*root->producer);
+    b.sizes = root->type.sizes;
+    b.strides = root->type.strides;
+    b.numel = span(b.sizes, b.strides);
+    return add_buffer(root, std::move(b));
+  }
+  bool is_inline(const ir::Value* v) const {
+    return v->producer && v->producer->op == OpId::Constant && !v->producer->attr("data");
+  }
+
+  // Values computed by a kernel that must reach memory: read by another kernel or through a
+  // view, returned, or written in place.
+  void find_materialized() {
+    std::set<const ir::Value*> written;
+    for (const ir::Node* n : a_.nodes)
+      if (n->op == OpId::Copy) written.insert(ir::alias_root(n->inputs[0]));
+    std::set<const ir::Value*> out_roots;
+    for (const ir::Value* o : g_.outputs()) out_roots.insert(ir::alias_root(o));
+    for (size_t i = 0; i < a_.nodes.size(); ++i) {
+      const ir::Node& n = *a_.nodes[i];
+      NodeClass c = classify(n);
+      if (c == NodeClass::Free || c == NodeClass::Data || n.op == OpId::Copy) continue;
+      for (const ir::Value* v : n.outputs) {
+        bool need = written.count(v) || out_roots.count(v);
+        auto it = a_.users.find(v);
+        if (it != a_.users.end())
+          for (int u : it->second)
+            if (classify(*a_.nodes[size_t(u)]) == NodeClass::Free || group_of_.at(u) != group_of_.at(int(i)))
+              need = true;
+        if (!need) continue;
+        materialized_.insert(v);
+        if (out_roots.count(v)) output_values_.insert(v);
+        bool viewed = false;
+        if (it != a_.users.end())
+          for (int u : it->second)
+            if (classify(*a_.nodes[size_t(u)]) == NodeClass::Free) viewed = true;
+        if (!viewed && !written.count(v) && !out_roots.count(v)) free_layout_.insert(v);
+      }
+    }
+  }
+
+  // Where a value lives: its root's buffer and the view of it.
+  ViewKey loc(const ir::Value* v) {
+    ViewKey k = view_key(v);
+    auto it = buffer_.find(k.root);
+    if (it != buffer_.end() && v == k.root) {
+      const Buffer& b = p_.buffers[size_t(it->second)];
+      k.sizes = b.sizes;
+      k.strides = b.strides;
+    }
+    return k;
+  }
+
+  void finish_access(Access& acc, bool storage_relative) {
+    acc.cls = classify_access(acc, {}, 0);
+    acc.align = storage_relative ? 1 : alignment(acc.offset, acc.dtype);
+    acc.storage_relative = storage_relative;
+    if (storage_relative) acc.cls = StrideClass::General;
+  }
+
+  // ---- kernels ----
+  struct Operand {
+    const ir::Value* v;
+    std::vector<int64_t> s_strides;  // one per dim of S (0 where broadcast)
+    ViewKey where;
+  };
+
+  // The strides over S of a value mapped right-aligned (or onto `kept` dims for a reduction
+  // that drops them), given the strides of its own dims.
+  static std::vector<int64_t> to_space(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                                       const std::vector<int64_t>& S, const std::vector<int>* kept) {
+    std::vector<int64_t> st(S.size(), 0);
+    if (kept) {
+      for (size_t k = 0; k < kept->size() && k < sizes.size(); ++k)
+        if (sizes[k] != 1) st[size_t((*kept)[k])] = strides[k];
+      return st;
+    }
+    size_t lead = S.size() - sizes.size();
+    for (size_t k = 0; k < sizes.size(); ++k)
+      if (sizes[k] != 1) st[lead + k] = strides[k];
+    return st;
+  }
+
+  Kernel build(const std::vector<int>& nodes) {
+    Kernel k;
+    k.nodes = nodes;
+    const ir::Node& first = *a_.nodes[size_t(nodes.front())];
+    int opaque = -1, reduction = -1;
+    for (int i : nodes) {
+      NodeClass c = classify(*a_.nodes[size_t(i)]);
+      if (c == NodeClass::Opaque || c == NodeClass::Control) opaque = i;
+      if (c == NodeClass::Reduction && reduction < 0) reduction = i;
+    }
+    if (first.op == OpId::Cond) {
+      k.kind = KernelKind::Control;
+      return build_whole(k, nodes);
+    }
+    if (opaque >= 0) {
+      k.kind = KernelKind::Opaque;
+      return build_whole(k, nodes);
+    }
+    // The iteration space and the reduced dims.
+    std::vector<int64_t> S;
+    std::vector<int> red;
+    if (reduction >= 0) {
+      S = a_.nodes[size_t(reduction)]->inputs[0]->type.sizes;
+      red = reduce_info(*a_.nodes[size_t(reduction)]).dims;
+      k.kind = KernelKind::Reduction;
+    } else {
+      k.kind = KernelKind::Elementwise;
+      for (int i : nodes) {
+        const auto& o = a_.nodes[size_t(i)]->outputs[0]->type.sizes;
+        if (o.size() > S.size()) S.insert(S.begin(), o.size() - S.size(), 1);
+        for (size_t d = 0; d < o.size(); ++d) {
+          auto& s = S[S.size() - o.size() + d];
+          if (s == 1) s = o[d];
+        }
+      }
+    }
+    return build_loops(k, nodes, S, red);
+  }
+
+  bool in_group(const ir::Value* v, const std::set<int>& nodes) const {
+    if (!v->producer) return false;
+    auto it = a_.index.find(v->producer);
+    return it != a_.index.end() && nodes.count(it->second);
+  }
+
+  // The map of a value produced in the kernel onto S: kept dims for a reduction dropping dims.
+  const std::vector<int>* kept_map(const ir::Value* v, const std::vector<int64_t>& S, const std::vector<int>& red) {
+    if (!v->producer || classify(*v->producer) != NodeClass::Reduction) return nullptr;
+    ReduceInfo r = reduce_info(*v->producer);
+    if (r.keepdim || r.full_output) return nullptr;
+    auto& kept = kept_cache_[v];
+    kept.clear();
+    for (size_t d = 0; d < S.size(); ++d)
+      if (!std::count(red.begin(), red.end(), int(d))) kept.push_back(int(d));
+    return &kept;
+  }
+
+  Kernel build_loops(Kernel& k, const std::vector<int>& nodes, const std::vector<int64_t>& S, const std::vector<int>& red) {
+    std::set<int> in(nodes.begin(), nodes.end());
+    // Operands read from memory, in order of first use.
+    std::vector<Operand> loads;
+    std::map<const ir::Value*, int> load_index;
+    for (int i : nodes) {
+      const ir::Node& n = *a_.nodes[size_t(i)];
+      for (size_t j = 0; j < n.inputs.size(); ++j) {
+        const ir::Value* v = n.inputs[j];
+        if ((n.op == OpId::Copy && j == 0) || in_group(v, in) || is_inline(v) || load_index.count(v)) continue;
+        Operand op{v, {}, {}};
+        if (!arg_of_.count(v)) {
+          op.where = loc(v);
+          op.s_strides = to_space(op.where.sizes, op.where.strides, S, nullptr);
+        } else {
+          op.s_strides.assign(S.size(), 0);
+        }
+        load_index[v] = int(loads.size());
+        loads.push_back(std::move(op));
+      }
+    }
+    // Values stored: materialised outputs of the kernel's nodes, and copies' destinations.
+    struct Store {
+      const ir::Value* v;     // the value written
+      const ir::Value* dst;   // where (a copy's destination, or v itself)
+    };
+    std::vector<Store> stores;
+    for (int i : nodes) {
+      const ir::Node& n = *a_.nodes[size_t(i)];
+      if (n.op == OpId::Copy) {
+        stores.push_back({n.outputs[0], n.inputs[0]});
+        continue;
+      }
+      for (const ir::Value* v : n.outputs)
+        if (materialized_.count(v)) stores.push_back({v, v});
+    }
+    // Layout: loop order, then the temporaries' layouts, then coalescing.
+    std::vector<int> kept_dims;
+    for (size_t d = 0; d < S.size(); ++d)
+      if (S[d] != 1 && !std::count(red.begin(), red.end(), int(d))) kept_dims.push_back(int(d));
+    auto store_strides = [&](const Store& s) -> std::vector<int64_t> {
+      const ir::Value* root = ir::alias_root(s.dst);
+      const std::vector<int>* km = s.dst == s.v ? kept_map(s.v, S, red) : nullptr;
+      if (s.dst == s.v && !buffer_.count(root)) {
+        // Not laid out yet: its type's row-major layout.
+        return to_space(s.v->type.sizes, s.v->type.strides, S, km);
+      }
+      ViewKey w = loc(s.dst);
+      return to_space(w.sizes, w.strides, S, km);
+    };
+    if (pol_.reorder && kept_dims.size() > 1) {
+      // The dominant operand: a store whose layout is fixed, else the load varying in most dims.
+      std::vector<int64_t> dom;
+      int best = -1;
+      for (const Store& s : stores) {
+        const ir::Value* root = ir::alias_root(s.dst);
+        if (s.dst == s.v && free_layout_.count(s.v)) continue;
+        (void)root;
+        dom = store_strides(s);
+        best = 1 << 20;
+        break;
+      }
+      if (best < 0)
+        for (const Operand& o : loads) {
+          int varying = int(std::count_if(o.s_strides.begin(), o.s_strides.end(), [](int64_t x) { return x != 0; }));
+          if (varying > best) {
+            best = varying;
+            dom = o.s_strides;
+          }
+        }
+      if (!dom.empty())
+        std::stable_sort(kept_dims.begin(), kept_dims.end(), [&](int x, int y) {
+          auto key = [&](int d) { return dom[size_t(d)] == 0 ? INT64_MAX : dom[size_t(d)]; };
+          return key(x) > key(y);
+        });
+    }
+    std::vector<int> order = kept_dims;
+    for (int d : red) order.push_back(d);
+    if (order.empty() && !S.empty()) order.push_back(int(S.size() - 1));
+    // Temporaries this kernel writes get their buffers now.
+    for (const Store& s : stores) {
+      if (s.dst != s.v || buffer_.count(s.v)) continue;
+      Buffer b;
+      b.kind = output_values_.count(s.v) ? BufferKind::Output : BufferKind::Temp;
+      b.dtype = s.v->type.dtype;
+      b.value = s.v->id;
+      b.sizes = s.v->type.sizes;
+      b.strides = s.v->type.strides;
+      if (pol_.temp_layouts && free_layout_.count(s.v)) b.strides = layout_in_order(s.v, S, red, order);
+      b.numel = span(b.sizes, b.strides);
+      add_buffer(s.v, std::move(b));
+    }
+    std::vector<std::vector<int64_t>> store_st;
+    for (const Store& s : stores) store_st.push_back(store_strides(s));
+    // Loops: groups of S dims, merged where every operand walks them as one.
+    std::vector<std::vector<int>> loops;
+    for (size_t j = 0; j < order.size(); ++j) {
+      int d = order[j];
+      bool is_red = std::count(red.begin(), red.end(), d) > 0;
+      if (pol_.coalesce && !loops.empty()) {
+        int prev = loops.back().back();
+        bool prev_red = std::count(red.begin(), red.end(), prev) > 0;
+        auto fits = [&](const std::vector<int64_t>& st) { return st[size_t(prev)] == st[size_t(d)] * S[size_t(d)]; };
+        bool ok = prev_red == is_red;
+        for (const Operand& o : loads) ok = ok && fits(o.s_strides);
+        for (const auto& st : store_st) ok = ok && fits(st);
+        if (ok) {
+          loops.back().push_back(d);
+          continue;
+        }
+      }
+      loops.push_back({d});
+    }
+    k.reduce_from = int(loops.size());
+    for (size_t l = 0; l < loops.size(); ++l) {
+      int64_t ext = 1;
+      for (int d : loops[l]) ext *= S[size_t(d)];
+      k.loops.push_back(ext);
+      if (std::count(red.begin(), red.end(), loops[l].front()) && k.reduce_from == int(loops.size()))
+        k.reduce_from = int(l);
+    }
+    auto to_loops = [&](const std::vector<int64_t>& st, Access& acc) {
+      for (size_t l = 0; l < loops.size(); ++l) {
+        int64_t s = st[size_t(loops[l].back())];
+        bool varies = false;
+        for (int d : loops[l]) varies = varies || st[size_t(d)] != 0;
+        acc.sizes.push_back(varies ? k.loops[l] : 1);
+        acc.strides.push_back(varies ? s : 0);
+      }
+    };
+    // The body, in loop space.
+    std::map<const ir::Value*, ir::Value*> val;
+    for (size_t j = 0; j < loads.size(); ++j) {
+      const Operand& o = loads[j];
+      Access acc;
+      acc.dtype = o.v->type.dtype;
+      std::string name = "in" + std::to_string(j);
+      if (arg_of_.count(o.v)) {
+        acc.arg = arg_of_.at(o.v);
+        acc.sizes.assign(loops.size(), 1);
+        acc.strides.assign(loops.size(), 0);
+        val[o.v] = k.body.add_input(name, o.v->type);
+      } else {
+        acc.buffer = buffer_of(o.where.root);
+        to_loops(o.s_strides, acc);
+        acc.offset = o.where.offset;
+        finish_access(acc, o.where.storage_relative);
+        // A 0-d operand stays 0-d in the body: it promotes as a 0-d tensor.
+        std::vector<int64_t> sizes = o.v->type.sizes.empty() ? std::vector<int64_t>{} : acc.sizes;
+        val[o.v] = k.body.add_input(name, ir::Type::contiguous(acc.dtype, sizes, o.v->type.device));
+      }
+      k.loads.push_back(std::move(acc));
+    }
+    auto loop_of = [&](int d) {
+      for (size_t l = 0; l < loops.size(); ++l)
+        if (std::count(loops[l].begin(), loops[l].end(), d)) return int64_t(l);
+      return int64_t(-1);
+    };
+    for (int i : nodes) {
+      const ir::Node& n = *a_.nodes[size_t(i)];
+      std::vector<ir::Value*> ins;
+      for (size_t j = 0; j < n.inputs.size(); ++j) {
+        const ir::Value* v = n.inputs[j];
+        if (n.op == OpId::Copy && j == 0) continue;
+        if (is_inline(v) && !val.count(v)) {
+          const ir::Node& c = *v->producer;
+          val[v] = k.body.add_node(OpId::Constant, {}, c.attrs, {v->type})->outputs[0];
+        }
+        ins.push_back(val.at(v));
+      }
+      if (n.op == OpId::Contiguous || n.op == OpId::Clone) {
+        val[n.outputs[0]] = ins[0];
+        continue;
+      }
+      if (n.op == OpId::Copy) {
+        ir::Value* x = ins[0];
+        if (x->type.dtype != n.outputs[0]->type.dtype) x = emit(k.body, OpId::Cast, {x}, {{"dtype", n.outputs[0]->type.dtype}})[0];
+        val[n.outputs[0]] = x;
+        continue;
+      }
+      std::vector<Attr> attrs = n.attrs;
+      if (classify(n) == NodeClass::Reduction) {
+        ReduceInfo r = reduce_info(n);
+        // A reduction to a 0-d result stays 0-d in the body: 0-d tensors promote differently.
+        bool zero_d = n.outputs[0]->type.sizes.empty() && !r.full_output;
+        for (Attr& at : attrs) {
+          if (at.name == "dims") {
+            IntList dl;
+            for (int d : r.dims)
+              if (int64_t l = loop_of(d); l >= 0 && !std::count(dl.begin(), dl.end(), l)) dl.push_back(l);
+            if (dl.empty() && !r.dims.empty()) dl.push_back(int64_t(loops.size()) - 1);
+            at.value = dl;
+          } else if (at.name == "dim" && std::holds_alternative<int64_t>(at.value)) {
+            int64_t l = loop_of(r.dims.empty() ? 0 : r.dims.front());
+            at.value = l >= 0 ? l : int64_t(loops.size()) - 1;
+          } else if (at.name == "keepdim") {
+            at.value = !zero_d;
+          }
+        }
+        if (!r.full_output && !n.attr("keepdim")) attrs.push_back({"keepdim", !zero_d});
+        std::sort(attrs.begin(), attrs.end(), [](const Attr& x, const Attr& y) { return x.name < y.name; });
+      }
+      auto outs = emit(k.body, n.op, ins, attrs);
+      for (size_t j = 0; j < outs.size(); ++j) {
+        // Loop space must not change what an op computes; a dtype change would mean it did.
+        KILN_CHECK(outs[j]->type.dtype == n.outputs[j]->type.dtype, "passes", "lower: internal error: ",
+                   ir::op_info(n.op).name, " computes ", ir::short_name(outs[j]->type.dtype), " in its kernel but ",
+                   ir::short_name(n.outputs[j]->type.dtype), " in the graph");
+        val[n.outputs[j]] = outs[j];
+      }
+    }
+    // Stores; a later store through the same index makes an earlier one dead.
+    std::vector<ir::Value*> body_outs;
+    for (size_t j = 0; j < stores.size(); ++j) {
+      const Store& s = stores[j];
+      Access acc;
+      ViewKey w = loc(s.dst);
+      acc.buffer = buffer_of(w.root);
+      acc.dtype = s.dst->type.dtype;
+      to_loops(store_st[j], acc);
+      acc.offset = w.offset;
+      finish_access(acc, w.storage_relative);
+      for (size_t q = 0; q < k.stores.size(); ++q)
+        if (k.stores[q] == acc) {
+          k.stores.erase(k.stores.begin() + long(q));
+          body_outs.erase(body_outs.begin() + long(q));
+          break;
+        }
+      k.stores.push_back(std::move(acc));
+      body_outs.push_back(val.at(s.v));
+    }
+    k.body.set_outputs(body_outs);
+    for (Access& acc : k.loads)
+      if (acc.buffer >= 0 && !acc.storage_relative) acc.cls = classify_access(acc, k.loops, k.loops.size());
+    for (Access& acc : k.stores)
+      if (!acc.storage_relative) acc.cls = classify_access(acc, k.loops, size_t(k.reduce_from));
+    if (k.kind == KernelKind::Reduction) {
+      // Row-wise when something full-size is computed after (or by) a reduction.
+      for (const auto& node : k.body.nodes()) {
+        bool after_red = false;
+        for (ir::Value* x : node->inputs)
+          after_red = after_red || (x->producer && ir::op_info(x->producer->op).category == ir::Category::Reduction);
+        bool full = !node->outputs.empty() && node->outputs[0]->type.sizes == k.loops;
+        bool row_op = node->op == OpId::Softmax || node->op == OpId::LogSoftmax || node->op == OpId::Cumsum;
+        if ((after_red && full) || row_op) k.kind = KernelKind::RowWise;
+      }
+    }
+    count_bytes(k);
+    return std::move(k);
+  }
+
+  // Row-major strides for `v` in the order the loops visit S's dims (inner loops fastest).
+  std::vector<int64_t> layout_in_order(const ir::Value* v, const std::vector<int64_t>& S, const std::vector<int>& red,
+                                       const std::vector<int>& order) {
+    const std::vector<int>* km = kept_map(v, S, red);
+    const auto& sizes = v->type.sizes;
+    // S dim of each of v's dims.
+    std::vector<int> sdim(sizes.size());
+    for (size_t k = 0; k < sizes.size(); ++k) sdim[k] = km ? (*km)[k] : int(S.size() - sizes.size() + k);
+    std::vector<size_t> dims(sizes.size());
+    std::iota(dims.begin(), dims.end(), 0);
+    auto pos = [&](size_t k) {
+      auto it = std::find(order.begin(), order.end(), sdim[k]);
+      return it == order.end() ? -1 : int(it - order.begin());
+    };
+    std::stable_sort(dims.begin(), dims.end(), [&](size_t x, size_t y) { return pos(x) < pos(y); });
+    std::vector<int64_t> st(sizes.size(), 1);
+    int64_t s = 1;
+    for (size_t j = dims.size(); j-- > 0;) {
+      st[dims[j]] = s;
+      s *= std::max<int64_t>(sizes[dims[j]], 1);
+    }
+    // Keep the type's strides when the order changes nothing (size-1 dims differ only).
+    if (sizes.size() == v->type.strides.size()) {
+      bool same = true;
+      for (size_t d = 0; d < sizes.size(); ++d) same = same && (sizes[d] == 1 || st[d] == v->type.strides[d]);
+      if (same) return v->type.strides;
+    }
+    return st;
+  }
+
+  // A kernel for an opaque op (and its epilogue) or a cond: operands read whole.
+  Kernel build_whole(Kernel& k, const std::vector<int>& nodes) {
+    std::set<int> in(nodes.begin(), nodes.end());
+    const ir::Node& lead = *a_.nodes[size_t(nodes.front())];
+    const std::vector<int64_t>& S = lead.outputs.empty() ? std::vector<int64_t>{} : lead.outputs[0]->type.sizes;
+    k.loops = S;
+    k.reduce_from = int(S.size());
+    std::map<const ir::Value*, ir::Value*> val;
+    std::vector<ir::Value*> body_outs;
+    for (int i : nodes) {
+      const ir::Node& n = *a_.nodes[size_t(i)];
+      bool whole = i == nodes.front();
+      std::vector<ir::Value*> ins;
+      for (const ir::Value* v : n.inputs) {
+        if (!val.count(v)) {
+          if (is_inline(v)) {
+            val[v] = k.body.add_node(OpId::Constant, {}, v->producer->attrs, {v->type})->outputs[0];
+          } else {
+            Access acc;
+            acc.dtype = v->type.dtype;
+            std::string name = "in" + std::to_string(k.loads.size());
+            if (arg_of_.count(v)) {
+              acc.arg = arg_of_.at(v);
+              val[v] = k.body.add_input(name, v->type);
+            } else {
+              ViewKey w = loc(v);
+              acc.buffer = buffer_of(w.root);
+              acc.sizes = w.sizes;
+              std::vector<int64_t> st = w.strides;
+              if (!whole) st = to_space(w.sizes, w.strides, S, nullptr);
+              if (!whole) acc.sizes = S;
+              if (!whole)
+                for (size_t d = 0; d < S.size(); ++d)
+                  if (st[d] == 0) acc.sizes[d] = 1;
+              acc.strides = st;
+              acc.offset = w.offset;
+              finish_access(acc, w.storage_relative);
+              std::vector<int64_t> bs = v->type.sizes.empty() ? std::vector<int64_t>{} : acc.sizes;
+              val[v] = k.body.add_input(name, ir::Type::contiguous(acc.dtype, bs, v->type.device));
+            }
+            k.loads.push_back(std::move(acc));
+          }
+        }
+        ins.push_back(val.at(v));
+      }
+      std::vector<ir::Value*> outs;
+      if (n.op == OpId::Cond) {
+        ir::Node* c = k.body.add_node(OpId::Cond, ins, n.attrs, [&] {
+          std::vector<ir::Type> ts;
+          for (const ir::Value* o : n.outputs) ts.push_back(o->type);
+          return ts;
+        }());
+        for (const auto& r : n.regions) c->regions.push_back(std::make_unique<ir::Graph>(clone(*r)));
+        outs = c->outputs;
+      } else if (n.op == OpId::Contiguous || n.op == OpId::Clone) {
+        outs = {ins[0]};
+      } else if (n.op == OpId::Copy) {
+        KILN_FAIL("passes", "lower: internal error: a copy in an opaque kernel");
+      } else {
+        outs = emit(k.body, n.op, ins, n.attrs);
+      }
+      for (size_t j = 0; j < outs.size(); ++j) {
+        const ir::Value* v = n.outputs[j];
+        val[v] = outs[j];
+        if (!materialized_.count(v)) continue;
+        Buffer b;
+        b.kind = output_values_.count(v) ? BufferKind::Output : BufferKind::Temp;
+        b.dtype = v->type.dtype;
+        b.value = v->id;
+        b.sizes = v->type.sizes;
+        b.strides = v->type.strides;
+        b.numel = span(b.sizes, b.strides);
+        int id = add_buffer(v, std::move(b));
+        Access acc;
+        acc.buffer = id;
+        acc.dtype = v->type.dtype;
+        acc.sizes = v->type.sizes;
+        acc.strides = v->type.strides;
+        finish_access(acc, false);
+        k.stores.push_back(std::move(acc));
+        body_outs.push_back(outs[j]);
+      }
+    }
+    k.body.set_outputs(body_outs);
+    count_bytes(k);
+    return std::move(k);
+  }
+
+  static std::vector<ir::Value*> emit(ir::Graph& body, OpId op, std::vector<ir::Value*> ins, std::vector<Attr> attrs) {
+    std::vector<ir::Type> types;
+    for (ir::Value* x : ins) types.push_back(x->type);
+    auto out = ir::infer_types(op, types, attrs);
+    return body.add_node(op, std::move(ins), std::move(attrs), std::move(out))->outputs;
+  }
+
+  void count_bytes(Kernel& k) {
+    auto bytes = [&](const std::vector<Access>& accs) {
+      int64_t total = 0;
+      std::vector<const Access*> seen;
+      for (const Access& acc : accs) {
+        if (acc.buffer < 0) continue;
+        bool dup = false;
+        for (const Access* s : seen) dup = dup || *s == acc;
+        if (dup) continue;
+        seen.push_back(&acc);
+        total += numel(acc.sizes) * itemsize(acc.dtype);
+      }
+      return total;
+    };
+    k.bytes_read = bytes(k.loads);
+    k.bytes_written = bytes(k.stores);
+  }
+
+  const ir::Graph& g_;
+  Analysis a_;
+  LayoutPolicy pol_;
+  KernelProgram p_;
+  std::map<int, int> group_of_;
+  std::map<const ir::Value*, int> buffer_, arg_of_;
+  std::set<const ir::Value*> materialized_, output_values_, free_layout_;
+  std::map<const ir::Value*, std::vector<int>> kept_cache_;
+};
+
+}  // namespace
+
+KernelProgram lower(const ir::Graph& g, const std::vector<std::vector<int>>& groups, const LayoutPolicy& policy) {
+  KernelProgram p = Lowerer(g, policy).run(groups);
+  p.laid_out = policy.reorder || policy.coalesce || policy.temp_layouts;
+  return p;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,177 @@
+// Memory planning: where each temporary lives in the arena, and the peak estimate.
+//
+// Liveness is counted in kernels: a temporary is live from the kernel that first writes it to
+// the last kernel that reads it. Walking the kernels in order, a temporary that dies at kernel k
+// frees its bytes after k; one born at k takes the best-fitting free block, or grows the arena.
+// In place: a temporary born at k may take the bytes of one that dies at k when k reads the old
+// one and writes the new one through the same index and element size, element by element.
+// Output buffers are allocated per run and returned; they count towards the peak from the
+// kernel that writes them.
+#include <algorithm>
+#include <map>
+
+#include "lower.h"
+#include "schedule.h"
+
+namespace kiln::passes {
+
+namespace {
+
+constexpr int64_t kArenaAlign = 64;  // cache line and the widest vector (AVX-512) the backends use
+int64_t round_up(int64_t x) { return (x + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+
+struct Life {
+  int first = -1, last = -1;
+};
+std::vector<Life> lifetimes(const KernelProgram& p) {
+  std::vector<Life> life(p.buffers.size());
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    auto touch = [&](const Access& a) {
+      if (a.buffer < 0) return;
+      Life& l = life[size_t(a.buffer)];
+      if (l.first < 0) l.first = int(k);
+      l.last = int(k);
+    };
+    for (const Access& a : p.kernels[k].stores) touch(a);
+    for (const Access& a : p.kernels[k].loads) touch(a);
+  }
+  for (const Access& o : p.outputs)
+    if (o.buffer >= 0) life[size_t(o.buffer)].last = int(p.kernels.size());
+  return life;
+}
+
+void compute_peak(KernelProgram& p, const std::vector<Life>& life) {
+  int64_t peak = 0;
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    int64_t live = 0;
+    for (const Buffer& b : p.buffers)
+      if ((b.kind == BufferKind::Temp || b.kind == BufferKind::Output) && life[size_t(b.id)].first >= 0 &&
+          life[size_t(b.id)].first <= int(k) && int(k) <= life[size_t(b.id)].last) {
+        if (b.kind == BufferKind::Temp && p.planned) continue;  // counted through the arena below
+        live += b.bytes();
+      }
+    if (p.planned) {
+      // Temporaries: the arena blocks in use at k.
+      int64_t hi = 0;
+      for (const Buffer& b : p.buffers)
+        if (b.kind == BufferKind::Temp && life[size_t(b.id)].first <= int(k) && int(k) <= life[size_t(b.id)].last)
+          hi = std::max(hi, b.arena_offset + b.bytes());
+      live += hi;
+    }
+    peak = std::max(peak, live);
+  }
+  p.peak_bytes = peak;
+}
+
+// Whether kernel `k` reads `from` and writes `to` only through one and the same index.
+bool in_place_pair(const Kernel& k, int from, int to, const KernelProgram& p) {
+  const Access* r = nullptr;
+  const Access* w = nullptr;
+  for (const Access& a : k.loads)
+    if (a.buffer == from) {
+      if (r && !(*r == a)) return false;
+      r = &a;
+    }
+  for (const Access& a : k.stores)
+    if (a.buffer == to) {
+      if (w && !(*w == a)) return false;
+      w = &a;
+    }
+  if (!r || !w || k.kind == KernelKind::Opaque || k.kind == KernelKind::Control) return false;
+  if (itemsize(p.buffers[size_t(from)].dtype) != itemsize(p.buffers[size_t(to)].dtype)) return false;
+  return r->sizes == w->sizes && r->strides == w->strides && r->offset == w->offset && !r->storage_relative;
+}
+
+}  // namespace
+
+int64_t Buffer::bytes() const { return numel * itemsize(dtype); }
+
+void plan_without_reuse(KernelProgram& p) {
+  int64_t off = 0;
+  for (Buffer& b : p.buffers)
+    if (b.kind == BufferKind::Temp) {
+      b.arena_offset = off;
+      off += round_up(b.bytes());
+    }
+  p.arena_bytes = off;
+  p.planned = false;
+  compute_peak(p, lifetimes(p));
+}
+
+void plan_memory_of(KernelProgram& p) {
+  std::vector<Life> life = lifetimes(p);
+  std::map<int64_t, int64_t> free_blocks;  // offset -> bytes
+  int64_t arena = 0;
+  auto release = [&](int64_t off, int64_t bytes) {
+    auto it = free_blocks.emplace(off, bytes).first;
+    auto next = std::next(it);
+    if (next != free_blocks.end() && it->first + it->second == next->first) {
+      it->second += next->second;
+      free_blocks.erase(next);
+    }
+    if (it != free_blocks.begin()) {
+      auto prev = std::prev(it);
+      if (prev->first + prev->second == it->first) {
+        prev->second += it->second;
+        free_blocks.erase(it);
+      }
+    }
+  };
+  auto take = [&](int64_t bytes) {
+    auto best = free_blocks.end();
+    for (auto it = free_blocks.begin(); it != free_blocks.end(); ++it)
+      if (it->second >= bytes && (best == free_blocks.end() || it->second < best->second)) best = it;
+    if (best == free_blocks.end()) {
+      // Grow the arena, starting inside a free block that ends at its top.
+      int64_t start = arena;
+      if (!free_blocks.empty()) {
+        auto last = std::prev(free_blocks.end());
+        if (last->first + last->second == arena) {
+          start = last->first;
+          free_blocks.erase(last);
+        }
+      }
+      arena = start + bytes;
+      return start;
+    }
+    int64_t off = best->first, have = best->second;
+    free_blocks.erase(best);
+    if (have > bytes) free_blocks.emplace(off + bytes, have - bytes);
+    return off;
+  };
+  for (Buffer& b : p.buffers) b.arena_offset = b.kind == BufferKind::Temp ? -1 : b.arena_offset;
+  for (size_t k = 0; k < p.kernels.size(); ++k) {
+    const Kernel& kern = p.kernels[k];
+    std::vector<int> handed;  // dying temporaries whose bytes a new one took in place
+    for (Buffer& b : p.buffers) {
+      if (b.kind != BufferKind::Temp || life[size_t(b.id)].first != int(k)) continue;
+      int64_t bytes = round_up(b.bytes());
+      for (const Buffer& old : p.buffers) {
+        if (old.kind != BufferKind::Temp || old.arena_offset < 0 || life[size_t(old.id)].last != int(k) ||
+            life[size_t(old.id)].first >= int(k) || std::count(handed.begin(), handed.end(), old.id))
+          continue;
+        if (round_up(old.bytes()) == bytes && in_place_pair(kern, old.id, b.id, p)) {
+          b.arena_offset = old.arena_offset;
+          handed.push_back(old.id);
+          break;
+        }
+      }
+      if (b.arena_offset < 0) b.arena_offset = take(bytes);
+    }
+    for (const Buffer& b : p.buffers)
+      if (b.kind == BufferKind::Temp && life[size_t(b.id)].last == int(k) && !std::count(handed.begin(), handed.end(), b.id))
+        release(b.arena_offset, round_up(b.bytes()));
+  }
+  p.arena_bytes = arena;
+  p.planned = true;
+  compute_peak(p, life);
+}
+
+bool plan_memory(Module& m) {
+  KILN_CHECK(m.program, "passes", "memplan: no kernel program");
+  std::string before = print(*m.program);
+  plan_memory_of(*m.program);
+  return print(*m.program) != before;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,98 @@
+// Shared by the pass tests: random inputs for a graph's input types, and the check that a
+// kernel program computes what the unoptimised graph computes.
+#pragma once
+#include <gtest/gtest.h>
+#include <kiln/ir/exec.h>
+#include <kiln/kiln.h>
+#include <kiln/passes/kernel.h>
+#include <kiln/passes/pass.h>
+
+#include <string>
+#include <vector>
+
+namespace kiln::testing {
+
+// Fresh random values of each input's type (its strides included), never all zeros.
+inline std::vector<ir::Slot> random_inputs(const ir::Graph& g, uint64_t seed) {
+  manual_seed(seed);
+  std::vector<ir::Slot> in;
+  for (const ir::Value* v : g.inputs()) {
+    ir::Slot s;
+    const ir::Type& t = v->type;
+    if (t.is_scalar()) {
+      s.is_scalar = true;
+      s.scalar = is_floating(t.dtype) ? Scalar(1.25) : Scalar(int64_t(3));
+      in.push_back(s);
+      continue;
+    }
+    Tensor base = empty_strided(t.sizes, t.strides, TensorOptions(t.dtype));
+    Tensor r;
+    if (t.dtype == kBool)
+      r = rand(t.sizes) > 0.5;
+    else if (is_floating(t.dtype))
+      r = randn(t.sizes).to(t.dtype);
+    else
+      r = randint(-20, 20, t.sizes).to(t.dtype);
+    base.copy_(r);
+    s.tensor = base;
+    in.push_back(s);
+  }
+  return in;
+}
+
+inline std::vector<ir::Slot> clone_slots(const std::vector<ir::Slot>& in) {
+  std::vector<ir::Slot> out = in;
+  for (ir::Slot& s : out)
+    if (!s.is_scalar) {
+      Tensor c = empty_strided(s.tensor.sizes(), s.tensor.strides(), TensorOptions(s.tensor.dtype()));
+      c.copy_(s.tensor);
+      s.tensor = c;
+    }
+  return out;
+}
+
+// Values equal within a tolerance fitting the dtype (NaNs equal NaNs), same dtype and sizes.
+inline ::testing::AssertionResult close(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype())
+    return ::testing::AssertionFailure() << "dtype " << name(got.dtype()) << " vs " << name(want.dtype());
+  if (got.sizes().vec() != want.sizes().vec()) return ::testing::AssertionFailure() << "sizes differ";
+  if (!got.is_floating_point()) {
+    if (got.numel() == 0 || got.eq(want).all().item<bool>()) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "integer values differ";
+  }
+  double rtol = 1e-4, atol = 1e-5;
+  if (got.dtype() == kFloat64) rtol = 1e-9, atol = 1e-12;
+  if (got.dtype() == kFloat16 || got.dtype() == kBFloat16) rtol = 2e-2, atol = 1e-3;
+  Tensor a = got.to(kFloat64), b = want.to(kFloat64);
+  if (got.numel() == 0) return ::testing::AssertionSuccess();
+  Tensor both_nan = logical_and(a.isnan(), b.isnan());
+  Tensor same_inf = logical_and(a.isinf(), a.eq(b));
+  Tensor ok = logical_or((a - b).abs().le(b.abs() * rtol + atol), logical_or(both_nan, same_inf));
+  if (ok.all().item<bool>()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "values differ: max abs diff "
+                                       << (a - b).abs().nan_to_num(0.0).amax().item<double>();
+}
+
+// Runs `g` on the reference executor and its kernel program on the interpreter, on the same
+// random inputs (inputs written in place are compared too).
+inline void expect_program_matches(const ir::Graph& g, const passes::KernelProgram& p, uint64_t seed,
+                                   const std::string& what) {
+  if (auto e = passes::verify_program(p)) {
+    ADD_FAILURE() << what << ": kernel program does not verify: " << *e << "\n" << passes::print(p);
+    return;
+  }
+  auto in = random_inputs(g, seed);
+  auto in_ref = clone_slots(in), in_got = clone_slots(in);
+  std::vector<ir::Slot> want = ir::Executable(g).run_slots(in_ref);
+  std::vector<Tensor> got = passes::ProgramRunner(p).run(in_got);
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(close(got[i], want[i].tensor)) << what << ": output " << i << "\n"
+                                               << ir::print(g) << passes::print(p);
+  for (size_t i = 0; i < in.size(); ++i)
+    if (!in[i].is_scalar)
+      EXPECT_TRUE(close(in_got[i].tensor, in_ref[i].tensor)) << what << ": input " << i << " after the run\n"
+                                                             << ir::print(g) << passes::print(p);
+}
+
+}  // namespace kiln::testing

@@ -193,7 +193,12 @@ class Fuser {
         const ir::Value* v = n.inputs[k];
         int p = v->producer && classify(*v->producer) != NodeClass::Free ? a_.index.at(v->producer) : -1;
         bool inside = p >= 0 && in.count(p);
-        if (!inside && !(n.op == OpId::Copy && k == 0)) external.insert(ir::alias_root(v));
+        // A view of a value computed here reads memory this kernel has not written yet.
+        if (!inside && !(n.op == OpId::Copy && k == 0)) {
+          int q = a_.producer(v);
+          if (q >= 0 && in.count(q)) return false;
+          external.insert(ir::alias_root(v));
+        }
         if (!inside) continue;
         const ir::Node& pn = *a_.nodes[size_t(p)];
         if (i == g.opaque) return false;

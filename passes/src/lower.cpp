@@ -561,6 +561,7 @@ class Lowerer {
     k.reduce_from = int(S.size());
     std::map<const ir::Value*, ir::Value*> val;
     std::vector<ir::Value*> body_outs;
+    std::vector<int64_t> epilogue_loads;
     for (int i : nodes) {
       const ir::Node& n = *a_.nodes[size_t(i)];
       bool whole = i == nodes.front();
@@ -589,6 +590,7 @@ class Lowerer {
               acc.strides = st;
               acc.offset = w.offset;
               finish_access(acc, w.storage_relative);
+              if (!whole) epilogue_loads.push_back(int64_t(k.loads.size()));
               std::vector<int64_t> bs = v->type.sizes.empty() ? std::vector<int64_t>{} : acc.sizes;
               val[v] = k.body.add_input(name, ir::Type::contiguous(acc.dtype, bs, v->type.device));
             }
@@ -636,6 +638,11 @@ class Lowerer {
       }
     }
     k.body.set_outputs(body_outs);
+    // Epilogue operands are indexed over the output's loop space.
+    for (Access& acc : k.loads)
+      if (acc.buffer >= 0 && !acc.storage_relative && acc.sizes.size() == S.size() && !epilogue_loads.empty() &&
+          std::count(epilogue_loads.begin(), epilogue_loads.end(), &acc - k.loads.data()))
+        acc.cls = classify_access(acc, S, S.size());
     count_bytes(k);
     return std::move(k);
   }

@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   llvm-19-dev                      # LLVM 19: the CPU backend (shared libLLVM)
+  llvm-19-tools                    # FileCheck, for the golden tests (tests/passes/golden)
   nlohmann-json3-dev               # IR JSON form, conformance case files
   libgtest-dev libgmock-dev        # unit and conformance tests
   libbenchmark-dev                 # micro benchmarks

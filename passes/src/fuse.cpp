@@ -146,6 +146,9 @@ class Fuser {
       const Group& op = x.kind == NodeClass::Opaque ? x : y;
       const Group& ep = x.kind == NodeClass::Opaque ? y : x;
       if (ep.kind != NodeClass::Elementwise || !takes_epilogue(a_.nodes[size_t(op.opaque)]->op)) return false;
+      // An epilogue computes on the op's result; writes into other memory stay in their own kernel.
+      for (int i : ep.nodes)
+        if (a_.nodes[size_t(i)]->op == OpId::Copy) return false;
       if (ep.nodes.front() < op.opaque || !broadcasts_to(ep.space, op.space) || !recompute_ok(ep, op.space))
         return false;
       out.kind = NodeClass::Opaque;
@@ -222,7 +225,11 @@ class Fuser {
           const ir::Value* v = rn.inputs[k];
           if (ir::alias_root(v) != dst.root) continue;
           int p = v->producer && classify(*v->producer) != NodeClass::Free ? a_.index.at(v->producer) : -1;
-          if (p >= 0 && in.count(p)) continue;  // a body value, not a memory read
+          if (p >= 0 && in.count(p)) {
+            // A body value made before the write no longer holds what its memory holds after it.
+            if (r > w && p < w) return false;
+            continue;
+          }
           if (r > w || !(view_key(v) == dst)) return false;
         }
       }

@@ -95,7 +95,11 @@ class Lowerer {
       add_buffer(v, std::move(b));
     }
     find_materialized();
-    for (size_t gi = 0; gi < groups.size(); ++gi) p_.kernels.push_back(build(groups[gi]));
+    for (size_t gi = 0; gi < groups.size(); ++gi) {
+      Kernel k = build(groups[gi]);
+      // A kernel that stores nothing computes nothing anyone reads (dead code dce did not see).
+      if (!k.stores.empty()) p_.kernels.push_back(std::move(k));
+    }
     for (const ir::Value* out : g_.outputs()) {
       KILN_CHECK(!out->type.is_scalar() && !is_inline(out), "passes",
                  "lower: graph output %", out->id, " is a number; kernel programs return tensors");
@@ -157,9 +161,12 @@ class Lowerer {
         bool need = written.count(v) || out_roots.count(v);
         auto it = a_.users.find(v);
         if (it != a_.users.end())
-          for (int u : it->second)
-            if (classify(*a_.nodes[size_t(u)]) == NodeClass::Free || group_of_.at(u) != group_of_.at(int(i)))
+          for (int u : it->second) {
+            auto gu = group_of_.find(u);  // a node in no group is dead: it reads nothing
+            if (classify(*a_.nodes[size_t(u)]) == NodeClass::Free ||
+                (gu != group_of_.end() && gu->second != group_of_.at(int(i))))
               need = true;
+          }
         if (!need) continue;
         materialized_.insert(v);
         if (out_roots.count(v)) output_values_.insert(v);

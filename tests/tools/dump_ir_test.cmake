@@ -3,6 +3,8 @@
 #   -DMODE=workload -DNAME=<name>   text, json and dot (and --explain, --run) all succeed
 #   -DMODE=roundtrip                a saved graph: text -> JSON -> text, dot, --run
 #   -DMODE=errors                   each error: one line on stderr, exit status 1 or 2
+#   -DMODE=passes                   the optimizer's flags that work whatever the passes do:
+#                                   --list-passes, pipeline errors, --print-after-all, --time-passes
 cmake_minimum_required(VERSION 3.25)
 
 function(fail)
@@ -167,6 +169,97 @@ elseif(MODE STREQUAL "errors")
   expect_error(2 "give a workload name" )
   expect_error(2 "--list takes no TARGET" --list softmax)
   expect_error(2 "apply to workloads" "${DATA}/small.ir" --input x=3)
+
+elseif(MODE STREQUAL "passes")
+  # Only dce and cse run here, on graphs they cannot change (every node used, none repeated), and
+  # the kernel passes only in pipelines the pass manager refuses before running anything: these
+  # checks hold whatever state the passes are in.
+  set(header "// -----// IR after ([a-z]+)(: unchanged)? //----- //")
+  expect_ok(listed --list-passes)
+  foreach(name dce cse fold simplify writeback fuse layout memplan)
+    if(NOT listed MATCHES "(^|\n)${name} +\\[(graph|kernels)\\] [^\n]+\n")
+      fail("--list-passes does not show pass ${name} with its stage and summary:\n${listed}")
+    endif()
+  endforeach()
+  if(NOT listed MATCHES "\ndefault pipeline \\(-O, --passes=default\\): [a-z,]+\n$")
+    fail("--list-passes does not end with the default pipeline:\n${listed}")
+  endif()
+
+  # errors the pass manager raises before any pass runs: exit 1, one line
+  expect_error(1 "softmax: \\[passes\\] unknown pass 'nosuch' \\(known: [a-z, ]*dce" softmax --passes=nosuch)
+  expect_error(1 "small\\.ir: \\[passes\\] unknown pass 'nosuch'" "${DATA}/small.ir" --passes=dce,nosuch)
+  expect_error(1 "--disable-pass: unknown pass 'nosuch'" softmax --disable-pass=nosuch)
+  expect_error(1 "--disable-pass: unknown pass 'nosuch'" softmax --passes=dce --disable-pass=cse --disable-pass nosuch)
+  expect_error(1 "--print-after: unknown pass 'nosuch'" softmax --passes=dce --print-after=nosuch)
+  expect_error(1 "graph pass 'cse' cannot run after the kernel program is built" softmax --passes=dce,layout,cse)
+  expect_error(1 "branch_sign graph 0: \\[passes\\] unknown pass" branch_sign --passes=nosuch)
+  # command lines that make no sense: exit 2
+  expect_error(2 "--list-passes takes no TARGET" --list-passes softmax)
+  expect_error(2 "--passes" softmax --passes=)
+  expect_error(2 "excludes --passes|--passes excludes" softmax -O --passes=dce)
+  expect_error(2 "--verify-each applies to the optimizer" softmax --verify-each)
+
+  # --print-after-all: a header per pass, in order, then the module
+  expect_ok(out softmax --passes=dce,cse --print-after-all --verify-each)
+  string(REGEX MATCHALL "${header}" headers "${out}")
+  list(LENGTH headers n)
+  if(NOT n EQUAL 2 OR NOT out MATCHES "// pipeline: dce, cse\n// -----// IR after dce[^\n]*\n(.*\n)?// -----// IR after cse")
+    fail("softmax --passes=dce,cse --print-after-all: expected the dce then the cse header:\n${out}")
+  endif()
+  if(NOT out MATCHES "graph @[a-z0-9_]+\\(%a0: f32\\[64,128\\]")
+    fail("softmax --passes=dce,cse: the module is not printed:\n${out}")
+  endif()
+  # --print-after (repeatable, comma lists), --disable-pass (comma list, `default` expanded)
+  expect_ok(out softmax --passes=dce,cse,dce --print-after=dce --print-after cse)
+  string(REGEX MATCHALL "${header}" headers "${out}")
+  list(LENGTH headers n)
+  if(NOT n EQUAL 3)
+    fail("--print-after=dce --print-after cse over dce,cse,dce: expected 3 headers, got ${n}:\n${out}")
+  endif()
+  expect_ok(out softmax --passes=default,dce --disable-pass=writeback,fold,simplify --disable-pass=fuse,layout,memplan
+            --print-after-all)
+  if(NOT out MATCHES "// pipeline: dce, cse, dce, dce\n")
+    fail("--passes=default,dce with every pass but dce and cse disabled:\n${out}")
+  endif()
+  string(REGEX MATCHALL "${header}" headers "${out}")
+  list(LENGTH headers n)
+  if(NOT n EQUAL 4 OR out MATCHES "IR after (fuse|layout|memplan|fold)")
+    fail("disabled passes ran or printed:\n${out}")
+  endif()
+
+  # one argument per flag: the TARGET may follow a pass list; repeated --passes concatenate
+  expect_ok(out --passes dce --passes cse softmax --print-after dce)
+  if(NOT out MATCHES "^// workload softmax " OR NOT out MATCHES "// pipeline: dce, cse\n// -----// IR after dce")
+    fail("--passes dce --passes cse softmax --print-after dce:\n${out}")
+  endif()
+
+  # a workload with graph breaks: every graph goes through the pipeline
+  expect_ok(out branch_sign --passes=dce,cse --print-after=cse)
+  string(REGEX MATCHALL "// -----// IR after cse" headers "${out}")
+  list(LENGTH headers n)
+  if(NOT n EQUAL 3 OR NOT out MATCHES "// graph 2 of 3")
+    fail("branch_sign: expected the cse header for each of its 3 graphs:\n${out}")
+  endif()
+
+  # --time-passes: the timing table, one row per pass run
+  expect_ok(out softmax --passes=dce,cse --time-passes)
+  if(NOT out MATCHES "pass timing \\(total [0-9.e+-]+ ms\\)\n +[0-9.]+ ms +[0-9.]+% +dce [^\n]*\n +[0-9.]+ ms +[0-9.]+% +cse ")
+    fail("--time-passes: no timing table with a dce and a cse row:\n${out}")
+  endif()
+  expect_ok(out "${DATA}/small.ir" --passes=dce,cse --time-passes --print-after-all)
+  if(NOT out MATCHES "IR after cse" OR NOT out MATCHES "pass timing" OR NOT out MATCHES "graph @main\\(")
+    fail("small.ir --passes=dce,cse --time-passes --print-after-all:\n${out}")
+  endif()
+
+  # other formats: the pipeline's prints go into the document
+  expect_ok(out softmax --passes=dce,cse --print-after-all --format json)
+  if(NOT out MATCHES "^{" OR NOT out MATCHES "\"pipeline\": \\[" OR NOT out MATCHES "\"log\": \"// -----// IR after dce")
+    fail("softmax --format json with the optimizer:\n${out}")
+  endif()
+  expect_ok(out "${DATA}/small.ir" --passes=dce,cse --print-after-all --format dot)
+  if(NOT out MATCHES "^// pipeline: dce, cse\n// // -----// IR after dce" OR NOT out MATCHES "digraph \"")
+    fail("small.ir --format dot with the optimizer:\n${out}")
+  endif()
 
 else()
   fail("dump_ir_test.cmake: unknown MODE '${MODE}'")

@@ -1,1 +1,324 @@
-// in progress
+// simplify: algebraic identities, no-op views and casts, as a table of rules.
+//
+// Each rule looks at one node and proposes a replacement for its output: an existing value
+// (x*1 -> x), or a cheaper node it builds (pow(x, 2) -> mul(x, x)). The walk goes forward once,
+// trying the rules in table order, and walks again until no rule fires.
+//
+// Every rule is exact in IEEE arithmetic and in eager kernels' integer arithmetic, and fires only
+// when the replacement's type equals the original's exactly (dtype, sizes, strides, wrapped),
+// so consumers infer the same types. Replacing a value by another value is also a memory
+// question, checked in Walk::can_forward: a no-op view's replacement is the same memory, but
+// x*1 -> x makes readers of the fresh result read x's memory instead, which must then not be
+// written while they read it, and the result must not itself be written.
+#include <cmath>
+#include <unordered_set>
+
+#include "kiln/runtime/factories.h"
+#include "rewrite.h"
+
+namespace kiln::passes {
+
+namespace {
+
+using canon::MemoryInfo;
+
+// A rule's proposal for a node's output.
+struct Replacement {
+  const ir::Value* value = nullptr;  // an existing value of the old graph...
+  bool same_memory = false;          // ...that is the output's own memory (a no-op view)
+  ir::Value* built = nullptr;        // or a node the rule appended to the new graph
+};
+
+class Walk {
+ public:
+  explicit Walk(const ir::Graph& g) : mem(g), rb(g) {}
+  MemoryInfo mem;
+  canon::Rebuilder rb;
+
+  std::optional<double> num(const ir::Value* v) const { return canon::constant_number(v, mem); }
+  // Appends op(inputs) when its inferred type is exactly `want`; else appends nothing.
+  ir::Value* build(OpId op, std::vector<ir::Value*> inputs, std::vector<ir::Attr> attrs, const ir::Type& want) {
+    auto t = canon::try_infer(op, canon::types_of(inputs), attrs);
+    if (!t || *t != std::vector<ir::Type>{want}) return nullptr;
+    return rb.emit(op, std::move(inputs), std::move(attrs))->outputs[0];
+  }
+
+  bool can_forward(const ir::Node& n, const Replacement& r);
+  bool run(const ir::Graph& g);
+
+ private:
+  std::unordered_set<const ir::Value*> forwarded_;  // replaced by another value in this walk
+  std::unordered_set<int> touched_;                 // classes whose readers changed in this walk
+};
+
+bool Walk::can_forward(const ir::Node& n, const Replacement& r) {
+  const ir::Value* v = n.outputs[0];
+  const ir::Value* x = r.value;
+  // x's own stand-in was checked against x's readers, not v's: leave it for the next walk.
+  if (v->type != x->type || forwarded_.count(x)) return false;
+  if (r.same_memory) return true;
+  int cv = mem.cls(v), cx = mem.cls(x);
+  // Readers of v (and of views of v) will read x's memory: nothing may write it while they do,
+  // and v's memory must not be a write-back's destination (the write would land in x).
+  if (mem.written(cv) || touched_.count(cv) || touched_.count(cx)) return false;
+  int end = mem.last_read(cv);
+  if (mem.written_between(cx, mem.def(v), end == INT_MAX ? INT_MAX : end + 1)) return false;
+  // A returned fresh result must not become the caller's input, a constant shared by every
+  // run, or a second copy of another returned buffer.
+  if (mem.has_output(cv) && (mem.has_input(cx) || mem.has_constant(cx) || mem.has_output(cx))) return false;
+  touched_.insert(cv);
+  touched_.insert(cx);
+  return true;
+}
+
+const ir::Node* made_by(const ir::Value* v, OpId op) {
+  return v->producer && v->producer->op == op ? v->producer : nullptr;
+}
+
+// ---- the rules ----
+
+// x*1, 1*x -> x
+Replacement mul_one(Walk& w, const ir::Node& n) {
+  if (n.op != OpId::Mul) return {};
+  if (w.num(n.inputs[1]) == 1.0) return {n.inputs[0]};
+  if (w.num(n.inputs[0]) == 1.0) return {n.inputs[1]};
+  return {};
+}
+
+// x + alpha*c -> x when alpha*c is -0.0 (floats: x + -0.0 is x for every x, -0.0 included, but
+// x + 0.0 turns -0.0 into +0.0), x - alpha*c -> x when alpha*c is +0.0; any zero for integers
+// and bools. add(c, x) is c + x only with alpha 1.
+Replacement add_zero(Walk& w, const ir::Node& n) {
+  if (n.op != OpId::Add && n.op != OpId::Sub) return {};
+  auto alpha = canon::attr_number(n, "alpha", 1.0);
+  if (!alpha) return {};
+  bool exact_zero_ok = !is_floating(n.outputs[0]->type.dtype);
+  auto leaves_x = [&](double addend, bool subtract) {
+    return addend == 0 && (exact_zero_ok || std::signbit(addend) != subtract);
+  };
+  if (auto c = w.num(n.inputs[1]); c && leaves_x(*alpha * *c, n.op == OpId::Sub)) return {n.inputs[0]};
+  if (n.op == OpId::Add && *alpha == 1)
+    if (auto c = w.num(n.inputs[0]); c && leaves_x(*c, false)) return {n.inputs[1]};
+  return {};
+}
+
+// neg(neg(x)) -> x (for integers too: negation wraps both ways)
+Replacement neg_neg(Walk&, const ir::Node& n) {
+  if (n.op != OpId::Neg) return {};
+  if (const ir::Node* m = made_by(n.inputs[0], OpId::Neg)) return {m->inputs[0]};
+  return {};
+}
+
+// logical_not(logical_not(b)) -> b for bool b
+Replacement not_not(Walk&, const ir::Node& n) {
+  if (n.op != OpId::LogicalNot) return {};
+  if (const ir::Node* m = made_by(n.inputs[0], OpId::LogicalNot))
+    if (m->inputs[0]->type.dtype == DType::Bool) return {m->inputs[0]};
+  return {};
+}
+
+// pow(x, 1) -> x
+Replacement pow_one(Walk& w, const ir::Node& n) {
+  if (n.op == OpId::Pow && w.num(n.inputs[1]) == 1.0) return {n.inputs[0]};
+  return {};
+}
+
+// pow(x, 2) -> mul(x, x): the eager kernel squares a wrapped exponent of 2 this way already;
+// a tensor exponent goes through the general pow, which the exact square can only improve.
+Replacement pow_two(Walk& w, const ir::Node& n) {
+  if (n.op != OpId::Pow || w.num(n.inputs[1]) != 2.0) return {};
+  ir::Value* x = w.rb(n.inputs[0]);
+  return {.built = w.build(OpId::Mul, {x, x}, {}, n.outputs[0]->type)};
+}
+
+// Whether 2^k and 2^-k are both normal numbers of dtype dt.
+bool normal_pow2(int k, DType dt) {
+  int lo = dt == DType::Float16 ? -14 : dt == DType::Float64 ? -1022 : -126;
+  int hi = dt == DType::Float16 ? 15 : dt == DType::Float64 ? 1023 : 127;
+  return k >= lo && k <= hi && -k >= lo && -k <= hi;
+}
+
+// div(x, c) -> mul(x, 1/c) for floats when c = ±2^k: x/c and x*(1/c) are the same real number,
+// rounded the same way, as long as c and 1/c are exact normal numbers of the computing dtype.
+Replacement div_pow2(Walk& w, const ir::Node& n) {
+  if (n.op != OpId::Div) return {};
+  if (const ir::Attr* m = n.attr("rounding_mode"); m && !std::holds_alternative<NoneAttr>(m->value)) return {};
+  const ir::Value* c = n.inputs[1];
+  DType dt = n.outputs[0]->type.dtype;
+  auto value = w.num(c);
+  if (!value || !c->type.sizes.empty() || !is_floating(dt) || !is_floating(n.inputs[0]->type.dtype)) return {};
+  int e = 0;
+  double mant = std::frexp(*value, &e);
+  if (std::abs(mant) != 0.5 || !normal_pow2(e - 1, dt)) return {};
+  double recip = 1.0 / *value;
+  ir::Type ct = c->type;  // the new constant keeps c's wrapped-ness, and its dtype where it can
+  if (!is_floating(ct.dtype)) {
+    if (!ct.wrapped) return {};
+    ct.dtype = DType::Float64;
+  }
+  if (!normal_pow2(1 - e, ct.dtype)) return {};
+  auto t = canon::try_infer(OpId::Mul, {n.inputs[0]->type, ct}, {});
+  if (!t || *t != std::vector<ir::Type>{n.outputs[0]->type}) return {};
+  ir::Value* rc = ct.wrapped ? w.rb.number(recip, ct) : w.rb.data(full({}, recip, TensorOptions(ct.dtype)), ct);
+  return {.built = w.build(OpId::Mul, {w.rb(n.inputs[0]), rc}, {}, n.outputs[0]->type)};
+}
+
+// cast(x) to x's own dtype is x itself in eager mode.
+Replacement cast_same(Walk&, const ir::Node& n) {
+  if (n.op == OpId::Cast && n.inputs[0]->type.dtype == n.outputs[0]->type.dtype) return {n.inputs[0], true};
+  return {};
+}
+
+// Whether dtype `to` holds every value of dtype `from` exactly.
+bool holds_all(DType from, DType to) {
+  auto significand = [](DType d) {  // bits, the implicit one included; integers: magnitude bits
+    switch (d) {
+      case DType::Bool: return 1;
+      case DType::UInt8: return 8;
+      case DType::Int8: return 7;
+      case DType::Int16: return 15;
+      case DType::Int32: return 31;
+      case DType::Int64: return 63;
+      case DType::Float16: return 11;
+      case DType::BFloat16: return 8;
+      case DType::Float32: return 24;
+      case DType::Float64: return 53;
+    }
+    return 0;
+  };
+  if (from == to || from == DType::Bool) return true;
+  if (to == DType::Bool) return false;
+  if (is_floating(from)) {
+    // f16 -> bf16 loses mantissa bits and bf16 -> f16 loses range: only widening to f32/f64.
+    return is_floating(to) && significand(to) > significand(from) && to != DType::Float16 && to != DType::BFloat16;
+  }
+  if (is_floating(to)) return significand(from) <= significand(to);  // ranges are ample
+  if (!is_signed(to)) return false;                                  // u8 from a signed or wider type
+  return significand(from) < significand(to) || (from == DType::UInt8 && significand(to) >= 8);
+}
+
+// cast(cast(x, A), dtype(x)) -> x when A holds every value of x's dtype.
+Replacement cast_roundtrip(Walk&, const ir::Node& n) {
+  if (n.op != OpId::Cast) return {};
+  const ir::Node* m = made_by(n.inputs[0], OpId::Cast);
+  if (!m) return {};
+  DType x = m->inputs[0]->type.dtype, a = m->outputs[0]->type.dtype;
+  if (n.outputs[0]->type.dtype == x && holds_all(x, a)) return {m->inputs[0]};
+  return {};
+}
+
+// Views that keep the operand's storage offset: their result is fully described by its type.
+bool keeps_offset(const ir::Node& n) {
+  switch (n.op) {
+    case OpId::View: case OpId::Transpose: case OpId::Permute: case OpId::Expand: case OpId::Squeeze:
+    case OpId::Unsqueeze:
+      return true;
+    case OpId::Slice: return canon::attr_number(n, "start", 0) == 0.0;
+    default: return false;
+  }
+}
+
+// A chain of offset-keeping views (or contiguous of a contiguous tensor) whose result has the
+// type of a value up the chain is that value: same memory, same sizes, strides and offset.
+Replacement noop_view(Walk&, const ir::Node& n) {
+  if (n.op == OpId::Contiguous && n.inputs[0]->type == n.outputs[0]->type) return {n.inputs[0], true};
+  if (!keeps_offset(n)) return {};
+  for (const ir::Value* x = n.inputs[0];; x = x->producer->inputs[0]) {
+    if (x->type == n.outputs[0]->type) return {x, true};
+    if (!x->producer || !keeps_offset(*x->producer)) return {};
+  }
+}
+
+std::vector<int64_t> without_leading_ones(std::vector<int64_t> s) {
+  size_t k = 0;
+  while (k < s.size() && s[k] == 1) ++k;
+  s.erase(s.begin(), s.begin() + long(k));
+  return s;
+}
+
+// An elementwise operand unsqueeze/view/expand(u) that only does what broadcasting does anyway
+// (adds leading 1s, or expands) reads u directly. u must keep at least one dim: a 0-d operand
+// promotes differently from a dimensioned one, which the output type need not show (lt).
+Replacement broadcast_view(Walk& w, const ir::Node& n) {
+  if (ir::op_info(n.op).category != ir::Category::Elementwise || n.inputs.size() < 2) return {};
+  std::vector<ir::Value*> ins = w.rb.operands(n);
+  const std::vector<ir::Type> want = {n.outputs[0]->type};
+  bool any = false;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const ir::Node* p = n.inputs[k]->producer;
+    if (!p || (p->op != OpId::Unsqueeze && p->op != OpId::View && p->op != OpId::Expand)) continue;
+    const ir::Value* u = p->inputs[0];
+    if (u->type.is_scalar() || u->type.sizes.empty()) continue;
+    if (p->op != OpId::Expand && without_leading_ones(u->type.sizes) != without_leading_ones(p->outputs[0]->type.sizes))
+      continue;
+    std::vector<ir::Value*> trial = ins;
+    trial[k] = w.rb(u);
+    if (canon::try_infer(n.op, canon::types_of(trial), n.attrs) == want) {
+      ins = trial;
+      any = true;
+    }
+  }
+  if (!any) return {};
+  return {.built = w.build(n.op, ins, n.attrs, n.outputs[0]->type)};
+}
+
+struct Rule {
+  const char* name;
+  Replacement (*apply)(Walk&, const ir::Node&);
+};
+const Rule kRules[] = {
+    {"mul-one", mul_one},
+    {"add-zero", add_zero},
+    {"neg-neg", neg_neg},
+    {"not-not", not_not},
+    {"pow-one", pow_one},
+    {"pow-two", pow_two},
+    {"div-pow2", div_pow2},
+    {"cast-same", cast_same},
+    {"cast-roundtrip", cast_roundtrip},
+    {"noop-view", noop_view},
+    {"broadcast-view", broadcast_view},
+};
+
+bool Walk::run(const ir::Graph& g) {
+  bool changed = false;
+  for (const auto& np : g.nodes()) {
+    const ir::Node& n = *np;
+    Replacement r;
+    if (n.outputs.size() == 1 && n.regions.empty() && n.op != OpId::Copy && n.op != OpId::Constant &&
+        n.op != OpId::Cond) {
+      for (const Rule& rule : kRules) {
+        r = rule.apply(*this, n);
+        if (r.built || (r.value && can_forward(n, r))) break;
+        r = {};
+      }
+    }
+    if (r.built) {
+      rb.replace(n.outputs[0], r.built);
+    } else if (r.value) {
+      rb.replace(n.outputs[0], rb(r.value));
+      forwarded_.insert(n.outputs[0]);
+    } else {
+      rb.keep(n);
+      continue;
+    }
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace
+
+bool simplify(ir::Graph& g) {
+  bool changed = false;
+  // Each walk fires at least one rule and no rule undoes another; the bound is a safety net.
+  for (int i = 0; i < 64; ++i) {
+    Walk w(g);
+    if (!w.run(g)) break;
+    g = w.rb.finish();
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace kiln::passes

@@ -1,0 +1,406 @@
+// The canonicalization passes (passes/src/canon): simplify's rule table, and the five passes
+// together on graphs in the shape of the workloads. Checks as in test_canon.cpp.
+#include "canon_check.h"
+
+namespace kiln::passes::canon_test {
+namespace {
+
+using ir::Graph;
+
+// ---- simplify ----
+
+TEST(CanonSimplify, MulByOne) {
+  // x*1 and 1*x read x; a returned x*1 stays (returning x would hand the caller its input)
+  EXPECT_EQ(check_pass("simplify",
+                       "graph @g(%x: f32[4]{1}) {\n"
+                       "  %0 = constant() {value=1} : i64[]{} wrapped\n"
+                       "  %1 = mul(%x, %0) : f32[4]{1}\n"
+                       "  %2 = mul(%0, %x) : f32[4]{1}\n"
+                       "  %3 = add(%1, %2) {alpha=1} : f32[4]{1}\n"
+                       "  %4 = exp(%x) : f32[4]{1}\n"
+                       "  %5 = constant() {value=1.0} : f64[]{} wrapped\n"
+                       "  %6 = mul(%4, %5) : f32[4]{1}\n"
+                       "  %7 = mul(%x, %5) : f32[4]{1}\n"
+                       "  return %3, %6, %7\n"
+                       "}\n"),
+            "graph @g(%x: f32[4]{1}) {\n"
+            "  %0 = constant() {value=1} : i64[]{} wrapped\n"
+            "  %1 = add(%x, %x) {alpha=1} : f32[4]{1}\n"
+            "  %2 = exp(%x) : f32[4]{1}\n"
+            "  %3 = constant() {value=1.0} : f64[]{} wrapped\n"
+            "  %4 = mul(%x, %3) : f32[4]{1}\n"
+            "  return %1, %2, %4\n"
+            "}\n");
+}
+
+TEST(CanonSimplify, AddingZeroOnlyWhereExact) {
+  // floats: x + -0.0 and x - 0.0 are x (alpha counted), x + 0.0 and x - -0.0 are not;
+  // integers: any zero
+  const std::string text =
+      "graph @g(%x: f32[4]{1}, %i: i32[4]{1}) {\n"
+      "  %0 = constant() {value=-0.0} : f64[]{} wrapped\n"
+      "  %1 = constant() {value=0.0} : f64[]{} wrapped\n"
+      "  %2 = constant() {value=0} : i64[]{} wrapped\n"
+      "  %3 = add(%x, %0) {alpha=1} : f32[4]{1}\n"
+      "  %4 = sub(%x, %1) {alpha=1} : f32[4]{1}\n"
+      "  %5 = add(%x, %1) {alpha=1} : f32[4]{1}\n"
+      "  %6 = sub(%x, %0) {alpha=1} : f32[4]{1}\n"
+      "  %7 = add(%x, %1) {alpha=-1} : f32[4]{1}\n"
+      "  %8 = sub(%x, %1) {alpha=-1} : f32[4]{1}\n"
+      "  %9 = add(%0, %x) {alpha=1} : f32[4]{1}\n"
+      "  %10 = add(%x, %2) {alpha=1} : f32[4]{1}\n"
+      "  %11 = cat(%3, %4, %5, %6, %7, %8, %9, %10) {dim=0} : f32[32]{1}\n"
+      "  %12 = add(%i, %2) {alpha=1} : i32[4]{1}\n"
+      "  %13 = sub(%i, %2) {alpha=3} : i32[4]{1}\n"
+      "  %14 = mul(%12, %13) : i32[4]{1}\n"
+      "  return %11, %14\n"
+      "}\n";
+  EXPECT_EQ(check_pass("simplify", text), "graph @g(%x: f32[4]{1}, %i: i32[4]{1}) {\n"
+            "  %0 = constant() {value=-0.0} : f64[]{} wrapped\n"
+            "  %1 = constant() {value=0.0} : f64[]{} wrapped\n"
+            "  %2 = constant() {value=0} : i64[]{} wrapped\n"
+            "  %3 = add(%x, %1) {alpha=1} : f32[4]{1}\n"
+            "  %4 = sub(%x, %0) {alpha=1} : f32[4]{1}\n"
+            "  %5 = sub(%x, %1) {alpha=-1} : f32[4]{1}\n"
+            "  %6 = add(%x, %2) {alpha=1} : f32[4]{1}\n"
+            "  %7 = cat(%x, %x, %3, %4, %x, %5, %x, %6) {dim=0} : f32[32]{1}\n"
+            "  %8 = mul(%i, %i) : i32[4]{1}\n"
+            "  return %7, %8\n"
+            "}\n");
+  // and on signed zeros themselves
+  Graph before = ir::parse(text), after = clone(before);
+  run_pass("simplify", after);
+  std::vector<Tensor> in = {from_vector<float>({-0.0f, 0.0f, 1.5f, -2.0f}), from_vector<int32_t>({0, -1, 7, 3})};
+  auto a = ir::execute(before, in), b = ir::execute(after, in);
+  EXPECT_TRUE(bitwise_equal(a[0], b[0]));
+  EXPECT_TRUE(bitwise_equal(a[1], b[1]));
+}
+
+TEST(CanonSimplify, InvolutionsAndPowers) {
+  // neg(neg(x)), not(not(b)), pow(x, 1) -> x; pow(x, 2) -> mul(x, x); pow(x, 3) stays
+  EXPECT_EQ(check_pass("simplify",
+                       "graph @g(%x: f32[4]{1}, %b: b8[4]{1}, %i: i8[4]{1}) {\n"
+                       "  %0 = neg(%x) : f32[4]{1}\n"
+                       "  %1 = neg(%0) : f32[4]{1}\n"
+                       "  %2 = logical_not(%b) : b8[4]{1}\n"
+                       "  %3 = logical_not(%2) : b8[4]{1}\n"
+                       "  %4 = constant() {value=1} : i64[]{} wrapped\n"
+                       "  %5 = pow(%x, %4) : f32[4]{1}\n"
+                       "  %6 = constant() {value=2} : i64[]{} wrapped\n"
+                       "  %7 = pow(%x, %6) : f32[4]{1}\n"
+                       "  %8 = constant() {value=3} : i64[]{} wrapped\n"
+                       "  %9 = pow(%x, %8) : f32[4]{1}\n"
+                       "  %10 = cat(%1, %5, %7, %9) {dim=0} : f32[16]{1}\n"
+                       "  %11 = logical_and(%3, %3) : b8[4]{1}\n"
+                       "  %12 = neg(%i) : i8[4]{1}\n"
+                       "  %13 = neg(%12) : i8[4]{1}\n"
+                       "  %14 = add(%13, %13) {alpha=1} : i8[4]{1}\n"
+                       "  return %10, %11, %14\n"
+                       "}\n",
+                       true, 1e-6),
+            "graph @g(%x: f32[4]{1}, %b: b8[4]{1}, %i: i8[4]{1}) {\n"
+            "  %0 = neg(%x) : f32[4]{1}\n"
+            "  %1 = logical_not(%b) : b8[4]{1}\n"
+            "  %2 = constant() {value=1} : i64[]{} wrapped\n"
+            "  %3 = constant() {value=2} : i64[]{} wrapped\n"
+            "  %4 = mul(%x, %x) : f32[4]{1}\n"
+            "  %5 = constant() {value=3} : i64[]{} wrapped\n"
+            "  %6 = pow(%x, %5) : f32[4]{1}\n"
+            "  %7 = cat(%x, %x, %4, %6) {dim=0} : f32[16]{1}\n"
+            "  %8 = logical_and(%b, %b) : b8[4]{1}\n"
+            "  %9 = neg(%i) : i8[4]{1}\n"
+            "  %10 = add(%i, %i) {alpha=1} : i8[4]{1}\n"
+            "  return %7, %8, %10\n"
+            "}\n");
+}
+
+TEST(CanonSimplify, DivisionByAPowerOfTwo) {
+  // x/2 -> x*0.5, h/0.25 -> h*4.0 (f16), x/t for a 0-d tensor t = 2 -> x*t' (t' = 0.5, same
+  // dtype); x/3 and floor division stay, and so does h/2^20 (2^20 overflows f16)
+  EXPECT_EQ(check_pass("simplify",
+                       "graph @g(%x: f32[4]{1}, %h: f16[4]{1}) {\n"
+                       "  %0 = constant() {value=2} : i64[]{} wrapped\n"
+                       "  %1 = div(%x, %0) {rounding_mode=none} : f32[4]{1}\n"
+                       "  %2 = constant() {value=3} : i64[]{} wrapped\n"
+                       "  %3 = div(%x, %2) {rounding_mode=none} : f32[4]{1}\n"
+                       "  %4 = div(%x, %0) {rounding_mode=\"floor\"} : f32[4]{1}\n"
+                       "  %5 = constant() {data=\"00000040\"} : f32[]{}\n"
+                       "  %6 = div(%x, %5) {rounding_mode=none} : f32[4]{1}\n"
+                       "  %7 = cat(%1, %3, %4, %6) {dim=0} : f32[16]{1}\n"
+                       "  %8 = constant() {value=0.25} : f64[]{} wrapped\n"
+                       "  %9 = div(%h, %8) {rounding_mode=none} : f16[4]{1}\n"
+                       "  %10 = constant() {value=1048576.0} : f64[]{} wrapped\n"
+                       "  %11 = div(%h, %10) {rounding_mode=none} : f16[4]{1}\n"
+                       "  %12 = add(%9, %11) {alpha=1} : f16[4]{1}\n"
+                       "  return %7, %12\n"
+                       "}\n"),
+            "graph @g(%x: f32[4]{1}, %h: f16[4]{1}) {\n"
+            "  %0 = constant() {value=2} : i64[]{} wrapped\n"
+            "  %1 = constant() {value=0.5} : f64[]{} wrapped\n"
+            "  %2 = mul(%x, %1) : f32[4]{1}\n"
+            "  %3 = constant() {value=3} : i64[]{} wrapped\n"
+            "  %4 = div(%x, %3) {rounding_mode=none} : f32[4]{1}\n"
+            "  %5 = div(%x, %0) {rounding_mode=\"floor\"} : f32[4]{1}\n"
+            "  %6 = constant() {data=\"00000040\"} : f32[]{}\n"
+            "  %7 = constant() {data=\"0000003f\"} : f32[]{}\n"
+            "  %8 = mul(%x, %7) : f32[4]{1}\n"
+            "  %9 = cat(%2, %4, %5, %8) {dim=0} : f32[16]{1}\n"
+            "  %10 = constant() {value=0.25} : f64[]{} wrapped\n"
+            "  %11 = constant() {value=4.0} : f64[]{} wrapped\n"
+            "  %12 = mul(%h, %11) : f16[4]{1}\n"
+            "  %13 = constant() {value=1048576.0} : f64[]{} wrapped\n"
+            "  %14 = div(%h, %13) {rounding_mode=none} : f16[4]{1}\n"
+            "  %15 = add(%12, %14) {alpha=1} : f16[4]{1}\n"
+            "  return %9, %15\n"
+            "}\n");
+}
+
+TEST(CanonSimplify, Casts) {
+  // same dtype -> x; f32->f64->f32, f16->f32->f16, i8->i32->i8, bf16->f32->bf16 -> x;
+  // f32->f16->f32 and i32->f32->i32 lose values and stay
+  EXPECT_EQ(check_pass("simplify",
+                       "graph @g(%x: f32[4]{1}, %h: f16[4]{1}, %b: i8[4]{1}, %i: i32[4]{1}, %z: bf16[4]{1}) {\n"
+                       "  %0 = cast(%x) {dtype=f32} : f32[4]{1}\n"
+                       "  %1 = cast(%x) {dtype=f64} : f64[4]{1}\n"
+                       "  %2 = cast(%1) {dtype=f32} : f32[4]{1}\n"
+                       "  %3 = cast(%x) {dtype=f16} : f16[4]{1}\n"
+                       "  %4 = cast(%3) {dtype=f32} : f32[4]{1}\n"
+                       "  %5 = cat(%0, %2, %4) {dim=0} : f32[12]{1}\n"
+                       "  %6 = cast(%h) {dtype=f32} : f32[4]{1}\n"
+                       "  %7 = cast(%6) {dtype=f16} : f16[4]{1}\n"
+                       "  %8 = neg(%7) : f16[4]{1}\n"
+                       "  %9 = cast(%b) {dtype=i32} : i32[4]{1}\n"
+                       "  %10 = cast(%9) {dtype=i8} : i8[4]{1}\n"
+                       "  %11 = neg(%10) : i8[4]{1}\n"
+                       "  %12 = cast(%i) {dtype=f32} : f32[4]{1}\n"
+                       "  %13 = cast(%12) {dtype=i32} : i32[4]{1}\n"
+                       "  %14 = neg(%13) : i32[4]{1}\n"
+                       "  %15 = cast(%z) {dtype=f32} : f32[4]{1}\n"
+                       "  %16 = cast(%15) {dtype=bf16} : bf16[4]{1}\n"
+                       "  %17 = neg(%16) : bf16[4]{1}\n"
+                       "  return %5, %8, %11, %14, %17\n"
+                       "}\n"),
+            "graph @g(%x: f32[4]{1}, %h: f16[4]{1}, %b: i8[4]{1}, %i: i32[4]{1}, %z: bf16[4]{1}) {\n"
+            "  %0 = cast(%x) {dtype=f64} : f64[4]{1}\n"
+            "  %1 = cast(%x) {dtype=f16} : f16[4]{1}\n"
+            "  %2 = cast(%1) {dtype=f32} : f32[4]{1}\n"
+            "  %3 = cat(%x, %x, %2) {dim=0} : f32[12]{1}\n"
+            "  %4 = cast(%h) {dtype=f32} : f32[4]{1}\n"
+            "  %5 = neg(%h) : f16[4]{1}\n"
+            "  %6 = cast(%b) {dtype=i32} : i32[4]{1}\n"
+            "  %7 = neg(%b) : i8[4]{1}\n"
+            "  %8 = cast(%i) {dtype=f32} : f32[4]{1}\n"
+            "  %9 = cast(%8) {dtype=i32} : i32[4]{1}\n"
+            "  %10 = neg(%9) : i32[4]{1}\n"
+            "  %11 = cast(%z) {dtype=f32} : f32[4]{1}\n"
+            "  %12 = neg(%z) : bf16[4]{1}\n"
+            "  return %3, %5, %7, %10, %12\n"
+            "}\n");
+}
+
+TEST(CanonSimplify, NoOpViews) {
+  EXPECT_EQ(check_pass("simplify",
+                       "graph @g(%x: f32[2,3]{3,1}) {\n"
+                       "  %0 = view(%x) {sizes=[2,3]} : f32[2,3]{3,1}\n"
+                       "  %1 = permute(%x) {dims=[0,1]} : f32[2,3]{3,1}\n"
+                       "  %2 = transpose(%x) {dim0=1, dim1=1} : f32[2,3]{3,1}\n"
+                       "  %3 = slice(%x) {dim=1, end=3, start=0, step=1} : f32[2,3]{3,1}\n"
+                       "  %4 = expand(%x) {sizes=[2,3]} : f32[2,3]{3,1}\n"
+                       "  %5 = squeeze(%x) {dims=[]} : f32[2,3]{3,1}\n"
+                       "  %6 = unsqueeze(%x) {dim=1} : f32[2,1,3]{3,3,1}\n"
+                       "  %7 = squeeze(%6) {dims=[1]} : f32[2,3]{3,1}\n"
+                       "  %8 = transpose(%x) {dim0=0, dim1=1} : f32[3,2]{1,3}\n"
+                       "  %9 = transpose(%8) {dim0=1, dim1=0} : f32[2,3]{3,1}\n"
+                       "  %10 = contiguous(%x) : f32[2,3]{3,1}\n"
+                       "  %11 = slice(%x) {dim=1, end=3, start=1, step=1} : f32[2,2]{3,1}\n"
+                       "  %12 = contiguous(%8) : f32[3,2]{2,1}\n"
+                       "  %13 = cat(%0, %1, %2, %3, %4, %5, %7, %9, %10) {dim=0} : f32[18,3]{3,1}\n"
+                       "  return %13, %11, %12, %0\n"
+                       "}\n"),
+            "graph @g(%x: f32[2,3]{3,1}) {\n"
+            "  %0 = unsqueeze(%x) {dim=1} : f32[2,1,3]{3,3,1}\n"
+            "  %1 = transpose(%x) {dim0=0, dim1=1} : f32[3,2]{1,3}\n"
+            "  %2 = slice(%x) {dim=1, end=3, start=1, step=1} : f32[2,2]{3,1}\n"
+            "  %3 = contiguous(%1) : f32[3,2]{2,1}\n"
+            "  %4 = cat(%x, %x, %x, %x, %x, %x, %x, %x, %x) {dim=0} : f32[18,3]{3,1}\n"
+            "  return %4, %2, %3, %x\n"
+            "}\n");
+}
+
+TEST(CanonSimplify, BroadcastOnlyViewsOfElementwiseOperands) {
+  // the nbody pattern: mul(%a, unsqueeze(%b, 0)) -> mul(%a, %b); an unsqueeze that adds a
+  // trailing dim changes which dims broadcast and stays
+  EXPECT_EQ(check_pass("simplify",
+                       "graph @g(%a: f32[2,4,4]{16,4,1}, %b: f32[4,4]{4,1}, %m: f32[4]{1}) {\n"
+                       "  %0 = unsqueeze(%b) {dim=0} : f32[1,4,4]{16,4,1}\n"
+                       "  %1 = mul(%a, %0) : f32[2,4,4]{16,4,1}\n"
+                       "  %2 = unsqueeze(%m) {dim=1} : f32[4,1]{1,1}\n"
+                       "  %3 = add(%b, %2) {alpha=1} : f32[4,4]{4,1}\n"
+                       "  %4 = expand(%m) {sizes=[4,4]} : f32[4,4]{0,1}\n"
+                       "  %5 = add(%b, %4) {alpha=1} : f32[4,4]{4,1}\n"
+                       "  %6 = view(%m) {sizes=[1,4]} : f32[1,4]{4,1}\n"
+                       "  %7 = sub(%b, %6) {alpha=1} : f32[4,4]{4,1}\n"
+                       "  return %1, %3, %5, %7\n"
+                       "}\n"),
+            "graph @g(%a: f32[2,4,4]{16,4,1}, %b: f32[4,4]{4,1}, %m: f32[4]{1}) {\n"
+            "  %0 = unsqueeze(%b) {dim=0} : f32[1,4,4]{16,4,1}\n"
+            "  %1 = mul(%a, %b) : f32[2,4,4]{16,4,1}\n"
+            "  %2 = unsqueeze(%m) {dim=1} : f32[4,1]{1,1}\n"
+            "  %3 = add(%b, %2) {alpha=1} : f32[4,4]{4,1}\n"
+            "  %4 = expand(%m) {sizes=[4,4]} : f32[4,4]{0,1}\n"
+            "  %5 = add(%b, %m) {alpha=1} : f32[4,4]{4,1}\n"
+            "  %6 = view(%m) {sizes=[1,4]} : f32[1,4]{4,1}\n"
+            "  %7 = sub(%b, %m) {alpha=1} : f32[4,4]{4,1}\n"
+            "  return %1, %3, %5, %7\n"
+            "}\n");
+}
+
+TEST(CanonSimplify, ForwardingRespectsWrites) {
+  // %1 = x*1 is read after a write into %x: reading %x there would see the write
+  check_pass("simplify",
+             "graph @g(%x: f32[4]{1}, %y: f32[4]{1}) {\n"
+             "  %0 = constant() {value=1} : i64[]{} wrapped\n"
+             "  %1 = mul(%x, %0) : f32[4]{1}\n"
+             "  %2 = copy(%x, %y) : f32[4]{1}\n"
+             "  %3 = neg(%1) : f32[4]{1}\n"
+             "  return %3\n"
+             "}\n",
+             false);
+  // ... but a write after the last read is fine
+  EXPECT_EQ(check_pass("simplify",
+                       "graph @g(%x: f32[4]{1}, %y: f32[4]{1}) {\n"
+                       "  %0 = constant() {value=1} : i64[]{} wrapped\n"
+                       "  %1 = mul(%x, %0) : f32[4]{1}\n"
+                       "  %2 = neg(%1) : f32[4]{1}\n"
+                       "  %3 = copy(%x, %y) : f32[4]{1}\n"
+                       "  return %2\n"
+                       "}\n"),
+            "graph @g(%x: f32[4]{1}, %y: f32[4]{1}) {\n"
+            "  %0 = constant() {value=1} : i64[]{} wrapped\n"
+            "  %1 = neg(%x) : f32[4]{1}\n"
+            "  %2 = copy(%x, %y) : f32[4]{1}\n"
+            "  return %1\n"
+            "}\n");
+  // a result that is itself written keeps its own memory
+  check_pass("simplify",
+             "graph @g(%x: f32[4]{1}, %y: f32[4]{1}) {\n"
+             "  %0 = constant() {value=1} : i64[]{} wrapped\n"
+             "  %1 = mul(%x, %0) : f32[4]{1}\n"
+             "  %2 = copy(%1, %y) : f32[4]{1}\n"
+             "  %3 = neg(%2) : f32[4]{1}\n"
+             "  return %3\n"
+             "}\n",
+             false);
+}
+
+// ---- the passes together ----
+
+// Runs the canonicalization pipeline (the default order) on graphs in the shape of the
+// workloads; each pass is checked for verification and idempotence, the end result against
+// the original on random inputs.
+TEST(CanonPipeline, WorkloadShapedGraphsKeepTheirResults) {
+  const std::vector<std::string> graphs = {
+      kInplaceChain,
+      // layernorm
+      "graph @graph0(%a0: f32[8,16]{16,1}, %a1: f32[16]{1}, %a2: f32[16]{1}) {\n"
+      "  %0 = mean(%a0) {dims=[-1], keepdim=true} : f32[8,1]{1,1}\n"
+      "  %1 = var(%a0) {correction=0, dims=[-1], keepdim=true} : f32[8,1]{1,1}\n"
+      "  %2 = constant() {value=1e-05} : f64[]{} wrapped\n"
+      "  %3 = add(%1, %2) {alpha=1} : f32[8,1]{1,1}\n"
+      "  %4 = sqrt(%3) : f32[8,1]{1,1}\n"
+      "  %5 = sub(%a0, %0) {alpha=1} : f32[8,16]{16,1}\n"
+      "  %6 = div(%5, %4) {rounding_mode=none} : f32[8,16]{16,1}\n"
+      "  %7 = mul(%6, %a1) : f32[8,16]{16,1}\n"
+      "  %8 = add(%7, %a2) {alpha=1} : f32[8,16]{16,1}\n"
+      "  return %8\n"
+      "}\n",
+      // nbody_forces
+      "graph @graph0(%a0: f32[2,8]{8,1}, %a1: f32[8]{1}) {\n"
+      "  %0 = unsqueeze(%a0) {dim=2} : f32[2,8,1]{8,1,1}\n"
+      "  %1 = unsqueeze(%a0) {dim=1} : f32[2,1,8]{8,8,1}\n"
+      "  %2 = sub(%1, %0) {alpha=1} : f32[2,8,8]{64,8,1}\n"
+      "  %3 = norm(%2) {dims=[0], keepdim=false, p=2.0} : f32[8,8]{8,1}\n"
+      "  %4 = div(%2, %3) {rounding_mode=none} : f32[2,8,8]{64,8,1}\n"
+      "  %5 = constant() {value=2} : i64[]{} wrapped\n"
+      "  %6 = pow(%3, %5) : f32[8,8]{8,1}\n"
+      "  %7 = unsqueeze(%a1) {dim=0} : f32[1,8]{8,1}\n"
+      "  %8 = unsqueeze(%a1) {dim=1} : f32[8,1]{1,1}\n"
+      "  %9 = constant() {value=6.67e-11} : f64[]{} wrapped\n"
+      "  %10 = mul(%8, %9) : f32[8,1]{1,1}\n"
+      "  %11 = mul(%10, %7) : f32[8,8]{8,1}\n"
+      "  %12 = div(%11, %6) {rounding_mode=none} : f32[8,8]{8,1}\n"
+      "  %13 = unsqueeze(%12) {dim=0} : f32[1,8,8]{64,8,1}\n"
+      "  %14 = mul(%4, %13) : f32[2,8,8]{64,8,1}\n"
+      "  %15 = nansum(%14) {dims=[2], keepdim=false} : f32[2,8]{8,1}\n"
+      "  return %15\n"
+      "}\n",
+      // where_scale, with the traced duplicate constant
+      "graph @graph0(%a0: f32[10,10]{10,1}) {\n"
+      "  %0 = constant() {value=2} : i64[]{} wrapped\n"
+      "  %1 = div(%a0, %0) {rounding_mode=none} : f32[10,10]{10,1}\n"
+      "  %2 = constant() {value=2} : i64[]{} wrapped\n"
+      "  %3 = mul(%a0, %2) : f32[10,10]{10,1}\n"
+      "  %4 = constant() {value=0.5} : f64[]{} wrapped\n"
+      "  %5 = gt(%a0, %4) : b8[10,10]{10,1}\n"
+      "  %6 = where(%5, %3, %1) : f32[10,10]{10,1}\n"
+      "  return %6\n"
+      "}\n",
+      // a factory constant, an in-place update of it and a shape-only fill
+      "graph @g(%x: f32[3]{1}) {\n"
+      "  %0 = constant() {data=\"0000803f0000004000004040\"} : f32[3]{1}\n"
+      "  %1 = fill(%x) {value=2.0} : f32[3]{1}\n"
+      "  %2 = mul(%0, %1) : f32[3]{1}\n"
+      "  %3 = copy(%0, %x) : f32[3]{1}\n"
+      "  %4 = add(%2, %3) {alpha=1} : f32[3]{1}\n"
+      "  %5 = neg(%x) : f32[3]{1}\n"
+      "  %6 = neg(%5) : f32[3]{1}\n"
+      "  %7 = mul(%6, %4) : f32[3]{1}\n"
+      "  return %7\n"
+      "}\n",
+      // a cond over values that cse merges; its regions are carried along
+      "graph @g(%p: b8[]{}, %x: f32[4]{1}) {\n"
+      "  %0 = constant() {value=2} : i64[]{} wrapped\n"
+      "  %1 = mul(%x, %0) : f32[4]{1}\n"
+      "  %2 = constant() {value=2} : i64[]{} wrapped\n"
+      "  %3 = mul(%x, %2) : f32[4]{1}\n"
+      "  %4 = cond(%p, %1, %3) : f32[4]{1} {\n"
+      "    graph @then(%a: f32[4]{1}, %b: f32[4]{1}) {\n"
+      "      %0 = add(%a, %b) {alpha=1} : f32[4]{1}\n"
+      "      return %0\n"
+      "    }\n"
+      "    graph @else(%a: f32[4]{1}, %b: f32[4]{1}) {\n"
+      "      %0 = neg(%a) : f32[4]{1}\n"
+      "      return %0\n"
+      "    }\n"
+      "  }\n"
+      "  return %4\n"
+      "}\n",
+  };
+  for (const std::string& text : graphs) {
+    SCOPED_TRACE(text);
+    Graph g = ir::parse(text);
+    ASSERT_FALSE(ir::verify(g).has_value());
+    Graph original = clone(g);
+    for (const char* pass : {"dce", "writeback", "fold", "simplify", "cse", "dce"}) run_pass(pass, g);
+    expect_same_results(original, g, 1e-6);
+  }
+}
+
+TEST(CanonPipeline, NbodyBroadcastViewIsBypassed) {
+  Graph g = ir::parse(
+      "graph @graph0(%a0: f32[2,64,64]{4096,64,1}, %a1: f32[64,64]{64,1}) {\n"
+      "  %0 = unsqueeze(%a1) {dim=0} : f32[1,64,64]{4096,64,1}\n"
+      "  %1 = mul(%a0, %0) : f32[2,64,64]{4096,64,1}\n"
+      "  return %1\n"
+      "}\n");
+  EXPECT_TRUE(run_pass("simplify", g));
+  EXPECT_TRUE(run_pass("dce", g));
+  EXPECT_EQ(ir::print(g),
+            "graph @graph0(%a0: f32[2,64,64]{4096,64,1}, %a1: f32[64,64]{64,1}) {\n"
+            "  %0 = mul(%a0, %a1) : f32[2,64,64]{4096,64,1}\n"
+            "  return %0\n"
+            "}\n");
+}
+
+}  // namespace
+}  // namespace kiln::passes::canon_test

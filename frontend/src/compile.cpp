@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "kiln/compile.h"
+#include "kiln/passes/kernel.h"
 #include "tracer.h"
 
 namespace kiln {
@@ -22,7 +23,8 @@ namespace {
 // The stride class of a tensor: what the cache keys on besides dtype, device and sizes.
 // Views of a tensor (view(), reshape()) depend on its layout, so a permuted tensor also
 // keys on its dimension order, and a broadcast or general one on its exact strides.
-enum class StrideClass : int64_t { Contiguous, Broadcast, Permuted, General };
+// The stride classes of the kernel program's operands (kiln/passes/kernel.h), here of arguments.
+using passes::StrideClass;
 
 StrideClass stride_class(const Tensor& t, std::vector<int64_t>* detail) {
   if (t.is_contiguous()) return StrideClass::Contiguous;
@@ -49,16 +51,6 @@ StrideClass stride_class(const Tensor& t, std::vector<int64_t>* detail) {
   }
   for (int64_t s : st) detail->push_back(s);
   return broadcast ? StrideClass::Broadcast : StrideClass::General;
-}
-
-const char* class_name(StrideClass c) {
-  switch (c) {
-    case StrideClass::Contiguous: return "contiguous";
-    case StrideClass::Broadcast: return "broadcast";
-    case StrideClass::Permuted: return "permuted";
-    case StrideClass::General: return "general";
-  }
-  return "?";
 }
 
 using Key = std::vector<int64_t>;
@@ -131,7 +123,7 @@ std::string arg_text(const CallArg& a) {
   std::string s = std::string(ir::short_name(a.tensor.dtype())) + "[";
   for (int64_t d = 0; d < a.tensor.dim(); ++d) s += (d ? "," : "") + std::to_string(a.tensor.size(d));
   s += "] ";
-  s += class_name(stride_class(a.tensor, &detail));
+  s += passes::stride_class_name(stride_class(a.tensor, &detail));
   if (!a.tensor.device().is_cpu()) s += " @" + a.tensor.device().str();
   return s;
 }

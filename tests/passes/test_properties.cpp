@@ -683,6 +683,26 @@ struct Case {
   std::string error;  // the generator's program did not trace (a generator bug)
 };
 
+// Turns graph input k into a tensor constant with random data, keeping its name (the traced
+// programs have no tensor constants: fold and constant buffers get work this way). Only a
+// row-major input that nothing writes; nullopt otherwise.
+std::optional<std::string> constify(const ir::Graph& g, size_t k, uint64_t seed) {
+  const ir::Value* in = g.inputs()[k];
+  const ir::Type& t = in->type;
+  if (t.is_scalar() || t.strides != shape::contiguous_strides(t.sizes)) return std::nullopt;
+  for (const auto& n : g.nodes())
+    if (n->op == OpId::Copy && ir::alias_root(n->inputs[0]) == in) return std::nullopt;
+  manual_seed(seed);
+  Tensor data = t.dtype == kInt32 ? randint(-20, 20, t.sizes).to(kInt32) : randn(t.sizes).to(t.dtype);
+  std::string text = ir::print(g);
+  std::string head = "graph @" + g.name() + "(";
+  for (const ir::Value* v : g.inputs())
+    if (v != in) head += (head.back() == '(' ? "" : ", ") + ("%" + v->name) + ": " + v->type.str();
+  head += ") {\n";
+  head += "  %" + in->name + " = constant() {data=\"" + ir::encode_constant(data) + "\"} : " + t.str() + "\n";
+  return head + text.substr(text.find('\n') + 1);
+}
+
 Case trace_case(uint32_t seed) {
   Case c;
   c.seed = seed;
@@ -699,6 +719,14 @@ Case trace_case(uint32_t seed) {
     }
     c.text = e.graphs[0].text;
     c.graph = ir::parse(c.text);
+    // one graph in four: an input becomes a constant
+    if (seed % 4 == 3 && c.graph.inputs().size() >= 2) {
+      size_t k = seed / 4 % c.graph.inputs().size();
+      if (auto text = constify(c.graph, k, seed)) {
+        c.text = *text;
+        c.graph = ir::parse(c.text);
+      }
+    }
   } catch (const std::exception& ex) {
     c.error = ex.what();
   }

@@ -142,7 +142,12 @@ void Tracer::created(const Tensor& t, std::string_view factory) {
   KILN_CHECK(factory != "from_blob", "compile", "from_blob() inside a compiled function: the graph cannot read host "
              "memory at call time; wrap the memory outside and pass the tensor as an argument");
   ir::Type type = ir::Type::contiguous(t.dtype(), t.sizes().vec(), t.device());
-  ir::Node* n = tail_->graph.add_node(OpId::Constant, {}, {{"data", ir::encode_constant(t)}}, {type});
+  std::string data;
+  {
+    trace::Pause p;  // reading the bytes is the tracer's business, not a host access of the program
+    data = ir::encode_constant(t);
+  }
+  ir::Node* n = tail_->graph.add_node(OpId::Constant, {}, {{"data", std::move(data)}}, {type});
   bind(t, n->outputs[0]);
 }
 

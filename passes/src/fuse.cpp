@@ -205,6 +205,9 @@ class Fuser {
         if (!inside) continue;
         const ir::Node& pn = *a_.nodes[size_t(p)];
         if (i == g.opaque) return false;
+        // A copy that broadcasts its source holds, in the body, the source's shape, not the
+        // destination's: its readers read the written memory in a later kernel.
+        if (pn.op == OpId::Copy && pn.inputs[1]->type.sizes != pn.outputs[0]->type.sizes) return false;
         if (classify(pn) == NodeClass::Reduction && !aligned_result(pn)) return false;
       }
     }

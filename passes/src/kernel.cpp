@@ -39,6 +39,14 @@ std::string_view kernel_kind_name(KernelKind k) {
   return "?";
 }
 
+bool Access::same_index(const Access& o) const {
+  if (buffer != o.buffer || offset != o.offset || storage_relative != o.storage_relative || strides != o.strides)
+    return false;
+  for (size_t d = 0; d < strides.size(); ++d)
+    if (strides[d] != 0 && sizes[d] != o.sizes[d]) return false;
+  return true;
+}
+
 namespace {
 
 std::string list(const std::vector<int64_t>& v) {
@@ -171,7 +179,7 @@ std::optional<std::string> verify_program(const KernelProgram& p) {
       if (k.body.outputs()[j]->type.dtype != a.dtype) return fail(where, ": body output is ", k.body.outputs()[j]->type.str());
       // A kernel writing a buffer reads it only through the index it writes.
       for (const Access& l : k.loads)
-        if (l.buffer == a.buffer && !(l.sizes == a.sizes && l.strides == a.strides && l.offset == a.offset))
+        if (l.buffer == a.buffer && !l.same_index(a))
           return fail(where, ": writes b", a.buffer, " which the kernel also reads through another index");
     }
   }
@@ -207,8 +215,9 @@ std::optional<std::string> verify_program(const KernelProgram& p) {
         if (a.buffer == from) r = &a;
       for (const Access& a : kern.stores)
         if (a.buffer == to) w = &a;
-      if (!r || !w || r->sizes != w->sizes || r->strides != w->strides || r->offset != w->offset ||
-          x.arena_offset != y.arena_offset)
+      Access rs = r ? *r : Access{};
+      rs.buffer = to;
+      if (!r || !w || !rs.same_index(*w) || x.arena_offset != y.arena_offset)
         return fail("temporaries b", x.id, " and b", y.id, " share arena bytes in kernel k", k,
                     " without a same-index in-place read and write");
     }

@@ -399,10 +399,13 @@ class Lowerer {
       if (std::count(red.begin(), red.end(), loops[l].front()) && k.reduce_from == int(loops.size()))
         k.reduce_from = int(l);
     }
-    auto to_loops = [&](const std::vector<int64_t>& st, Access& acc) {
+    // A load spans every reduction loop even where it does not vary (a reduction over a broadcast
+    // dim counts each element as often as the dim is long); elsewhere a size of 1 is a broadcast.
+    // (A 0-d operand stays 0-d: it only ever feeds elementwise work.)
+    auto to_loops = [&](const std::vector<int64_t>& st, Access& acc, bool load) {
       for (size_t l = 0; l < loops.size(); ++l) {
         int64_t s = st[size_t(loops[l].back())];
-        bool varies = false;
+        bool varies = load && int(l) >= k.reduce_from;
         for (int d : loops[l]) varies = varies || st[size_t(d)] != 0;
         acc.sizes.push_back(varies ? k.loops[l] : 1);
         acc.strides.push_back(varies ? s : 0);
@@ -422,7 +425,7 @@ class Lowerer {
         val[o.v] = k.body.add_input(name, o.v->type);
       } else {
         acc.buffer = buffer_of(o.where.root);
-        to_loops(o.s_strides, acc);
+        to_loops(o.s_strides, acc, !o.v->type.sizes.empty());
         acc.offset = o.where.offset;
         finish_access(acc, o.where.storage_relative);
         // A 0-d operand stays 0-d in the body: it promotes as a 0-d tensor.
@@ -497,7 +500,7 @@ class Lowerer {
       ViewKey w = loc(s.dst);
       acc.buffer = buffer_of(w.root);
       acc.dtype = s.dst->type.dtype;
-      to_loops(store_st[j], acc);
+      to_loops(store_st[j], acc, false);
       acc.offset = w.offset;
       finish_access(acc, w.storage_relative);
       for (size_t q = 0; q < k.stores.size(); ++q)

@@ -79,7 +79,9 @@ bool in_place_pair(const Kernel& k, int from, int to, const KernelProgram& p) {
     }
   if (!r || !w || k.kind == KernelKind::Opaque || k.kind == KernelKind::Control) return false;
   if (itemsize(p.buffers[size_t(from)].dtype) != itemsize(p.buffers[size_t(to)].dtype)) return false;
-  return r->sizes == w->sizes && r->strides == w->strides && r->offset == w->offset && !r->storage_relative;
+  Access rs = *r;
+  rs.buffer = w->buffer;
+  return rs.same_index(*w) && !r->storage_relative;
 }
 
 }  // namespace

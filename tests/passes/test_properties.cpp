@@ -3,12 +3,18 @@
 // The graphs are traced (kiln::compile, then explain().graphs) from random C++ tensor programs,
 // so they are valid by construction: the eager ops ran on them while they were recorded. A
 // program is a seed-determined list of steps over a pool of live tensors: elementwise chains
-// with broadcasting, wrapped numbers and dtype mixes, comparisons and where, casts, views,
-// reductions, softmax, normalisations (x - x.mean(d, keepdim)), matmul with epilogues, in-place
-// writes into inputs and through views of them, views taken before a write and read after it,
-// and repeated steps (duplicated subexpressions, repeated writes).
+// with broadcasting, wrapped numbers and dtype mixes (f32, f64, i32, bool from comparisons),
+// where and masked_fill, casts, views (transpose, permute, slice with a step, select, unsqueeze,
+// expand, view/reshape, squeeze, diagonal), reductions over one or several dims or all of them,
+// keepdim or not, over views and broadcast operands, softmax and log_softmax, normalisations
+// (x - x.mean(d, keepdim), layer norm), matmul/mm with epilogues, in-place writes (add_, sub_,
+// mul_, copy_ with dtype conversion and broadcasting, fill_, relu_) into inputs, intermediates
+// and views of them, views taken before a write and read after it, repeated steps (duplicated
+// subexpressions, repeated writes), and several outputs (inputs, views of inputs, the same value
+// twice). One graph in four has an input turned into a tensor constant (work for fold).
+// Inputs are 0-d to 4-d with sizes 1..6, some with transposed or gapped layouts.
 //
-// For every graph (seeds 1..kGraphs; each failure names the seed and prints the graph):
+// For every graph (seeds 1..300; every failure names the seed and prints the graph):
 //  - the default pipeline with verify_each does not throw, and the kernel program computes what
 //    the unoptimised graph computes (outputs and inputs written in place); so do the pipeline
 //    without fusion and fusion alone;
@@ -16,8 +22,10 @@
 //    reports no change and prints the same module;
 //  - the graph passes alone (each, then the whole graph prefix) keep the graph valid and its
 //    results;
-//  - the kernel program verifies, returns outputs of the outputs' own sizes, has no more
-//    kernels than scheduled nodes, and fusion never adds kernels.
+//  - the kernel program verifies, returns outputs of the outputs' own sizes and dtypes, has no
+//    more kernels than scheduled nodes, and fusion never adds kernels.
+// KILN_PROPERTY_GRAPHS=N checks seeds 1..N instead (a longer hunt), KILN_PROPERTY_SEED=S seed S
+// alone (to reproduce a failure).
 #include <gtest/gtest.h>
 #include <kiln/ir/exec.h>
 #include <kiln/ir/graph.h>
@@ -27,6 +35,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -39,7 +48,6 @@ using namespace kiln;
 
 namespace {
 
-// Seeds 1..300; KILN_PROPERTY_GRAPHS=N checks seeds 1..N instead, KILN_PROPERTY_SEED=S seed S only.
 constexpr uint32_t kGraphs = 300;
 
 // ---------------------------------------------------------------------------------------------
@@ -254,6 +262,17 @@ class Runner {
       }
   }
 
+  // t expanded: size-1 dims to p.shape's sizes, and maybe a new leading dim.
+  Tensor expand_of(const Tensor& t, uint32_t r) const {
+    std::vector<int64_t> to = t.sizes().vec();
+    for (size_t i = 0; i < to.size(); ++i) {
+      size_t from_end = to.size() - i;
+      if (to[i] == 1 && from_end <= p_.shape.size()) to[i] = p_.shape[p_.shape.size() - from_end];
+    }
+    if (r % 2 || to == t.sizes().vec()) to.insert(to.begin(), 2 + int64_t(r / 2 % 3));
+    return t.expand(to);
+  }
+
   // A random view of t; `writable` is cleared for expands.
   Tensor view_of(const Tensor& t, uint32_t r, bool& writable, bool for_write = false) const {
     int64_t n = t.dim();
@@ -281,16 +300,7 @@ class Runner {
         if (n >= 2 && t.size(0) == t.size(1)) return t.diagonal(0, 0, 1);
         return t.slice(dim(r), 0, std::max<int64_t>(1, t.size(dim(r)) - 1));
       }
-      case 6: {  // expand: size-1 dims to p.shape's sizes, and maybe a new leading dim
-        std::vector<int64_t> to = t.sizes().vec();
-        for (size_t i = 0; i < to.size(); ++i) {
-          size_t from_end = to.size() - i;
-          if (to[i] == 1 && from_end <= p_.shape.size()) to[i] = p_.shape[p_.shape.size() - from_end];
-        }
-        if (r % 2 || to == t.sizes().vec()) to.insert(to.begin(), 2 + int64_t(r / 2 % 3));
-        writable = false;
-        return t.expand(to);
-      }
+      case 6: writable = false; return expand_of(t, r);
       case 7:  // view/reshape: of a contiguous value only (a reshape would copy otherwise)
         if (t.is_contiguous()) {
           if (r % 3 == 0) return t.view({t.numel()});
@@ -475,6 +485,12 @@ class Runner {
       }
       case kReduce: {
         Val a = x.t.dtype() == kBool ? floated(x) : x;
+        if (s.d % 5 == 0) {  // reduce a view: transposed, sliced, expanded, ...
+          bool w = true;
+          a.t = view_of(a.t, s.d / 5, w);
+        } else if (s.d % 5 == 1) {  // a broadcast operand: reduced along dims it does not vary in
+          a.t = expand_of(a.t, s.d / 5);
+        }
         const Tensor& t = a.t;
         int64_t n = t.dim();
         std::vector<int64_t> dims;
@@ -641,7 +657,9 @@ class Runner {
             wrote(dst, 7, true);
             break;
           case 4: {
-            // copy_ converts dtypes: floats truncated into ints only when exact and bounded
+            // copy_ converts dtypes: floats truncated into ints only when exact and bounded;
+            // sometimes a 0-d source (broadcast into the whole target)
+            if (s.c % 3 == 0 && y.t.dtype() != kBool) y.t = y.t.amax();
             bool ok = fits(y.t.sizes(), dst.sizes()) && (same ? dst.is_same(target.t) : !y.t.is_alias_of(dst)) &&
                       (f || !is_float(y.t) || (y.exact && y.bound < 1e6)) &&
                       !(noisy32(y) && dst.dtype() == kFloat64);

@@ -75,6 +75,15 @@ const ir::Node* made_by(const ir::Value* v, OpId op) {
   return v->producer && v->producer->op == op ? v->producer : nullptr;
 }
 
+// A rule that looks through `inner` (an op computing a fresh value) to inner's operand: the
+// outer node must see what inner computed, so neither inner's result nor its operand may be
+// written between the two (later readers of the operand are can_forward's business).
+bool unwritten_between(const Walk& w, const ir::Node& inner, const ir::Node& outer) {
+  int lo = w.mem.pos(&inner), hi = w.mem.pos(&outer);
+  return !w.mem.written_between(w.mem.cls(inner.outputs[0]), lo, hi) &&
+         !w.mem.written_between(w.mem.cls(inner.inputs[0]), lo, hi + 1);
+}
+
 // ---- the rules ----
 
 // x*1, 1*x -> x
@@ -103,16 +112,16 @@ Replacement add_zero(Walk& w, const ir::Node& n) {
 }
 
 // neg(neg(x)) -> x (for integers too: negation wraps both ways)
-Replacement neg_neg(Walk&, const ir::Node& n) {
+Replacement neg_neg(Walk& w, const ir::Node& n) {
   if (n.op != OpId::Neg) return {};
-  if (const ir::Node* m = made_by(n.inputs[0], OpId::Neg)) return {m->inputs[0]};
+  if (const ir::Node* m = made_by(n.inputs[0], OpId::Neg); m && unwritten_between(w, *m, n)) return {m->inputs[0]};
   return {};
 }
 
 // logical_not(logical_not(b)) -> b for bool b
-Replacement not_not(Walk&, const ir::Node& n) {
+Replacement not_not(Walk& w, const ir::Node& n) {
   if (n.op != OpId::LogicalNot) return {};
-  if (const ir::Node* m = made_by(n.inputs[0], OpId::LogicalNot))
+  if (const ir::Node* m = made_by(n.inputs[0], OpId::LogicalNot); m && unwritten_between(w, *m, n))
     if (m->inputs[0]->type.dtype == DType::Bool) return {m->inputs[0]};
   return {};
 }
@@ -198,10 +207,10 @@ bool holds_all(DType from, DType to) {
 }
 
 // cast(cast(x, A), dtype(x)) -> x when A holds every value of x's dtype.
-Replacement cast_roundtrip(Walk&, const ir::Node& n) {
+Replacement cast_roundtrip(Walk& w, const ir::Node& n) {
   if (n.op != OpId::Cast) return {};
   const ir::Node* m = made_by(n.inputs[0], OpId::Cast);
-  if (!m) return {};
+  if (!m || !unwritten_between(w, *m, n)) return {};
   DType x = m->inputs[0]->type.dtype, a = m->outputs[0]->type.dtype;
   if (n.outputs[0]->type.dtype == x && holds_all(x, a)) return {m->inputs[0]};
   return {};

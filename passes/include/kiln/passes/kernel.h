@@ -68,6 +68,9 @@ struct Access {
   StrideClass cls = StrideClass::Contiguous;
   int align = 64;  // bytes: the largest power of two (up to 64) dividing the first element's address
   bool operator==(const Access&) const = default;
+  // Whether two accesses name the same element at every loop index (sizes compared only where
+  // the access moves: a broadcast load and a store of the same element are the same index).
+  bool same_index(const Access& o) const;
 };
 
 enum class KernelKind : uint8_t {

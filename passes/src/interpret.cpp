@@ -1,8 +1,6 @@
 // The kernel interpreter (see kernel.h): runs a kernel program on the eager ops, honouring its
 // index expressions and its memory plan, so that fusion, layout and planning are tested without
 // any code generation.
-#include <cstdlib>
-
 #include "kiln/passes/kernel.h"
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/storage.h"

@@ -333,9 +333,7 @@ class Lowerer {
       std::vector<int64_t> dom;
       int best = -1;
       for (const Store& s : stores) {
-        const ir::Value* root = ir::alias_root(s.dst);
         if (s.dst == s.v && free_layout_.count(s.v)) continue;
-        (void)root;
         dom = store_strides(s);
         best = 1 << 20;
         break;

@@ -139,16 +139,6 @@ int64_t numel(const std::vector<int64_t>& sizes) {
   return n;
 }
 
-std::vector<int64_t> row_major(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> st(sizes.size());
-  int64_t s = 1;
-  for (size_t k = sizes.size(); k-- > 0;) {
-    st[k] = s;
-    s *= std::max<int64_t>(sizes[k], 1);
-  }
-  return st;
-}
-
 Analysis::Analysis(const ir::Graph& graph) : g(graph) {
   for (const auto& n : g.nodes()) {
     index[n.get()] = int(nodes.size());

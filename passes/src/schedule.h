@@ -42,7 +42,6 @@ ReduceInfo reduce_info(const ir::Node& n);
 // Broadcasting helpers (right-aligned, as PyTorch).
 bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to);
 int64_t numel(const std::vector<int64_t>& sizes);
-std::vector<int64_t> row_major(const std::vector<int64_t>& sizes);
 
 // Node-level facts of one graph.
 struct Analysis {

@@ -11,6 +11,7 @@
 #include "kiln/ir/graph.h"
 #include "kiln/passes/pass.h"
 #include "kiln/runtime/factories.h"
+#include "check_program.h"
 
 namespace kiln::passes::canon_test {
 
@@ -29,21 +30,6 @@ inline bool run_pass(const std::string& name, ir::Graph& g) {
   return changed;
 }
 
-// A random tensor of type t (normal floats, small integers, random bools), with t's strides.
-inline Tensor random_input(const ir::Type& t) {
-  Tensor x;
-  if (is_floating(t.dtype))
-    x = randn(t.sizes, TensorOptions(t.dtype));
-  else if (t.dtype == DType::Bool)
-    x = randint(0, 2, t.sizes).to(DType::Bool);
-  else
-    x = randint(t.dtype == DType::UInt8 ? 0 : -5, 6, t.sizes).to(t.dtype);
-  if (t.strides == shape::contiguous_strides(t.sizes)) return x;
-  Tensor s = empty_strided(t.sizes, t.strides, TensorOptions(t.dtype));
-  s.copy_(x);
-  return s;
-}
-
 inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
   if (a.dtype() != b.dtype() || a.sizes() != b.sizes()) return false;
   Tensor ca = a.contiguous(), cb = b.contiguous();
@@ -56,7 +42,7 @@ inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
 inline void expect_same_results(const ir::Graph& before, const ir::Graph& after, double tol = 0) {
   manual_seed(1234);
   std::vector<Tensor> inputs;
-  for (const ir::Value* v : before.inputs()) inputs.push_back(random_input(v->type));
+  for (const ir::Value* v : before.inputs()) inputs.push_back(kiln::testing::random_input(v->type));
   auto copies = [&] {
     std::vector<Tensor> c;
     for (const Tensor& t : inputs) {

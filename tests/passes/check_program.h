@@ -12,7 +12,22 @@
 
 namespace kiln::testing {
 
-// Fresh random values of each input's type (its strides included), never all zeros.
+// A random tensor of type t (normal floats, small integers, random bools), with t's strides.
+inline Tensor random_input(const ir::Type& t) {
+  Tensor x;
+  if (is_floating(t.dtype))
+    x = randn(t.sizes, TensorOptions(t.dtype));
+  else if (t.dtype == DType::Bool)
+    x = randint(0, 2, t.sizes).to(DType::Bool);
+  else
+    x = randint(t.dtype == DType::UInt8 ? 0 : -5, 6, t.sizes).to(t.dtype);
+  if (t.strides == shape::contiguous_strides(t.sizes)) return x;
+  Tensor s = empty_strided(t.sizes, t.strides, TensorOptions(t.dtype));
+  s.copy_(x);
+  return s;
+}
+
+// Fresh random values of each of a graph's inputs (host numbers: a fixed value of their kind).
 inline std::vector<ir::Slot> random_inputs(const ir::Graph& g, uint64_t seed) {
   manual_seed(seed);
   std::vector<ir::Slot> in;
@@ -22,19 +37,9 @@ inline std::vector<ir::Slot> random_inputs(const ir::Graph& g, uint64_t seed) {
     if (t.is_scalar()) {
       s.is_scalar = true;
       s.scalar = is_floating(t.dtype) ? Scalar(1.25) : Scalar(int64_t(3));
-      in.push_back(s);
-      continue;
+    } else {
+      s.tensor = random_input(t);
     }
-    Tensor base = empty_strided(t.sizes, t.strides, TensorOptions(t.dtype));
-    Tensor r;
-    if (t.dtype == kBool)
-      r = rand(t.sizes) > 0.5;
-    else if (is_floating(t.dtype))
-      r = randn(t.sizes).to(t.dtype);
-    else
-      r = randint(-20, 20, t.sizes).to(t.dtype);
-    base.copy_(r);
-    s.tensor = base;
     in.push_back(s);
   }
   return in;

@@ -116,6 +116,7 @@ std::optional<std::string> verify_program(const KernelProgram& p);
 // The kernel interpreter: runs a kernel program kernel by kernel on the eager ops. Loads are
 // strided views into the buffers (the arena is one allocation), bodies run on the reference
 // executor, stores write through their index. The reference the backends are tested against.
+// The runner refers to `p`, which must outlive it.
 class ProgramRunner {
  public:
   explicit ProgramRunner(const KernelProgram& p);

@@ -2,6 +2,7 @@
 // recompile budget with dynamic dimensions, statistics and explain().
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <iostream>
 #include <mutex>
 #include <set>
@@ -11,6 +12,7 @@
 
 #include "kiln/compile.h"
 #include "kiln/passes/kernel.h"
+#include "kiln/passes/pass.h"
 #include "tracer.h"
 
 namespace kiln {
@@ -176,6 +178,47 @@ size_t count_ops(const ir::Graph& g) {
 
 }  // namespace
 
+// ---- the backend ----
+
+// Optimizes a traced graph and compiles its kernel program for the CPU. Never throws: a graph
+// the optimizer or the backend fails on runs on the reference executor, with a warning.
+static void compile_node(TreeNode& n, const CompileOptions& opts) {
+  if (opts.backend == CompileOptions::Backend::Reference) {
+    n.backend_note = "reference executor (CompileOptions::backend)";
+    return;
+  }
+  if (n.graph.outputs().empty()) {  // the IR's graphs return something; a void trace replays as it is
+    n.backend_note = "reference executor: the graph returns nothing";
+    return;
+  }
+  try {
+    passes::Module m = passes::optimize(n.graph);
+    std::vector<ir::Type> types;
+    for (const ir::Value* v : n.graph.inputs()) types.push_back(v->type);
+    n.compiled = codegen::compile_cpu(m.program, std::move(types));
+    const codegen::CpuCompileStats& st = n.compiled->stats();
+    n.backend_note = "cpu: " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
+                     " kernels compiled (" + std::to_string(st.memory_hits) + " from memory, " +
+                     std::to_string(st.disk_hits) + " from disk) in " + std::to_string(int(st.compile_ms)) + " ms";
+    for (const std::string& why : st.interpreted) n.backend_note += "; interpreted " + why;
+  } catch (const Error& e) {
+    n.compiled.reset();
+    n.backend_note = std::string("reference executor: the backend failed: ") + e.what();
+    std::fprintf(stderr, "kiln: warning: %s\n", n.backend_note.c_str());
+  }
+}
+
+// Runs one graph of the trace tree: compiled when its inputs have the sizes and strides the
+// kernels were specialised on (a dynamic dim's other sizes run on the reference executor).
+static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>& ins) {
+  if (n.compiled) {
+    std::vector<ir::Slot> slots(ins.size());
+    for (size_t i = 0; i < ins.size(); ++i) slots[i].tensor = ins[i];
+    if (n.compiled->accepts(slots)) return n.compiled->run(std::span<const ir::Slot>(slots));
+  }
+  return n.exe->run(ins);
+}
+
 struct Engine::State {
   CompileOptions opts;
   struct Entry {
@@ -241,7 +284,7 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
     for (Ref ref : n->inputs) ins.push_back(env.at(ref));
     std::vector<Tensor> outs;
     try {
-      outs = n->exe->run(ins);
+      outs = run_node(*n, ins);
     } catch (...) {
       undo();
       throw;
@@ -322,7 +365,11 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
   compiles++;
   breaks += tracer.breaks();
   std::unique_ptr<TreeNode> chain;
-  if (tracer.not_replayable().empty()) chain = tracer.finish(outs);
+  if (tracer.not_replayable().empty()) {
+    chain = tracer.finish(outs);
+    for (TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get())
+      compile_node(*n, opts);
+  }
 
   std::unique_lock lock(mu);
   auto& slot = cache[key];
@@ -474,7 +521,7 @@ Explanation Engine::explain(std::span<const CallArg> args) const {
   while (!stack.empty()) {
     const TreeNode* n = stack.back();
     stack.pop_back();
-    ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph)});
+    ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph), n->backend_note});
     if (n->exit == Exit::Return) continue;
     if (seen_breaks.insert(n->reason + "@" + n->where).second) ex.breaks.push_back({n->reason, n->where});
     std::string g = n->reason + " at " + n->where;
@@ -502,7 +549,10 @@ std::string Explanation::str() const {
     << (breaks.size() == 1 ? "" : "s") << "\n";
   for (size_t i = 0; i < breaks.size(); ++i) o << "break " << i << ": " << breaks[i].reason << " at " << breaks[i].where << "\n";
   for (size_t i = 0; i < guards.size(); ++i) o << "guard " << i << ": " << guards[i] << "\n";
-  for (size_t i = 0; i < graphs.size(); ++i) o << "graph " << i << " (" << graphs[i].ops << " ops):\n" << graphs[i].text;
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    o << "graph " << i << " (" << graphs[i].ops << " ops):\n" << graphs[i].text;
+    if (!graphs[i].backend.empty()) o << "  runs on: " << graphs[i].backend << "\n";
+  }
   o << "traces of this function:\n";
   for (const auto& r : recompiles) o << "  " << r << "\n";
   o << "stats: calls " << stats.calls << ", hits " << stats.hits << ", misses " << stats.misses << ", guard failures "

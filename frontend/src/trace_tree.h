@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/codegen/cpu.h"
 #include "kiln/ir/exec.h"
 #include "kiln/ir/graph.h"
 #include "kiln/runtime/trace.h"
@@ -43,6 +44,10 @@ enum class Exit : uint8_t {
 struct TreeNode {
   ir::Graph graph;
   std::unique_ptr<ir::Executable> exe;
+  // The graph optimized and compiled by the CPU backend, for inputs of the traced sizes and
+  // strides (null: the reference executor `exe` runs it). `backend_note` says which and why.
+  std::shared_ptr<codegen::CompiledProgram> compiled;
+  std::string backend_note;
   uint64_t hash = 0;
   std::vector<Ref> inputs;     // where each graph input comes from
   std::vector<uint32_t> outputs;  // the Value slots the graph's outputs go to

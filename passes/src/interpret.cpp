@@ -11,9 +11,12 @@ struct ProgramRunner::Impl {
   const KernelProgram& p;
   std::vector<ir::Executable> bodies;
   std::vector<bool> written;  // per buffer: some kernel stores into it
+  std::vector<KernelImpl> impls;  // per kernel: a backend's compiled form, or empty
 };
 
-ProgramRunner::ProgramRunner(const KernelProgram& p) : impl_(std::make_unique<Impl>(Impl{p, {}, {}})) {
+ProgramRunner::ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> impls)
+    : impl_(std::make_unique<Impl>(Impl{p, {}, {}, std::move(impls)})) {
+  impl_->impls.resize(p.kernels.size());
   impl_->written.assign(p.buffers.size(), false);
   for (const Kernel& k : p.kernels) {
     impl_->bodies.emplace_back(k.body);
@@ -65,6 +68,10 @@ std::vector<Tensor> ProgramRunner::run(std::span<const ir::Slot> inputs) const {
   };
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
+    if (impl_->impls[i]) {
+      impl_->impls[i](buf, inputs);
+      continue;
+    }
     std::vector<ir::Slot> in(k.loads.size());
     for (size_t j = 0; j < k.loads.size(); ++j) {
       const Access& a = k.loads[j];
@@ -96,7 +103,13 @@ std::vector<Tensor> ProgramRunner::run(std::span<const ir::Slot> inputs) const {
   std::vector<Tensor> results;
   for (const Access& a : p.outputs) {
     Tensor t = view(a);
-    if (p.buffers[size_t(a.buffer)].kind == BufferKind::Constant) t = t.clone();
+    const Tensor& whole = buf[size_t(a.buffer)];
+    BufferKind kind = p.buffers[size_t(a.buffer)].kind;
+    if (kind == BufferKind::Constant) t = t.clone();
+    // An input returned as it is (x.mul_(2) returns x) is that tensor itself, as in eager mode.
+    if (kind == BufferKind::Input && t.sizes() == whole.sizes() && t.strides() == whole.strides() &&
+        t.storage_offset() == whole.storage_offset())
+      t = whole;
     results.push_back(t);
   }
   return results;

@@ -1,13 +1,16 @@
 // Differential test: random programs (op sequences over random shapes, with broadcasting,
 // views, in-place writes into inputs and through views, and data-dependent branches), run
-// eagerly and through compile(); the replays must give eager's results bit for bit, since
-// the reference executor runs the same kernels.
+// eagerly and through compile(). On the reference executor the replays must give eager's
+// results bit for bit (it runs the same kernels); compiled by the CPU backend, within the
+// dtype's tolerance (tests/common/close.h).
 #include <gtest/gtest.h>
 #include <kiln/ir/graph.h>
 #include <kiln/kiln.h>
 
 #include <cstring>
 #include <random>
+
+#include "../common/close.h"
 
 using namespace kiln;
 
@@ -122,11 +125,19 @@ std::vector<Tensor> clones(const std::vector<Tensor>& ts) {
 
 }  // namespace
 
-TEST(Differential, RandomProgramsReplayLikeEager) {
+void check_random_programs(CompileOptions::Backend backend) {
+  const bool exact = backend == CompileOptions::Backend::Reference;
+  // The programs mix float32 into float64 values: float64 results carry float32 rounding.
+  const auto f32 = kiln::testing::tolerance(kFloat32);
+  auto match = [exact, f32](const Tensor& a, const Tensor& b) {
+    return exact ? same(a, b) : bool(kiln::testing::close(a, b, f32));
+  };
+  CompileOptions opts;
+  opts.backend = backend;
   int programs = 300, replays = 0;
   for (uint32_t seed = 1; seed <= uint32_t(programs); ++seed) {
     Program p = make_program(seed);
-    auto f = compile([&p](const std::vector<Tensor>& in) { return run(p, in); });
+    auto f = compile([&p](const std::vector<Tensor>& in) { return run(p, in); }, opts);
     // three calls: the trace, then two with fresh inputs of the same signature
     for (uint32_t call = 0; call < 3; ++call) {
       std::vector<Tensor> in = make_inputs(p, seed, call);
@@ -134,8 +145,14 @@ TEST(Differential, RandomProgramsReplayLikeEager) {
       std::vector<Tensor> want = run(p, ref_in);
       std::vector<Tensor> got = f(in);
       ASSERT_EQ(got.size(), want.size()) << "seed " << seed;
-      for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same(got[i], want[i])) << "seed " << seed << " output " << i;
-      for (size_t i = 0; i < in.size(); ++i) ASSERT_TRUE(same(in[i], ref_in[i])) << "seed " << seed << " input " << i;
+      auto graphs = [&] {
+        std::string t;
+        for (const auto& g : f.explain(in).graphs) t += g.text + (g.backend.empty() ? "" : "  runs on: " + g.backend + "\n");
+        return t;
+      };
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(match(got[i], want[i])) << "seed " << seed << " output " << i << "\n" << graphs();
+      for (size_t i = 0; i < in.size(); ++i) ASSERT_TRUE(match(in[i], ref_in[i])) << "seed " << seed << " input " << i;
     }
     replays += int(f.stats().hits);
     // every graph of the trace tree is a valid graph that round-trips through text
@@ -150,3 +167,6 @@ TEST(Differential, RandomProgramsReplayLikeEager) {
   // program is traced again along the new path.
   EXPECT_GT(replays, programs * 3 / 4);
 }
+
+TEST(Differential, RandomProgramsReplayLikeEager) { check_random_programs(CompileOptions::Backend::Reference); }
+TEST(Differential, RandomProgramsCompiledForTheCpuMatchEager) { check_random_programs(CompileOptions::Backend::Cpu); }

@@ -2,6 +2,8 @@
 // kernel program computes what the unoptimised graph computes.
 #pragma once
 #include <gtest/gtest.h>
+
+#include "../common/close.h"
 #include <kiln/ir/exec.h>
 #include <kiln/kiln.h>
 #include <kiln/passes/kernel.h>
@@ -54,28 +56,6 @@ inline std::vector<ir::Slot> clone_slots(const std::vector<ir::Slot>& in) {
       s.tensor = c;
     }
   return out;
-}
-
-// Values equal within a tolerance fitting the dtype (NaNs equal NaNs), same dtype and sizes.
-inline ::testing::AssertionResult close(const Tensor& got, const Tensor& want) {
-  if (got.dtype() != want.dtype())
-    return ::testing::AssertionFailure() << "dtype " << name(got.dtype()) << " vs " << name(want.dtype());
-  if (got.sizes().vec() != want.sizes().vec()) return ::testing::AssertionFailure() << "sizes differ";
-  if (!got.is_floating_point()) {
-    if (got.numel() == 0 || got.eq(want).all().item<bool>()) return ::testing::AssertionSuccess();
-    return ::testing::AssertionFailure() << "integer values differ";
-  }
-  double rtol = 1e-4, atol = 1e-5;
-  if (got.dtype() == kFloat64) rtol = 1e-9, atol = 1e-12;
-  if (got.dtype() == kFloat16 || got.dtype() == kBFloat16) rtol = 2e-2, atol = 1e-3;
-  Tensor a = got.to(kFloat64), b = want.to(kFloat64);
-  if (got.numel() == 0) return ::testing::AssertionSuccess();
-  Tensor both_nan = logical_and(a.isnan(), b.isnan());
-  Tensor same_inf = logical_and(a.isinf(), a.eq(b));
-  Tensor ok = logical_or((a - b).abs().le(b.abs() * rtol + atol), logical_or(both_nan, same_inf));
-  if (ok.all().item<bool>()) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "values differ: max abs diff "
-                                       << (a - b).abs().nan_to_num(0.0).amax().item<double>();
 }
 
 // Runs `g` on the reference executor and its kernel program on the interpreter, on the same

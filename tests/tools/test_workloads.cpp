@@ -6,11 +6,13 @@
 #include <kiln/ir/graph.h>
 #include <kiln/kiln.h>
 
+#include <cmath>
 #include <cstring>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "../common/close.h"
 #include "workloads.h"
 
 using namespace kiln;
@@ -19,13 +21,19 @@ namespace wl = kiln::workloads;
 namespace {
 
 // Bitwise equality (NaN-aware) of values, dtype, sizes and strides: the reference executor
-// runs the same eager kernels, so a replay reproduces the eager result exactly.
+// runs the same eager kernels, so its replay reproduces the eager result exactly.
 void expect_same(const Tensor& got, const Tensor& want, const std::string& what) {
   ASSERT_EQ(got.dtype(), want.dtype()) << what;
   ASSERT_EQ(got.sizes().vec(), want.sizes().vec()) << what;
   EXPECT_EQ(got.strides().vec(), want.strides().vec()) << what;
   Tensor a = got.contiguous(), b = want.contiguous();
   EXPECT_EQ(0, std::memcmp(a.data_ptr(), b.data_ptr(), size_t(a.nbytes()))) << what;
+}
+
+// For the CPU backend: within the dtype's tolerance (tests/common/close.h); strides exact.
+void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
+  EXPECT_TRUE(kiln::testing::close(got, want)) << what;
+  EXPECT_EQ(got.strides().vec(), want.strides().vec()) << what;
 }
 
 std::vector<Tensor> clone_all(const std::vector<Tensor>& ts) {
@@ -61,8 +69,16 @@ std::vector<std::string> workload_names() {
 
 // Runs `w` compiled and eagerly on `rounds` rounds of fresh inputs (one set per path each
 // round) and compares everything; returns the compiled function's explanation of the first set.
-Explanation check_workload(const wl::Workload& w, std::optional<DType> dtype, int rounds, uint64_t seed) {
-  auto f = compile([&w](const std::vector<Tensor>& in) { return w.run(in); });
+Explanation check_workload(const wl::Workload& w, std::optional<DType> dtype, int rounds, uint64_t seed,
+                           CompileOptions::Backend backend = CompileOptions::Backend::Reference) {
+  CompileOptions opts;
+  opts.backend = backend;
+  const bool exact = backend == CompileOptions::Backend::Reference;
+  auto expect_same = [exact](const Tensor& got, const Tensor& want, const std::string& what) {
+    if (exact) ::expect_same(got, want, what);
+    else expect_close(got, want, what);
+  };
+  auto f = compile([&w](const std::vector<Tensor>& in) { return w.run(in); }, opts);
   std::vector<Tensor> first;
   for (int r = 0; r < rounds; ++r) {
     auto sets = w.path_inputs(wl::Tier::Small, seed + 100 * uint64_t(r), dtype);
@@ -101,7 +117,7 @@ Explanation check_workload(const wl::Workload& w, std::optional<DType> dtype, in
   return ex;
 }
 
-class WorkloadTest : public testing::TestWithParam<std::string> {
+class WorkloadTest : public ::testing::TestWithParam<std::string> {
  protected:
   const wl::Workload& workload() const {
     const wl::Workload* w = wl::find_workload(GetParam());
@@ -112,7 +128,8 @@ class WorkloadTest : public testing::TestWithParam<std::string> {
 
 }  // namespace
 
-// The central property: compile(fn) gives eager-identical results on every workload.
+// The tracer's property: replaying the traced graphs on the reference executor gives
+// eager-identical results on every workload.
 TEST_P(WorkloadTest, CompiledMatchesEagerBitwise) {
   const wl::Workload& w = workload();
   Explanation ex = check_workload(w, std::nullopt, /*rounds=*/2, /*seed=*/1);
@@ -139,6 +156,34 @@ TEST_P(WorkloadTest, CompiledMatchesEagerInFloat64) {
   expect_graphs_verify(check_workload(w, kFloat64, 2, 7), w.name + " (f64)");
 }
 
+// The CPU backend (the default): every workload's kernels compiled by LLVM match eager within
+// the dtype's tolerance, in float32, float64 and float16, and every kernel that is not a library
+// op (matmul, einsum) or a branch runs as machine code.
+void expect_compiled(const Explanation& ex, const std::string& what) {
+  for (const auto& g : ex.graphs) {
+    EXPECT_EQ(g.backend.rfind("cpu: ", 0), 0u) << what << ": " << g.backend;
+    size_t pos = 0;
+    while ((pos = g.backend.find("interpreted ", pos)) != std::string::npos) {
+      std::string why = g.backend.substr(pos + 12, g.backend.find(';', pos) - pos - 12);
+      EXPECT_TRUE(why.find("opaque kernel") != std::string::npos || why.find("control kernel") != std::string::npos)
+          << what << ": " << g.backend;
+      pos += 12;
+    }
+  }
+}
+TEST_P(WorkloadTest, CpuBackendMatchesEager) {
+  const wl::Workload& w = workload();
+  expect_compiled(check_workload(w, std::nullopt, 2, 11, CompileOptions::Backend::Cpu), w.name);
+}
+TEST_P(WorkloadTest, CpuBackendMatchesEagerInFloat64) {
+  const wl::Workload& w = workload();
+  expect_compiled(check_workload(w, kFloat64, 2, 13, CompileOptions::Backend::Cpu), w.name + " (f64)");
+}
+TEST_P(WorkloadTest, CpuBackendMatchesEagerInFloat16) {
+  const wl::Workload& w = workload();
+  expect_compiled(check_workload(w, kFloat16, 2, 17, CompileOptions::Backend::Cpu), w.name + " (f16)");
+}
+
 // Each call traces at most once per path; a fresh compile of the same program starts over.
 TEST_P(WorkloadTest, SecondCallHitsTheCache) {
   const wl::Workload& w = workload();
@@ -153,8 +198,8 @@ TEST_P(WorkloadTest, SecondCallHitsTheCache) {
   EXPECT_EQ(f.stats().compiles, 1u);
 }
 
-INSTANTIATE_TEST_SUITE_P(All, WorkloadTest, testing::ValuesIn(workload_names()),
-                         [](const testing::TestParamInfo<std::string>& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(All, WorkloadTest, ::testing::ValuesIn(workload_names()),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // add_sin_cos_bf16 also runs in float16 through the dtype override.
 TEST(Workloads, HalfPrecisionOverride) {

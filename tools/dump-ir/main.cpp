@@ -38,6 +38,7 @@
 // command line it cannot make sense of; 3 when --run finds the optimized kernel program's
 // outputs differ from the reference executor's); files report FILE:LINE:COL.
 #include <CLI/CLI.hpp>
+#include <kiln/codegen/cpu.h>
 #include <kiln/ir/exec.h>
 #include <kiln/ir/graph.h>
 #include <kiln/kiln.h>
@@ -117,6 +118,7 @@ struct Options {
   bool time_passes = false;
   bool verify_each = false;
   bool stats = false;
+  std::string emit;  // --emit: code, llvm-raw, llvm, asm (the CPU backend's output per kernel)
   bool optimize = false;  // any of the optimizer's flags: the graphs go through the pipeline
 };
 
@@ -341,6 +343,17 @@ passes::Module optimize_graph(const ir::Graph& g, const Options& o, std::ostream
       if (auto e = passes::verify_program(*m.program)) throw Failure("unfused kernel program: " + *e);
   }
   return m;
+}
+
+// The optimized module as text: the graph and its kernel program, or with --emit what the CPU
+// backend makes of each kernel (its kernel code, LLVM IR before or after O3, or assembly).
+std::string module_text(const passes::Module& m, const Options& o) {
+  if (o.emit.empty() || !m.program) return passes::print(m);
+  codegen::CpuEmit what = o.emit == "code"       ? codegen::CpuEmit::Code
+                          : o.emit == "llvm-raw" ? codegen::CpuEmit::LlvmRaw
+                          : o.emit == "llvm"     ? codegen::CpuEmit::Llvm
+                                                 : codegen::CpuEmit::Asm;
+  return codegen::emit_cpu(*m.program, what);
 }
 
 // --run with the optimizer: the kernel program against the reference executor, per output.
@@ -711,7 +724,7 @@ int dump_workload(const wl::Workload& w, const Options& o) {
       if (several) std::cout << "// graph " << i << " of " << ex.graphs.size() << " (" << ex.graphs[i].ops << " ops)\n";
       std::vector<Check> checks;
       passes::Module m = optimize_piece(i, std::cout, checks);
-      std::cout << passes::print(m);
+      std::cout << module_text(m, o);
       print_module_extras(m, checks, o);
     }
   } else if (!o.explain) {
@@ -822,7 +835,7 @@ int optimize_file(const std::string& path, const ir::Graph& g, const std::string
     print_module_extras(*m, checks, o);
     if (o.run) print_outputs(outs, o.format, nullptr);
   } else {
-    std::cout << passes::print(*m);
+    std::cout << module_text(*m, o);
     print_module_extras(*m, checks, o);
     if (o.run) print_outputs(outs, o.format, nullptr);
   }
@@ -948,6 +961,11 @@ int run_main(int argc, char** argv) {
   app.add_flag("--time-passes", o.time_passes, "Print a table of each pass's time after the pipeline");
   app.add_flag("--verify-each", o.verify_each,
                "Verify the graph and the kernel program after every pass (debug builds always do)");
+  app.add_option("--emit", o.emit,
+                 "Print what the CPU backend makes of each kernel instead of the kernel program: its scalar "
+                 "kernel code, the LLVM IR before (llvm-raw) or after O3 (llvm), or the host assembly. Implies -O")
+      ->check(CLI::IsMember({"code", "llvm-raw", "llvm", "asm"}))
+      ->type_name("WHAT");
   app.add_flag("--stats", o.stats, "Print the kernel program's statistics: bytes read and written per kernel, "
                                    "peak memory");
   app.footer(
@@ -995,7 +1013,7 @@ int run_main(int argc, char** argv) {
   for (const auto* names : {&o.passes, &o.disabled, &o.print_after})
     for (const std::string& n : *names)
       if (n.empty()) throw Failure("empty pass name in a pass list (see --list-passes)", kUsageExit);
-  o.optimize = o.optimize_flag || !o.passes.empty() || !o.disabled.empty() || o.print_after_all ||
+  o.optimize = o.optimize_flag || !o.emit.empty() || !o.passes.empty() || !o.disabled.empty() || o.print_after_all ||
                !o.print_after.empty() || o.time_passes || o.stats;
   if (o.verify_each && !o.optimize)
     throw Failure("--verify-each applies to the optimizer: give -O or --passes", kUsageExit);

@@ -44,6 +44,11 @@ struct CompileOptions {
   int recompile_limit = 8;
   // A name for messages and explain(); default "compiled function".
   std::string name;
+  // What runs the traced graphs: Cpu optimizes them (kiln/passes) and compiles their kernels
+  // with the LLVM backend (kiln/codegen/cpu.h); Reference runs them op by op on the reference
+  // executor (the eager kernels), for comparison and debugging.
+  enum class Backend { Cpu, Reference };
+  Backend backend = Backend::Cpu;
 };
 
 struct CompileStats {
@@ -61,6 +66,7 @@ struct Explanation {
   struct GraphInfo {
     std::string text;  // the graph in kiln's text form
     size_t ops = 0;    // nodes other than constants
+    std::string backend;  // what runs it: "cpu: 1 of 1 kernels compiled ..." or the reference executor and why
   };
   struct BreakInfo {
     std::string reason;  // e.g. "operator bool on a traced tensor"

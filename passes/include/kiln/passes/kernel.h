@@ -19,6 +19,7 @@
 // reads and writes the same index, the buffer it is reading).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -117,9 +118,15 @@ std::optional<std::string> verify_program(const KernelProgram& p);
 // strided views into the buffers (the arena is one allocation), bodies run on the reference
 // executor, stores write through their index. The reference the backends are tested against.
 // The runner refers to `p`, which must outlive it.
+//
+// A backend runs a program through the same runner, handing it a compiled form (KernelImpl) for
+// the kernels it compiled: the runner sets up the buffers and calls those instead of
+// interpreting their bodies. The buffers are every buffer of the program by id (inputs,
+// constants, outputs and the arena's temporaries as flat views); `inputs` gives host numbers.
+using KernelImpl = std::function<void(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs)>;
 class ProgramRunner {
  public:
-  explicit ProgramRunner(const KernelProgram& p);
+  explicit ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> impls = {});
   ~ProgramRunner();
   ProgramRunner(ProgramRunner&&) noexcept;
   std::vector<Tensor> run(std::span<const ir::Slot> inputs) const;

@@ -1,0 +1,76 @@
+// The CPU backend: the optimizer's kernel program compiled to machine code by LLVM 19.
+//
+// Every elementwise, reduction and row-wise kernel becomes one function (LLVM IR from the
+// kernel's loop nest and its scalar code, LLVM's O3 for the host CPU, SLEEF's vector math
+// functions), JIT-linked into the process with ORC. Kernels are cached by a stable key (their
+// text, the target CPU and features, the LLVM and kiln IR versions) in memory and on disk
+// (kiln/codegen/cache.h), so a second process loads object code instead of compiling.
+// Opaque kernels (matmul, einsum, cat, ...) call the eager library op and control kernels run
+// their regions, through the kernel interpreter; a kernel with an op the backend cannot
+// compile does too, with a one-line warning naming the op.
+//
+// Large kernels split their outermost loop across the threads of KILN_NUM_THREADS; small ones
+// run on the calling thread.
+#pragma once
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/passes/kernel.h"
+
+namespace kiln::codegen {
+
+struct CpuCompileStats {
+  int kernels = 0;          // in the program
+  int compiled = 0;         // running as machine code
+  int memory_hits = 0;      // of those, found in this process's cache
+  int disk_hits = 0;        // of those, loaded from the disk cache
+  double compile_ms = 0;    // wall time of compile_cpu
+  std::vector<std::string> interpreted;  // per interpreted kernel: "k2: opaque kernel", ...
+};
+
+class CompiledProgram {
+ public:
+  // Runs the program: inputs in graph input order (host numbers as scalar slots). The inputs
+  // must have the sizes and strides the program was compiled for (accepts()).
+  std::vector<Tensor> run(std::span<const ir::Slot> inputs) const;
+  std::vector<Tensor> run(std::span<const Tensor> inputs) const;
+  // Whether `inputs` have the sizes and strides the kernels were specialised on.
+  bool accepts(std::span<const ir::Slot> inputs) const;
+  const passes::KernelProgram& program() const { return *program_; }
+  const CpuCompileStats& stats() const { return stats_; }
+
+  struct Impl;
+  CompiledProgram(std::shared_ptr<const passes::KernelProgram> p, std::vector<ir::Type> input_types);
+  ~CompiledProgram();
+
+ private:
+  std::shared_ptr<const passes::KernelProgram> program_;
+  std::vector<ir::Type> input_types_;
+  CpuCompileStats stats_;
+  std::vector<passes::KernelImpl> impls_;
+  std::unique_ptr<passes::ProgramRunner> runner_;
+  friend std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram>,
+                                                      std::vector<ir::Type>);
+};
+
+// Compiles a kernel program for this CPU. `input_types` are the graph's input types (the sizes
+// and strides the program is specialised on). Throws kiln::Error only if LLVM itself fails.
+std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram> program,
+                                             std::vector<ir::Type> input_types);
+
+// What dump-ir --emit shows for every kernel of a program.
+enum class CpuEmit {
+  Code,      // the kernel code every backend renders (codegen/src/expr.h)
+  LlvmRaw,   // LLVM IR as kiln writes it, before optimisation
+  Llvm,      // LLVM IR after the O3 pipeline (vector loops, vector math calls)
+  Asm,       // the host assembly
+};
+std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what);
+
+// The host CPU as LLVM names it, and the target string cache keys include.
+std::string cpu_name();
+std::string cpu_target_id();
+
+}  // namespace kiln::codegen

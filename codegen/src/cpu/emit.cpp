@@ -1,0 +1,542 @@
+// LLVM IR for one kernel: the loop nest over the kernel's loop space, operand addresses from
+// each access's sizes and strides, and the kernel code (expr.h) instruction by instruction.
+//
+// The IR is written plainly (scalar loops, accumulators in stack slots) and left to LLVM's O3
+// pipeline to vectorise: innermost loops over contiguous operands become vector loops, broadcast
+// operands are hoisted, reductions marked reassociable become vector partial sums, and the libm
+// calls of transcendentals become vector calls through the vector-library table (jit.cpp).
+// Operands that no other operand of the kernel shares a buffer with are `noalias`, so the
+// vectoriser needs no run-time overlap checks for them.
+#include "emit.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
+#include <llvm/IR/Module.h>
+
+#include <cmath>
+#include <limits>
+
+namespace kiln::codegen::cpu {
+
+using llvm::BasicBlock;
+using llvm::Value;
+
+bool fits_index32(const passes::Kernel& k) {
+  const int64_t lim = int64_t(1) << 31;
+  for (int64_t e : k.loops)
+    if (e >= lim) return false;
+  auto fits = [&](const passes::Access& a) {
+    if (a.buffer < 0) return true;
+    int64_t hi = 0;  // from the access's first element, which the caller's address points at
+    for (size_t d = 0; d < a.sizes.size(); ++d) hi += (a.sizes[d] - 1) * std::abs(a.strides[d]);
+    return hi < lim;
+  };
+  for (const auto& a : k.loads)
+    if (!fits(a)) return false;
+  for (const auto& a : k.stores)
+    if (!fits(a)) return false;
+  return true;
+}
+
+namespace {
+
+class Emitter {
+ public:
+  Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code)
+      : C(m.getContext()), M(m), B(C), k_(k), code_(code), memo_(code.code.size(), nullptr) {}
+
+  void emit(const std::string& name) {
+    const size_t nops = k_.loads.size() + k_.stores.size();
+    auto* ptr = llvm::PointerType::getUnqual(C);
+    auto* i64 = B.getInt64Ty();
+    idx_ = fits_index32(k_) ? B.getInt32Ty() : i64;
+
+    // The body: one pointer parameter per operand, so that noalias can say which do not overlap.
+    std::vector<llvm::Type*> params(nops, ptr);
+    params.push_back(ptr);  // args
+    params.push_back(i64);  // begin
+    params.push_back(i64);  // end
+    auto* body_ty = llvm::FunctionType::get(B.getVoidTy(), params, false);
+    F_ = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, name + ".body", M);
+    F_->addFnAttr(llvm::Attribute::NoUnwind);
+    F_->addFnAttr(llvm::Attribute::AlwaysInline);
+    for (size_t j = 0; j < nops; ++j) {
+      if (!shares_buffer(j)) F_->addParamAttr(unsigned(j), llvm::Attribute::NoAlias);
+      F_->addParamAttr(unsigned(j), llvm::Attribute::NoUndef);
+    }
+    BasicBlock* entry = BasicBlock::Create(C, "entry", F_);
+    B.SetInsertPoint(entry);
+    entry_ = entry;
+    args_ = F_->getArg(unsigned(nops));
+    Value* begin = F_->getArg(unsigned(nops + 1));
+    Value* end = F_->getArg(unsigned(nops + 2));
+    iv_.assign(k_.loops.size(), nullptr);
+    outer(0, B.CreateTrunc(begin, idx_), B.CreateTrunc(end, idx_));
+    B.CreateRetVoid();
+
+    // The entry point with the uniform signature: unpacks the operand array.
+    auto* entry_ty = llvm::FunctionType::get(B.getVoidTy(), {ptr, ptr, i64, i64}, false);
+    llvm::Function* E = llvm::Function::Create(entry_ty, llvm::Function::ExternalLinkage, name, M);
+    E->addFnAttr(llvm::Attribute::NoUnwind);
+    B.SetInsertPoint(BasicBlock::Create(C, "entry", E));
+    std::vector<Value*> call_args;
+    for (size_t j = 0; j < nops; ++j)
+      call_args.push_back(B.CreateLoad(ptr, B.CreateConstInBoundsGEP1_64(ptr, E->getArg(0), j), "op" + std::to_string(j)));
+    call_args.push_back(E->getArg(1));
+    call_args.push_back(E->getArg(2));
+    call_args.push_back(E->getArg(3));
+    B.CreateCall(F_, call_args);
+    B.CreateRetVoid();
+  }
+
+ private:
+  llvm::LLVMContext& C;
+  llvm::Module& M;
+  llvm::IRBuilder<> B;
+  const passes::Kernel& k_;
+  const KernelCode& code_;
+  llvm::Function* F_ = nullptr;
+  BasicBlock* entry_ = nullptr;
+  Value* args_ = nullptr;
+  llvm::Type* idx_ = nullptr;
+  std::vector<Value*> iv_;     // per loop: the current index (null: not inside that loop)
+  std::vector<Value*> memo_;   // per instruction: its value where the builder is now
+  std::vector<llvm::AllocaInst*> acc_;
+
+  int rank() const { return int(k_.loops.size()); }
+  int reduce_from() const { return std::min(k_.reduce_from, rank()); }
+  const passes::Access& operand(size_t j) const {
+    return j < k_.loads.size() ? k_.loads[j] : k_.stores[j - k_.loads.size()];
+  }
+  bool shares_buffer(size_t j) const {
+    const passes::Access& a = operand(j);
+    if (a.buffer < 0) return false;
+    for (size_t i = 0; i < k_.loads.size() + k_.stores.size(); ++i)
+      if (i != j && operand(i).buffer == a.buffer) return true;
+    return false;
+  }
+
+  llvm::Type* storage_type(DType t) {
+    switch (t) {
+      case DType::Bool:
+      case DType::UInt8:
+      case DType::Int8: return B.getInt8Ty();
+      case DType::Int16:
+      case DType::BFloat16: return B.getInt16Ty();
+      case DType::Float16: return B.getHalfTy();
+      case DType::Int32: return B.getInt32Ty();
+      case DType::Int64: return B.getInt64Ty();
+      case DType::Float32: return B.getFloatTy();
+      case DType::Float64: return B.getDoubleTy();
+    }
+    return B.getFloatTy();
+  }
+  llvm::Type* compute_type(DType t) { return t == DType::Bool ? B.getInt1Ty() : storage_type(compute_dtype(t)); }
+  static bool is_unsigned(DType t) { return t == DType::UInt8 || t == DType::Bool; }
+
+  // ---- loops ----
+
+  // Emits `for (i = lo; i < hi; ++i) body(i)` in rotated form; the builder ends after the loop.
+  template <class Body>
+  void loop(Value* lo, Value* hi, const char* name, Body&& body) {
+    BasicBlock* pre = B.GetInsertBlock();
+    BasicBlock* head = BasicBlock::Create(C, name, F_);
+    BasicBlock* exit = BasicBlock::Create(C, std::string(name) + ".exit", F_);
+    B.CreateCondBr(B.CreateICmpSLT(lo, hi), head, exit);
+    B.SetInsertPoint(head);
+    llvm::PHINode* i = B.CreatePHI(idx_, 2, "i");
+    i->addIncoming(lo, pre);
+    body(i);
+    Value* next = B.CreateAdd(i, llvm::ConstantInt::get(idx_, 1), "i.next", true, true);
+    i->addIncoming(next, B.GetInsertBlock());
+    B.CreateCondBr(B.CreateICmpSLT(next, hi), head, exit);
+    B.SetInsertPoint(exit);
+  }
+
+  // The outer loops [d, reduce_from): the outermost runs [begin, end).
+  void outer(int d, Value* begin, Value* end) {
+    if (d == reduce_from()) {
+      outer_body();
+      return;
+    }
+    Value* lo = d == 0 ? begin : llvm::ConstantInt::get(idx_, 0);
+    Value* hi = d == 0 ? end : llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d)]));
+    loop(lo, hi, "outer", [&](Value* i) {
+      iv_[size_t(d)] = i;
+      outer(d + 1, begin, end);
+      iv_[size_t(d)] = nullptr;
+    });
+  }
+
+  // The reduction loops [d, rank): `body` runs innermost.
+  template <class Body>
+  void row_loops(int d, Body&& body) {
+    if (d == rank()) {
+      body();
+      return;
+    }
+    loop(llvm::ConstantInt::get(idx_, 0), llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d)])), "row",
+         [&](Value* i) {
+           iv_[size_t(d)] = i;
+           row_loops(d + 1, body);
+           iv_[size_t(d)] = nullptr;
+         });
+  }
+
+  // The instructions `roots` need, in order; Reduce instructions are leaves (computed earlier).
+  std::vector<int> needed(const std::vector<int>& roots) {
+    std::vector<bool> seen(code_.code.size(), false);
+    std::vector<int> stack = roots;
+    while (!stack.empty()) {
+      int id = stack.back();
+      stack.pop_back();
+      if (seen[size_t(id)]) continue;
+      seen[size_t(id)] = true;
+      if (code_.code[size_t(id)].op == EOp::Reduce) continue;
+      for (int a : code_.code[size_t(id)].args) stack.push_back(a);
+    }
+    std::vector<int> out;
+    for (size_t i = 0; i < seen.size(); ++i)
+      if (seen[i]) out.push_back(int(i));
+    return out;
+  }
+
+  // Per outer index: one loop over the row per reduction depth, then the stores.
+  void outer_body() {
+    acc_.assign(code_.code.size(), nullptr);
+    for (int depth = 1; depth <= code_.depth; ++depth) {
+      std::vector<int> reduces, roots;
+      for (size_t i = 0; i < code_.code.size(); ++i)
+        if (code_.code[i].op == EOp::Reduce && code_.code[i].depth == depth) {
+          reduces.push_back(int(i));
+          roots.push_back(code_.code[i].args[0]);
+        }
+      std::vector<int> need = needed(roots);
+      for (int id : need)
+        if (!code_.code[size_t(id)].row) value(id);
+      for (int r : reduces) {
+        const Instr& in = code_.code[size_t(r)];
+        llvm::IRBuilder<> eb(entry_, entry_->begin());
+        acc_[size_t(r)] = eb.CreateAlloca(compute_type(in.type), nullptr, "acc");
+        B.CreateStore(identity(in), acc_[size_t(r)]);
+      }
+      row_loops(reduce_from(), [&] {
+        for (int id : need)
+          if (code_.code[size_t(id)].row) value(id);
+        for (int r : reduces) {
+          const Instr& in = code_.code[size_t(r)];
+          Value* a = B.CreateLoad(compute_type(in.type), acc_[size_t(r)]);
+          B.CreateStore(combine(in, a, value(in.args[0])), acc_[size_t(r)]);
+        }
+        forget_rows();
+      });
+      for (int r : reduces) memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), acc_[size_t(r)]);
+    }
+    // Stores: per-row values here, row values (and values broadcast along the row) in a last loop.
+    std::vector<size_t> in_row;
+    for (size_t j = 0; j < k_.stores.size(); ++j) {
+      int id = code_.stores[j];
+      bool varies = code_.code[size_t(id)].row;
+      for (int d = reduce_from(); d < rank() && d < int(k_.stores[j].sizes.size()); ++d)
+        varies |= k_.stores[j].sizes[size_t(d)] > 1;
+      if (varies) in_row.push_back(j);
+      else store(j);
+    }
+    if (in_row.empty()) return;
+    std::vector<int> roots;
+    for (size_t j : in_row) roots.push_back(code_.stores[j]);
+    std::vector<int> need = needed(roots);
+    for (int id : need)
+      if (!code_.code[size_t(id)].row) value(id);
+    row_loops(reduce_from(), [&] {
+      for (size_t j : in_row) store(j);
+      forget_rows();
+    });
+  }
+
+  void forget_rows() {
+    for (size_t i = 0; i < memo_.size(); ++i)
+      if (code_.code[i].row) memo_[i] = nullptr;
+  }
+
+  // ---- operands ----
+
+  Value* address(size_t j) {
+    const passes::Access& a = operand(j);
+    // The caller passes the address of the access's first element: its offset is applied.
+    Value* off = llvm::ConstantInt::get(idx_, 0);
+    for (size_t d = 0; d < a.sizes.size() && d < iv_.size(); ++d) {
+      if (a.sizes[d] == 1 || a.strides[d] == 0 || !iv_[d]) continue;
+      Value* term = B.CreateMul(iv_[d], llvm::ConstantInt::get(idx_, uint64_t(a.strides[d]), true), "", false, true);
+      off = B.CreateAdd(off, term, "", false, true);
+    }
+    return B.CreateInBoundsGEP(storage_type(a.dtype), F_->getArg(unsigned(j)), off);
+  }
+
+  Value* load(int j, DType to) {
+    const passes::Access& a = k_.loads[size_t(j)];
+    if (a.buffer < 0) {
+      Value* bits = B.CreateLoad(B.getInt64Ty(), B.CreateConstInBoundsGEP1_64(B.getInt64Ty(), args_, uint64_t(j)));
+      if (is_floating(a.dtype)) return convert(B.CreateBitCast(bits, B.getDoubleTy()), DType::Float64, to);
+      return convert(bits, DType::Int64, to);
+    }
+    Value* raw = B.CreateLoad(storage_type(a.dtype), address(size_t(j)));
+    Value* v;
+    if (a.dtype == DType::BFloat16)
+      v = B.CreateBitCast(B.CreateShl(B.CreateZExt(raw, B.getInt32Ty()), 16), B.getFloatTy());
+    else if (a.dtype == DType::Float16)
+      v = B.CreateFPExt(raw, B.getFloatTy());
+    else if (a.dtype == DType::Bool)
+      v = B.CreateICmpNE(raw, B.getInt8(0));
+    else
+      v = raw;
+    return convert(v, compute_dtype(a.dtype), to);
+  }
+
+  void store(size_t j) {
+    const passes::Access& a = k_.stores[j];
+    int id = code_.stores[j];
+    Value* v = convert(value(id), code_.code[size_t(id)].type, compute_dtype(a.dtype));
+    if (a.dtype == DType::BFloat16) v = to_bf16(v);
+    else if (a.dtype == DType::Float16) v = B.CreateFPTrunc(v, B.getHalfTy());
+    else if (a.dtype == DType::Bool) v = B.CreateZExt(v, B.getInt8Ty());
+    B.CreateStore(v, address(k_.loads.size() + j));
+  }
+
+  // float32 to bfloat16 bits, rounding to nearest even; NaN stays a quiet NaN (as runtime/half.h).
+  Value* to_bf16(Value* f) {
+    Value* x = B.CreateBitCast(f, B.getInt32Ty());
+    Value* lsb = B.CreateAnd(B.CreateLShr(x, 16), 1);
+    Value* rounded = B.CreateLShr(B.CreateAdd(B.CreateAdd(x, B.getInt32(0x7fff)), lsb), 16);
+    Value* qnan = B.CreateOr(B.CreateLShr(x, 16), 0x40);
+    Value* is_nan = B.CreateICmpUGT(B.CreateAnd(x, 0x7fffffff), B.getInt32(0x7f800000));
+    return B.CreateTrunc(B.CreateSelect(is_nan, qnan, rounded), B.getInt16Ty());
+  }
+
+  // ---- conversions ----
+
+  Value* convert(Value* v, DType from, DType to) {
+    from = compute_dtype(from);
+    to = compute_dtype(to);
+    if (from == to) return v;
+    llvm::Type* ty = compute_type(to);
+    if (to == DType::Bool) {
+      if (is_floating(from)) return B.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+      return B.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+    }
+    if (is_floating(from) && is_floating(to)) return B.CreateFPCast(v, ty);
+    if (is_floating(to)) return is_unsigned(from) ? B.CreateUIToFP(v, ty) : B.CreateSIToFP(v, ty);
+    if (is_floating(from)) {
+      // Saturating to int64, then wrapping to the narrower type: no poison for any input.
+      Value* wide = B.CreateIntrinsic(llvm::Intrinsic::fptosi_sat, {B.getInt64Ty(), v->getType()}, {v});
+      return B.CreateTrunc(wide, ty);
+    }
+    return B.CreateIntCast(v, ty, !is_unsigned(from));
+  }
+
+  // ---- instructions ----
+
+  Value* fconst(llvm::Type* t, double v) { return llvm::ConstantFP::get(t, v); }
+
+  Value* identity(const Instr& in) {
+    llvm::Type* t = compute_type(in.type);
+    bool fl = is_floating(in.type);
+    switch (in.reducer) {
+      case Reducer::Sum: return fl ? fconst(t, 0.0) : llvm::ConstantInt::get(t, 0);
+      case Reducer::Prod: return fl ? fconst(t, 1.0) : llvm::ConstantInt::get(t, 1);
+      case Reducer::Max:
+        if (fl) return fconst(t, -std::numeric_limits<double>::infinity());
+        return is_unsigned(in.type) ? llvm::ConstantInt::get(t, 0) : llvm::ConstantInt::get(t, llvm::APInt::getSignedMinValue(t->getIntegerBitWidth()));
+      case Reducer::Min:
+        if (fl) return fconst(t, std::numeric_limits<double>::infinity());
+        return is_unsigned(in.type) ? llvm::ConstantInt::get(t, llvm::APInt::getMaxValue(t->getIntegerBitWidth()))
+                                    : llvm::ConstantInt::get(t, llvm::APInt::getSignedMaxValue(t->getIntegerBitWidth()));
+      case Reducer::Any: return B.getFalse();
+      case Reducer::All: return B.getTrue();
+    }
+    return nullptr;
+  }
+
+  Value* combine(const Instr& in, Value* acc, Value* x) {
+    bool fl = is_floating(in.type);
+    llvm::FastMathFlags fmf;
+    fmf.setAllowReassoc();  // partial sums in vector lanes: what makes the reduction vectorise
+    switch (in.reducer) {
+      case Reducer::Sum: {
+        if (!fl) return B.CreateAdd(acc, x);
+        auto* r = llvm::cast<llvm::Instruction>(B.CreateFAdd(acc, x));
+        r->setFastMathFlags(fmf);
+        return r;
+      }
+      case Reducer::Prod: {
+        if (!fl) return B.CreateMul(acc, x);
+        auto* r = llvm::cast<llvm::Instruction>(B.CreateFMul(acc, x));
+        r->setFastMathFlags(fmf);
+        return r;
+      }
+      case Reducer::Max: return max_min(in.type, acc, x, true);
+      case Reducer::Min: return max_min(in.type, acc, x, false);
+      case Reducer::Any: return B.CreateOr(acc, x);
+      case Reducer::All: return B.CreateAnd(acc, x);
+    }
+    return nullptr;
+  }
+
+  Value* max_min(DType t, Value* a, Value* b, bool max) {
+    if (is_floating(t)) return B.CreateBinaryIntrinsic(max ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum, a, b);
+    if (t == DType::Bool) return max ? B.CreateOr(a, b) : B.CreateAnd(a, b);
+    llvm::Intrinsic::ID id = is_unsigned(t) ? (max ? llvm::Intrinsic::umax : llvm::Intrinsic::umin)
+                                            : (max ? llvm::Intrinsic::smax : llvm::Intrinsic::smin);
+    return B.CreateBinaryIntrinsic(id, a, b);
+  }
+
+  // A libm function by its double name ("sin"); the float32 form gets the "f" suffix. Declared
+  // as not touching memory, so calls can be hoisted and vectorised (errno is never read).
+  Value* libm(const char* base, DType t, std::vector<Value*> args) {
+    std::string name = base;
+    llvm::Type* ty = compute_type(t);
+    if (t == DType::Float32) name += "f";
+    std::vector<llvm::Type*> ps(args.size(), ty);
+    llvm::FunctionCallee f = M.getOrInsertFunction(name, llvm::FunctionType::get(ty, ps, false));
+    if (auto* fn = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
+      fn->setDoesNotAccessMemory();
+      fn->setDoesNotThrow();
+      fn->setWillReturn();
+    }
+    auto* call = B.CreateCall(f, args);
+    call->setDoesNotAccessMemory();
+    call->setDoesNotThrow();
+    return call;
+  }
+
+  Value* cmp(EOp op, DType t, Value* a, Value* b) {
+    if (is_floating(t)) {
+      llvm::CmpInst::Predicate p = op == EOp::Eq   ? llvm::CmpInst::FCMP_OEQ
+                                   : op == EOp::Ne ? llvm::CmpInst::FCMP_UNE
+                                   : op == EOp::Lt ? llvm::CmpInst::FCMP_OLT
+                                   : op == EOp::Le ? llvm::CmpInst::FCMP_OLE
+                                   : op == EOp::Gt ? llvm::CmpInst::FCMP_OGT
+                                                   : llvm::CmpInst::FCMP_OGE;
+      return B.CreateFCmp(p, a, b);
+    }
+    bool u = is_unsigned(t);
+    llvm::CmpInst::Predicate p = op == EOp::Eq   ? llvm::CmpInst::ICMP_EQ
+                                 : op == EOp::Ne ? llvm::CmpInst::ICMP_NE
+                                 : op == EOp::Lt ? (u ? llvm::CmpInst::ICMP_ULT : llvm::CmpInst::ICMP_SLT)
+                                 : op == EOp::Le ? (u ? llvm::CmpInst::ICMP_ULE : llvm::CmpInst::ICMP_SLE)
+                                 : op == EOp::Gt ? (u ? llvm::CmpInst::ICMP_UGT : llvm::CmpInst::ICMP_SGT)
+                                                 : (u ? llvm::CmpInst::ICMP_UGE : llvm::CmpInst::ICMP_SGE);
+    return B.CreateICmp(p, a, b);
+  }
+
+  Value* value(int id) {
+    if (Value* v = memo_[size_t(id)]) return v;
+    const Instr& in = code_.code[size_t(id)];
+    auto arg = [&](size_t i) { return value(in.args[i]); };
+    auto arg_type = [&](size_t i) { return code_.code[size_t(in.args[i])].type; };
+    llvm::Type* ty = compute_type(in.type);
+    bool fl = is_floating(in.type);
+    Value* v = nullptr;
+    switch (in.op) {
+      case EOp::Load:
+      case EOp::Arg: v = load(in.index, in.type); break;
+      case EOp::Const:
+        v = fl ? fconst(ty, in.f) : llvm::ConstantInt::get(ty, uint64_t(in.i), true);
+        break;
+      case EOp::Neg: v = fl ? B.CreateFNeg(arg(0)) : B.CreateNeg(arg(0)); break;
+      case EOp::Abs:
+        v = fl ? B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, arg(0))
+            : is_unsigned(in.type) ? arg(0)
+                                   : B.CreateBinaryIntrinsic(llvm::Intrinsic::abs, arg(0), B.getFalse());
+        break;
+      case EOp::Sign: {
+        Value* x = arg(0);
+        Value* zero = fl ? fconst(ty, 0.0) : llvm::ConstantInt::get(ty, 0);
+        Value* pos = cmp(EOp::Gt, in.type, x, zero);
+        Value* neg = cmp(EOp::Lt, in.type, x, zero);
+        if (fl) v = B.CreateFSub(B.CreateUIToFP(pos, ty), B.CreateUIToFP(neg, ty));
+        else v = B.CreateSub(B.CreateZExt(pos, ty), B.CreateZExt(neg, ty));
+        break;
+      }
+      case EOp::Exp: v = libm("exp", in.type, {arg(0)}); break;
+      case EOp::Exp2: v = libm("exp2", in.type, {arg(0)}); break;
+      case EOp::Expm1: v = libm("expm1", in.type, {arg(0)}); break;
+      case EOp::Log: v = libm("log", in.type, {arg(0)}); break;
+      case EOp::Log2: v = libm("log2", in.type, {arg(0)}); break;
+      case EOp::Log1p: v = libm("log1p", in.type, {arg(0)}); break;
+      case EOp::Sqrt: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, arg(0)); break;
+      case EOp::Recip: v = B.CreateFDiv(fconst(ty, 1.0), arg(0)); break;
+      case EOp::Sin: v = libm("sin", in.type, {arg(0)}); break;
+      case EOp::Cos: v = libm("cos", in.type, {arg(0)}); break;
+      case EOp::Tan: v = libm("tan", in.type, {arg(0)}); break;
+      case EOp::Asin: v = libm("asin", in.type, {arg(0)}); break;
+      case EOp::Acos: v = libm("acos", in.type, {arg(0)}); break;
+      case EOp::Atan: v = libm("atan", in.type, {arg(0)}); break;
+      case EOp::Sinh: v = libm("sinh", in.type, {arg(0)}); break;
+      case EOp::Cosh: v = libm("cosh", in.type, {arg(0)}); break;
+      case EOp::Tanh: v = libm("tanh", in.type, {arg(0)}); break;
+      case EOp::Erf: v = libm("erf", in.type, {arg(0)}); break;
+      case EOp::Floor: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::floor, arg(0)); break;
+      case EOp::Ceil: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, arg(0)); break;
+      case EOp::Round: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, arg(0)); break;
+      case EOp::Trunc: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::trunc, arg(0)); break;
+      case EOp::IsNan: v = B.CreateFCmpUNO(arg(0), arg(0)); break;
+      case EOp::IsInf: {
+        Value* a = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, arg(0));
+        v = B.CreateFCmpOEQ(a, fconst(a->getType(), std::numeric_limits<double>::infinity()));
+        break;
+      }
+      case EOp::IsFinite: {
+        Value* a = B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, arg(0));
+        v = B.CreateFCmpOLT(a, fconst(a->getType(), std::numeric_limits<double>::infinity()));
+        break;
+      }
+      case EOp::Not: v = B.CreateNot(arg(0)); break;
+      case EOp::BitNot: v = B.CreateNot(arg(0)); break;
+      case EOp::Convert: v = convert(arg(0), arg_type(0), in.type); break;
+      case EOp::RoundTo16: {
+        Value* x = arg(0);
+        if (DType(in.index) == DType::Float16) {
+          v = B.CreateFPExt(B.CreateFPTrunc(x, B.getHalfTy()), B.getFloatTy());
+        } else {
+          Value* bits = B.CreateZExt(to_bf16(x), B.getInt32Ty());
+          v = B.CreateBitCast(B.CreateShl(bits, 16), B.getFloatTy());
+        }
+        break;
+      }
+      case EOp::Add: v = fl ? B.CreateFAdd(arg(0), arg(1)) : B.CreateAdd(arg(0), arg(1)); break;
+      case EOp::Sub: v = fl ? B.CreateFSub(arg(0), arg(1)) : B.CreateSub(arg(0), arg(1)); break;
+      case EOp::Mul: v = fl ? B.CreateFMul(arg(0), arg(1)) : B.CreateMul(arg(0), arg(1)); break;
+      case EOp::Div: v = B.CreateFDiv(arg(0), arg(1)); break;
+      case EOp::Pow: v = libm("pow", in.type, {arg(0), arg(1)}); break;
+      case EOp::Atan2: v = libm("atan2", in.type, {arg(0), arg(1)}); break;
+      case EOp::Fmod: v = B.CreateFRem(arg(0), arg(1)); break;
+      case EOp::Max: v = max_min(in.type, arg(0), arg(1), true); break;
+      case EOp::Min: v = max_min(in.type, arg(0), arg(1), false); break;
+      case EOp::Eq:
+      case EOp::Ne:
+      case EOp::Lt:
+      case EOp::Le:
+      case EOp::Gt:
+      case EOp::Ge: v = cmp(in.op, arg_type(0), arg(0), arg(1)); break;
+      case EOp::And: v = B.CreateAnd(arg(0), arg(1)); break;
+      case EOp::Or: v = B.CreateOr(arg(0), arg(1)); break;
+      case EOp::Xor: v = B.CreateXor(arg(0), arg(1)); break;
+      case EOp::Select: v = B.CreateSelect(arg(0), arg(1), arg(2)); break;
+      case EOp::Reduce:
+        // Computed by its row loop before anything that uses it is emitted.
+        throw std::logic_error("kernel code: a reduction used before its loop");
+    }
+    memo_[size_t(id)] = v;
+    return v;
+  }
+};
+
+}  // namespace
+
+void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code) {
+  Emitter(m, k, code).emit(name);
+}
+
+}  // namespace kiln::codegen::cpu

@@ -1,0 +1,27 @@
+// LLVM IR for one kernel (internal to codegen/cpu).
+#pragma once
+#include <string>
+
+#include "../expr.h"
+
+namespace llvm {
+class Module;
+}
+
+namespace kiln::codegen::cpu {
+
+// The signature every compiled kernel has:
+//   void name(char* const* operands, const int64_t* args, int64_t begin, int64_t end)
+// `operands` holds the address of each load's and then each store's element 0 (the access's
+// offset already applied); `args` holds host numbers (doubles as their bits) for the loads that
+// read one, by load index; [begin, end) is the part of the outermost loop this call runs (the
+// whole loop for a kernel that is not split). A full reduction (no outer loop) ignores them.
+using KernelFn = void (*)(char* const*, const int64_t*, int64_t, int64_t);
+
+// Whether every index the kernel computes fits in 32 bits (its loops and operand offsets).
+bool fits_index32(const passes::Kernel& k);
+
+// Adds `name` (external, with the signature above) computing kernel `k` from its lowered code.
+void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code);
+
+}  // namespace kiln::codegen::cpu

@@ -1,0 +1,203 @@
+// The process's LLVM JIT: the host target machine, the O3 pipeline with SLEEF's vector math
+// functions registered as the vector forms of libm's, object files made in memory (so the
+// kernel cache can keep them on disk) and ORC's LLJIT to link them into the process.
+#include "jit.h"
+
+#include <dlfcn.h>
+#include <llvm/Analysis/TargetLibraryInfo.h>
+#include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/TargetParser/Host.h>
+
+#include <algorithm>
+#include <deque>
+#include <mutex>
+
+#include "kiln/runtime/error.h"
+
+namespace kiln::codegen::cpu {
+
+namespace {
+
+std::string error_text(llvm::Error e) { return llvm::toString(std::move(e)); }
+
+// The libm functions kiln's kernels call, with their arity: each gets SLEEF's 1-ulp vector
+// forms (Sleef_sinf16_u10avx512f, ...) for every vector width the host supports.
+struct MathFn {
+  const char* name;
+  int arity;
+};
+constexpr MathFn kMathFns[] = {{"sin", 1},   {"cos", 1},   {"tan", 1},   {"asin", 1},  {"acos", 1},
+                               {"atan", 1},  {"sinh", 1},  {"cosh", 1},  {"tanh", 1},  {"exp", 1},
+                               {"exp2", 1},  {"expm1", 1}, {"log", 1},   {"log2", 1},  {"log1p", 1},
+                               {"erf", 1},   {"pow", 2},   {"atan2", 2}};
+
+}  // namespace
+
+struct Jit::Impl {
+  std::string triple, cpu, features, target_id;
+  const llvm::Target* target = nullptr;
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  std::mutex mu;
+  // Storage for the strings the vector-function table refers to.
+  std::deque<std::string> names;
+  std::vector<llvm::VecDesc> vec_fns;
+  std::string vec_summary;
+
+  std::unique_ptr<llvm::TargetMachine> machine() const {
+    llvm::TargetOptions opts;
+    auto tm = std::unique_ptr<llvm::TargetMachine>(target->createTargetMachine(
+        triple, cpu, features, opts, llvm::Reloc::PIC_, std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+    KILN_CHECK(tm, "codegen", "cannot create an LLVM target machine for ", triple, " ", cpu);
+    return tm;
+  }
+
+  // Registers SLEEF's vector forms of the math functions for the ISAs the host has, checking
+  // each symbol is really in the process (a SLEEF build without it simply maps fewer).
+  void map_vector_functions(const llvm::StringMap<bool>& host) {
+    struct Isa {
+      const char* feature;
+      const char* suffix;
+      int f32_lanes;
+    };
+    const Isa isas[] = {{"avx512f", "avx512f", 16}, {"avx2", "avx2", 8}, {"sse4.1", "sse4", 4}};
+    for (const Isa& isa : isas) {
+      auto it = host.find(isa.feature);
+      if (it == host.end() || !it->second) continue;
+      int mapped = 0;
+      for (const MathFn& fn : kMathFns) {
+        for (bool f32 : {true, false}) {
+          int lanes = f32 ? isa.f32_lanes : isa.f32_lanes / 2;
+          std::string vec = "Sleef_" + std::string(fn.name) + (f32 ? "f" : "d") + std::to_string(lanes) + "_u10" + isa.suffix;
+          if (!dlsym(RTLD_DEFAULT, vec.c_str())) continue;
+          std::string scalar = std::string(fn.name) + (f32 ? "f" : "");
+          std::string prefix = "_ZGV_LLVM_N" + std::to_string(lanes) + std::string(size_t(fn.arity), 'v');
+          names.push_back(scalar);
+          llvm::StringRef s = names.back();
+          names.push_back(vec);
+          llvm::StringRef v = names.back();
+          names.push_back(prefix);
+          llvm::StringRef p = names.back();
+          vec_fns.emplace_back(s, v, llvm::ElementCount::getFixed(unsigned(lanes)), false, p);
+          ++mapped;
+        }
+      }
+      vec_summary += std::string(isa.suffix) + ":" + std::to_string(mapped) + " ";
+    }
+  }
+};
+
+Jit::Jit() : impl_(std::make_unique<Impl>()) {
+  llvm::InitializeNativeTarget();
+  llvm::InitializeNativeTargetAsmPrinter();
+  llvm::InitializeNativeTargetAsmParser();
+  Impl& s = *impl_;
+  s.triple = llvm::sys::getProcessTriple();
+  s.cpu = llvm::sys::getHostCPUName().str();
+  llvm::StringMap<bool> host = llvm::sys::getHostCPUFeatures();
+  std::vector<std::string> feats;
+  for (const auto& f : host) feats.push_back((f.second ? "+" : "-") + f.first().str());
+  std::sort(feats.begin(), feats.end());  // StringMap order is not stable: the key must be
+  for (const std::string& f : feats) s.features += (s.features.empty() ? "" : ",") + f;
+  std::string err;
+  s.target = llvm::TargetRegistry::lookupTarget(s.triple, err);
+  KILN_CHECK(s.target, "codegen", "no LLVM target for ", s.triple, ": ", err);
+  s.map_vector_functions(host);
+  s.target_id = s.triple + ";" + s.cpu + ";" + s.features + ";llvm " LLVM_VERSION_STRING ";vec " + s.vec_summary;
+
+  auto jit = llvm::orc::LLJITBuilder().create();
+  KILN_CHECK(bool(jit), "codegen", "cannot start the LLVM JIT: ", error_text(jit.takeError()));
+  s.jit = std::move(*jit);
+  // Kernels call libm and SLEEF: resolve them from what the process has loaded.
+  auto gen = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(s.jit->getDataLayout().getGlobalPrefix());
+  KILN_CHECK(bool(gen), "codegen", "cannot search the process for symbols: ", error_text(gen.takeError()));
+  s.jit->getMainJITDylib().addGenerator(std::move(*gen));
+}
+
+Jit::~Jit() = default;
+
+Jit& Jit::get() {
+  static Jit jit;
+  return jit;
+}
+
+const std::string& Jit::target_id() const { return impl_->target_id; }
+const std::string& Jit::cpu() const { return impl_->cpu; }
+
+void Jit::prepare(llvm::Module& m) const {
+  m.setTargetTriple(impl_->triple);
+  auto tm = impl_->machine();
+  m.setDataLayout(tm->createDataLayout());
+  for (llvm::Function& f : m) {
+    if (f.isDeclaration()) continue;
+    f.addFnAttr("target-cpu", impl_->cpu);
+    f.addFnAttr("target-features", impl_->features);
+  }
+}
+
+void Jit::optimize(llvm::Module& m) const {
+  auto tm = impl_->machine();
+  llvm::LoopAnalysisManager lam;
+  llvm::FunctionAnalysisManager fam;
+  llvm::CGSCCAnalysisManager cgam;
+  llvm::ModuleAnalysisManager mam;
+  llvm::PipelineTuningOptions tuning;
+  tuning.LoopVectorization = true;
+  tuning.SLPVectorization = true;
+  tuning.LoopUnrolling = true;
+  llvm::PassBuilder pb(tm.get(), tuning);
+  // Registered before the defaults so that the vectoriser sees SLEEF's vector functions.
+  llvm::TargetLibraryInfoImpl tlii{llvm::Triple(impl_->triple)};
+  tlii.addVectorizableFunctions(impl_->vec_fns);
+  fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });
+  pb.registerModuleAnalyses(mam);
+  pb.registerCGSCCAnalyses(cgam);
+  pb.registerFunctionAnalyses(fam);
+  pb.registerLoopAnalyses(lam);
+  pb.crossRegisterProxies(lam, fam, cgam, mam);
+  llvm::ModulePassManager mpm = pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O3);
+  mpm.run(m, mam);
+}
+
+namespace {
+std::string emit_file(llvm::TargetMachine& tm, llvm::Module& m, llvm::CodeGenFileType type) {
+  llvm::SmallVector<char, 0> buf;
+  llvm::raw_svector_ostream os(buf);
+  llvm::legacy::PassManager pm;
+  KILN_CHECK(!tm.addPassesToEmitFile(pm, os, nullptr, type), "codegen", "the target cannot emit this file type");
+  pm.run(m);
+  return std::string(buf.begin(), buf.end());
+}
+}  // namespace
+
+std::string Jit::object(llvm::Module& m) const {
+  auto tm = impl_->machine();
+  return emit_file(*tm, m, llvm::CodeGenFileType::ObjectFile);
+}
+
+std::string Jit::assembly(llvm::Module& m) const {
+  auto tm = impl_->machine();
+  return emit_file(*tm, m, llvm::CodeGenFileType::AssemblyFile);
+}
+
+void* Jit::load(std::string_view object_bytes, const std::string& symbol) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto& jit = *impl_->jit;
+  if (auto found = jit.lookup(symbol)) return found->toPtr<void*>();
+  else llvm::consumeError(found.takeError());
+  auto buf = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object_bytes.data(), object_bytes.size()), symbol);
+  if (llvm::Error e = jit.addObjectFile(std::move(buf)))
+    KILN_FAIL("codegen", "cannot load the object code of ", symbol, ": ", error_text(std::move(e)));
+  auto addr = jit.lookup(symbol);
+  if (!addr) KILN_FAIL("codegen", "compiled object lacks ", symbol, ": ", error_text(addr.takeError()));
+  return addr->toPtr<void*>();
+}
+
+}  // namespace kiln::codegen::cpu

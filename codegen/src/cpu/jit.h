@@ -1,0 +1,45 @@
+// The process's LLVM JIT (internal to codegen/cpu): host target, O3 with the vector math
+// library, object files in memory, ORC to load them.
+#pragma once
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace llvm {
+class Module;
+}
+
+namespace kiln::codegen::cpu {
+
+class Jit {
+ public:
+  // The one JIT of the process (created on first use; thread-safe).
+  static Jit& get();
+
+  // What compiled code depends on besides its IR: target triple, CPU, features, LLVM version,
+  // the vector functions mapped. Part of every cache key.
+  const std::string& target_id() const;
+  // The host CPU name (e.g. znver4) and whether it has AVX-512.
+  const std::string& cpu() const;
+
+  // Runs the O3 pipeline (vectorisers on, libm calls mapped to SLEEF's vector functions).
+  void optimize(llvm::Module& m) const;
+  // The module (already optimised) as an object file, or as assembly text.
+  std::string object(llvm::Module& m) const;
+  std::string assembly(llvm::Module& m) const;
+  // Sets the module's triple, data layout and the functions' target-cpu/features attributes.
+  void prepare(llvm::Module& m) const;
+
+  // Links an object file into the process and returns the address of `symbol`. Thread-safe.
+  // Throws kiln::Error when the object does not load or lacks the symbol.
+  void* load(std::string_view object_bytes, const std::string& symbol);
+
+  ~Jit();
+
+ private:
+  Jit();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::codegen::cpu

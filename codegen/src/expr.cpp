@@ -1,0 +1,586 @@
+// Lowering a kernel body (a graph in loop space) to scalar kernel code (expr.h).
+#include "expr.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <unordered_map>
+
+#include "kiln/ir/infer.h"
+
+namespace kiln::codegen {
+
+DType compute_dtype(DType storage) {
+  return storage == DType::Float16 || storage == DType::BFloat16 ? DType::Float32 : storage;
+}
+
+std::string_view eop_name(EOp op) {
+  static const char* names[] = {
+      "load", "arg", "const", "neg", "abs", "sign", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt",
+      "recip", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "floor", "ceil",
+      "round", "trunc", "isnan", "isinf", "isfinite", "not", "bitnot", "convert", "round_to_16", "add", "sub",
+      "mul", "div", "pow", "atan2", "max", "min", "fmod", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor",
+      "select", "reduce"};
+  return names[size_t(op)];
+}
+
+namespace {
+
+// Not lowered: carries the reason up to lower_kernel.
+struct Unsupported {
+  std::string why;
+};
+
+class Builder {
+ public:
+  explicit Builder(const passes::Kernel& k) : k_(k), rank_(int(k.loops.size())) {}
+
+  KernelCode run() {
+    const ir::Graph& body = k_.body;
+    for (size_t j = 0; j < body.inputs().size(); ++j) value_[body.inputs()[j]] = load(int(j));
+    for (const auto& n : body.nodes()) lower(*n);
+    KernelCode out;
+    for (const ir::Value* v : body.outputs()) {
+      auto it = value_.find(v);
+      if (it == value_.end()) throw Unsupported{"a kernel output that no node defines"};
+      out.stores.push_back(it->second);
+    }
+    for (const Instr& in : code_) out.depth = std::max(out.depth, in.depth);
+    out.code = std::move(code_);
+    return out;
+  }
+
+ private:
+  const passes::Kernel& k_;
+  int rank_;
+  std::vector<Instr> code_;
+  std::map<std::tuple<int, int, std::vector<int>, uint64_t, int64_t, int, int>, int> cse_;
+  std::unordered_map<const ir::Value*, int> value_;
+
+  const Instr& at(int id) const { return code_[size_t(id)]; }
+
+  // Appends an instruction (or finds its twin), deriving its row flag and depth.
+  int add(Instr in) {
+    for (int a : in.args) {
+      const Instr& x = at(a);
+      if (in.op == EOp::Reduce) {
+        in.depth = std::max(in.depth, x.depth + 1);
+      } else {
+        in.row |= x.row;
+        in.depth = std::max(in.depth, x.depth);
+      }
+    }
+    uint64_t fbits;
+    std::memcpy(&fbits, &in.f, sizeof fbits);
+    auto key = std::make_tuple(int(in.op), int(in.type), in.args, fbits, in.i, in.index, int(in.reducer));
+    auto [it, fresh] = cse_.try_emplace(key, int(code_.size()));
+    if (fresh) code_.push_back(std::move(in));
+    return it->second;
+  }
+  int op(EOp o, DType t, std::vector<int> args) {
+    Instr in;
+    in.op = o;
+    in.type = t;
+    in.args = std::move(args);
+    return add(std::move(in));
+  }
+  int constant(DType t, double v) {
+    Instr in;
+    in.op = EOp::Const;
+    in.type = t;
+    if (is_floating(t)) in.f = v;
+    else if (t == DType::Bool) in.i = v != 0;
+    else in.i = int64_t(v);
+    return add(std::move(in));
+  }
+  int constant_int(DType t, int64_t v) {
+    if (is_floating(t)) return constant(t, double(v));
+    Instr in;
+    in.op = EOp::Const;
+    in.type = t;
+    in.i = t == DType::Bool ? v != 0 : v;
+    return add(std::move(in));
+  }
+  int load(int j) {
+    const passes::Access& a = k_.loads[size_t(j)];
+    Instr in;
+    in.type = compute_dtype(a.dtype);
+    in.index = j;
+    if (a.buffer < 0) {
+      in.op = EOp::Arg;
+    } else {
+      in.op = EOp::Load;
+      for (int d = k_.reduce_from; d < rank_ && d < int(a.sizes.size()); ++d) in.row |= a.sizes[size_t(d)] > 1;
+    }
+    return add(std::move(in));
+  }
+  int cvt(int id, DType t) {
+    if (at(id).type == t) return id;
+    if (at(id).op == EOp::Const) {
+      const Instr& c = at(id);
+      if (is_floating(c.type)) return constant(t, c.f);
+      return constant_int(t, c.i);
+    }
+    return op(EOp::Convert, t, {id});
+  }
+  int in(const ir::Node& n, size_t i, DType t) { return cvt(value_.at(n.inputs[i]), t); }
+
+  static double num(const AttrValue& v) {
+    if (auto* d = std::get_if<double>(&v)) return *d;
+    if (auto* i = std::get_if<int64_t>(&v)) return double(*i);
+    if (auto* b = std::get_if<bool>(&v)) return *b ? 1 : 0;
+    throw Unsupported{"a non-numeric attribute"};
+  }
+  static double attr_num(const ir::Node& n, std::string_view name, double dflt) {
+    const Attr* a = n.attr(name);
+    return a && !std::holds_alternative<NoneAttr>(a->value) ? num(a->value) : dflt;
+  }
+  static bool is_int_const(const Instr& c, double v) {
+    return c.op == EOp::Const && (is_floating(c.type) ? c.f == v : double(c.i) == v);
+  }
+
+  [[noreturn]] void unsupported(const ir::Node& n, std::string_view what = {}) const {
+    std::string s = std::string(ir::op_info(n.op).name);
+    if (!n.outputs.empty()) s += " on " + std::string(name(n.outputs[0]->type.dtype));
+    if (!what.empty()) s += " (" + std::string(what) + ")";
+    throw Unsupported{s};
+  }
+
+  // The compute type of a comparison or other op whose operands promote among themselves.
+  DType promoted(const ir::Node& n) const {
+    std::vector<ir::Type> ts;
+    for (const ir::Value* v : n.inputs) ts.push_back(v->type);
+    return compute_dtype(ir::infer_types(OpId::Add, ts, {})[0].dtype);
+  }
+
+  void lower(const ir::Node& n) {
+    DType r = n.outputs.empty() ? DType::Float32 : n.outputs[0]->type.dtype;
+    DType t = compute_dtype(r);
+    bool fl = is_floating(t);
+    auto u = [&](EOp o) { return op(o, t, {in(n, 0, t)}); };
+    auto b = [&](EOp o) { return op(o, t, {in(n, 0, t), in(n, 1, t)}); };
+    auto cmp = [&](EOp o) {
+      DType ct = promoted(n);
+      return op(o, DType::Bool, {in(n, 0, ct), in(n, 1, ct)});
+    };
+    auto logical = [&](EOp o) {
+      return op(o, DType::Bool, {in(n, 0, DType::Bool), in(n, 1, DType::Bool)});
+    };
+    auto float_only = [&] {
+      if (!fl) unsupported(n);
+    };
+    int v = -1;
+    switch (n.op) {
+      case OpId::Constant: {
+        const Attr* a = n.attr("value");
+        if (!a || !n.outputs[0]->type.sizes.empty()) unsupported(n, "tensor constant in a body");
+        if (auto* i = std::get_if<int64_t>(&a->value); i && !fl) v = constant_int(t, *i);
+        else v = constant(t, num(a->value));
+        break;
+      }
+      case OpId::Neg: v = r == DType::Bool ? (unsupported(n), -1) : u(EOp::Neg); break;
+      case OpId::Abs: v = r == DType::Bool ? in(n, 0, t) : u(EOp::Abs); break;
+      case OpId::Sign: v = r == DType::Bool ? in(n, 0, t) : u(EOp::Sign); break;
+      case OpId::Exp: float_only(); v = u(EOp::Exp); break;
+      case OpId::Exp2: float_only(); v = u(EOp::Exp2); break;
+      case OpId::Expm1: float_only(); v = u(EOp::Expm1); break;
+      case OpId::Log: float_only(); v = u(EOp::Log); break;
+      case OpId::Log2: float_only(); v = u(EOp::Log2); break;
+      case OpId::Log1p: float_only(); v = u(EOp::Log1p); break;
+      case OpId::Sqrt: float_only(); v = u(EOp::Sqrt); break;
+      case OpId::Rsqrt: float_only(); v = op(EOp::Recip, t, {u(EOp::Sqrt)}); break;
+      case OpId::Reciprocal: float_only(); v = u(EOp::Recip); break;
+      case OpId::Sin: float_only(); v = u(EOp::Sin); break;
+      case OpId::Cos: float_only(); v = u(EOp::Cos); break;
+      case OpId::Tan: float_only(); v = u(EOp::Tan); break;
+      case OpId::Asin: float_only(); v = u(EOp::Asin); break;
+      case OpId::Acos: float_only(); v = u(EOp::Acos); break;
+      case OpId::Atan: float_only(); v = u(EOp::Atan); break;
+      case OpId::Sinh: float_only(); v = u(EOp::Sinh); break;
+      case OpId::Cosh: float_only(); v = u(EOp::Cosh); break;
+      case OpId::Tanh: float_only(); v = u(EOp::Tanh); break;
+      case OpId::Erf: float_only(); v = u(EOp::Erf); break;
+      case OpId::Sigmoid: {
+        float_only();
+        int x = in(n, 0, t);
+        int e = op(EOp::Exp, t, {op(EOp::Neg, t, {x})});
+        v = op(EOp::Recip, t, {op(EOp::Add, t, {constant(t, 1), e})});
+        break;
+      }
+      case OpId::Silu: {
+        float_only();
+        int x = in(n, 0, t);
+        int e = op(EOp::Exp, t, {op(EOp::Neg, t, {x})});
+        v = op(EOp::Mul, t, {x, op(EOp::Recip, t, {op(EOp::Add, t, {constant(t, 1), e})})});
+        break;
+      }
+      case OpId::Relu: {
+        int x = in(n, 0, t);
+        v = op(EOp::Select, t, {op(EOp::Lt, DType::Bool, {x, constant(t, 0)}), constant(t, 0), x});
+        break;
+      }
+      case OpId::Gelu: {
+        float_only();
+        const Attr* a = n.attr("approximate");
+        bool tanh_form = a && std::holds_alternative<std::string>(a->value) && std::get<std::string>(a->value) == "tanh";
+        int x = in(n, 0, t);
+        int inner;
+        if (tanh_form) {
+          int x3 = op(EOp::Mul, t, {op(EOp::Mul, t, {x, x}), x});
+          int s = op(EOp::Add, t, {x, op(EOp::Mul, t, {constant(t, 0.044715), x3})});
+          inner = op(EOp::Tanh, t, {op(EOp::Mul, t, {constant(t, 0.7978845608028654), s})});
+        } else {
+          inner = op(EOp::Erf, t, {op(EOp::Mul, t, {x, constant(t, 0.7071067811865476)})});
+        }
+        int half_x = op(EOp::Mul, t, {constant(t, 0.5), x});
+        v = op(EOp::Mul, t, {half_x, op(EOp::Add, t, {constant(t, 1), inner})});
+        break;
+      }
+      case OpId::Floor: v = fl ? u(EOp::Floor) : in(n, 0, t); break;
+      case OpId::Ceil: v = fl ? u(EOp::Ceil) : in(n, 0, t); break;
+      case OpId::Round: v = fl ? u(EOp::Round) : in(n, 0, t); break;
+      case OpId::Trunc: v = fl ? u(EOp::Trunc) : in(n, 0, t); break;
+      case OpId::IsNan:
+      case OpId::IsInf:
+      case OpId::IsFinite: {
+        DType xt = compute_dtype(n.inputs[0]->type.dtype);
+        if (!is_floating(xt)) {
+          v = constant_int(DType::Bool, n.op == OpId::IsFinite);
+        } else {
+          EOp o = n.op == OpId::IsNan ? EOp::IsNan : n.op == OpId::IsInf ? EOp::IsInf : EOp::IsFinite;
+          v = op(o, DType::Bool, {in(n, 0, xt)});
+        }
+        break;
+      }
+      case OpId::NanToNum: {
+        if (!fl) {
+          v = in(n, 0, t);
+          break;
+        }
+        double big = r == DType::Float16    ? 65504.0
+                     : r == DType::BFloat16 ? 3.3895313892515355e38
+                     : r == DType::Float32  ? double(std::numeric_limits<float>::max())
+                                            : std::numeric_limits<double>::max();
+        int x = in(n, 0, t);
+        int nan_v = constant(t, attr_num(n, "nan", 0));
+        int pos_v = constant(t, attr_num(n, "posinf", big));
+        int neg_v = constant(t, attr_num(n, "neginf", -big));
+        int is_inf = op(EOp::IsInf, DType::Bool, {x});
+        int pos = op(EOp::Gt, DType::Bool, {x, constant(t, 0)});
+        int inf_v = op(EOp::Select, t, {pos, pos_v, neg_v});
+        v = op(EOp::Select, t, {op(EOp::IsNan, DType::Bool, {x}), nan_v, op(EOp::Select, t, {is_inf, inf_v, x})});
+        break;
+      }
+      case OpId::LogicalNot: v = op(EOp::Not, DType::Bool, {in(n, 0, DType::Bool)}); break;
+      case OpId::BitwiseNot:
+        if (fl) unsupported(n);
+        v = r == DType::Bool ? op(EOp::Not, t, {in(n, 0, t)}) : u(EOp::BitNot);
+        break;
+      case OpId::Cast: {
+        v = in(n, 0, t);
+        if (r == DType::Float16 || r == DType::BFloat16) {
+          Instr rt;
+          rt.op = EOp::RoundTo16;
+          rt.type = t;
+          rt.args = {v};
+          rt.index = int(r);
+          v = add(std::move(rt));
+        }
+        break;
+      }
+      case OpId::Fill: v = constant(t, attr_num(n, "value", 0)); break;
+      case OpId::Add:
+      case OpId::Sub: {
+        double alpha = attr_num(n, "alpha", 1);
+        if (r == DType::Bool) {
+          if (n.op == OpId::Sub) unsupported(n);
+          v = logical(EOp::Or);
+          break;
+        }
+        int x = in(n, 0, t), y = in(n, 1, t);
+        if (alpha != 1) y = op(EOp::Mul, t, {constant(t, alpha), y});
+        v = op(n.op == OpId::Add ? EOp::Add : EOp::Sub, t, {x, y});
+        break;
+      }
+      case OpId::Mul: v = r == DType::Bool ? logical(EOp::And) : b(EOp::Mul); break;
+      case OpId::Div: {
+        const Attr* a = n.attr("rounding_mode");
+        std::string mode = a && std::holds_alternative<std::string>(a->value) ? std::get<std::string>(a->value) : "";
+        if (!fl) unsupported(n, "integer division");
+        int x = in(n, 0, t), y = in(n, 1, t);
+        int q = op(EOp::Div, t, {x, y});
+        if (mode.empty() || mode == "none") {
+          v = q;
+        } else if (mode == "trunc") {
+          v = op(EOp::Trunc, t, {q});
+        } else {
+          v = floor_div(t, x, y, q);
+        }
+        break;
+      }
+      case OpId::Remainder: {
+        if (!fl) unsupported(n, "integer remainder");
+        int x = in(n, 0, t), y = in(n, 1, t);
+        int m = op(EOp::Fmod, t, {x, y});
+        int zero = constant(t, 0);
+        int fix = op(EOp::And, DType::Bool,
+                     {op(EOp::Ne, DType::Bool, {m, zero}),
+                      op(EOp::Ne, DType::Bool, {op(EOp::Lt, DType::Bool, {m, zero}), op(EOp::Lt, DType::Bool, {y, zero})})});
+        v = op(EOp::Select, t, {fix, op(EOp::Add, t, {m, y}), m});
+        break;
+      }
+      case OpId::Fmod:
+        if (!fl) unsupported(n, "integer fmod");
+        v = b(EOp::Fmod);
+        break;
+      case OpId::Pow: v = pow(n, t); break;
+      case OpId::Atan2: float_only(); v = b(EOp::Atan2); break;
+      case OpId::Maximum: v = r == DType::Bool ? logical(EOp::Or) : b(EOp::Max); break;
+      case OpId::Minimum: v = r == DType::Bool ? logical(EOp::And) : b(EOp::Min); break;
+      case OpId::Eq: v = cmp(EOp::Eq); break;
+      case OpId::Ne: v = cmp(EOp::Ne); break;
+      case OpId::Lt: v = cmp(EOp::Lt); break;
+      case OpId::Le: v = cmp(EOp::Le); break;
+      case OpId::Gt: v = cmp(EOp::Gt); break;
+      case OpId::Ge: v = cmp(EOp::Ge); break;
+      case OpId::LogicalAnd: v = logical(EOp::And); break;
+      case OpId::LogicalOr: v = logical(EOp::Or); break;
+      case OpId::LogicalXor: v = logical(EOp::Xor); break;
+      case OpId::BitwiseAnd: if (fl) unsupported(n); v = b(EOp::And); break;
+      case OpId::BitwiseOr: if (fl) unsupported(n); v = b(EOp::Or); break;
+      case OpId::BitwiseXor: if (fl) unsupported(n); v = b(EOp::Xor); break;
+      case OpId::Where: v = op(EOp::Select, t, {in(n, 0, DType::Bool), in(n, 1, t), in(n, 2, t)}); break;
+      case OpId::Clamp: {
+        const Attr* has_min = n.attr("has_min");
+        const Attr* has_max = n.attr("has_max");
+        bool lo = has_min && std::get<bool>(has_min->value), hi = has_max && std::get<bool>(has_max->value);
+        size_t next = 1;
+        v = in(n, 0, t);
+        if (lo) v = op(EOp::Max, t, {v, in(n, next++, t)});
+        if (hi) v = op(EOp::Min, t, {v, in(n, next++, t)});
+        break;
+      }
+      case OpId::Lerp: {
+        float_only();
+        int a = in(n, 0, t), bb = in(n, 1, t), w = in(n, 2, t);
+        int diff = op(EOp::Sub, t, {bb, a});
+        int low = op(EOp::Add, t, {a, op(EOp::Mul, t, {w, diff})});
+        int high = op(EOp::Sub, t, {bb, op(EOp::Mul, t, {diff, op(EOp::Sub, t, {constant(t, 1), w})})});
+        v = op(EOp::Select, t, {op(EOp::Lt, DType::Bool, {w, constant(t, 0.5)}), low, high});
+        break;
+      }
+      case OpId::Addcmul: {
+        double value = attr_num(n, "value", 1);
+        int prod = op(EOp::Mul, t, {in(n, 1, t), in(n, 2, t)});
+        if (value != 1) prod = op(EOp::Mul, t, {constant(t, value), prod});
+        v = op(EOp::Add, t, {in(n, 0, t), prod});
+        break;
+      }
+      case OpId::MaskedFill:
+        v = op(EOp::Select, t, {in(n, 1, DType::Bool), constant(t, attr_num(n, "value", 0)), in(n, 0, t)});
+        break;
+      default:
+        if (ir::op_info(n.op).category == ir::Category::Reduction) {
+          v = reduction(n, r, t);
+          break;
+        }
+        unsupported(n);
+    }
+    value_[n.outputs[0]] = v;
+  }
+
+  // Python-style floor division of floats, exact at the edges (the eager kernel's formula).
+  int floor_div(DType t, int x, int y, int q) {
+    int zero = constant(t, 0);
+    int mod = op(EOp::Fmod, t, {x, y});
+    int div = op(EOp::Div, t, {op(EOp::Sub, t, {x, mod}), y});
+    int adjust = op(EOp::And, DType::Bool,
+                    {op(EOp::Ne, DType::Bool, {mod, zero}),
+                     op(EOp::Ne, DType::Bool, {op(EOp::Lt, DType::Bool, {y, zero}), op(EOp::Lt, DType::Bool, {mod, zero})})});
+    div = op(EOp::Select, t, {adjust, op(EOp::Sub, t, {div, constant(t, 1)}), div});
+    int fl = op(EOp::Floor, t, {div});
+    int up = op(EOp::Gt, DType::Bool, {op(EOp::Sub, t, {div, fl}), constant(t, 0.5)});
+    fl = op(EOp::Select, t, {up, op(EOp::Add, t, {fl, constant(t, 1)}), fl});
+    // a zero quotient keeps the sign of the true quotient: copysign(0, x / y) = 0 * sign bit
+    int signed_zero = op(EOp::Select, t, {op(EOp::Lt, DType::Bool, {q, zero}), constant(t, -0.0), zero});
+    int result = op(EOp::Select, t, {op(EOp::Ne, DType::Bool, {div, zero}), fl, signed_zero});
+    return op(EOp::Select, t, {op(EOp::Eq, DType::Bool, {y, zero}), q, result});
+  }
+
+  int pow(const ir::Node& n, DType t) {
+    int x = in(n, 0, t);
+    int e = value_.at(n.inputs[1]);
+    const Instr& c = at(e);
+    if (c.op == EOp::Const) {
+      if (is_int_const(c, 1)) return x;
+      if (is_int_const(c, 2)) return op(EOp::Mul, t, {x, x});
+      if (is_int_const(c, 3)) return op(EOp::Mul, t, {op(EOp::Mul, t, {x, x}), x});
+      if (is_floating(t) && is_int_const(c, 0.5)) return op(EOp::Sqrt, t, {x});
+      if (is_floating(t) && is_int_const(c, -1)) return op(EOp::Recip, t, {x});
+    }
+    if (!is_floating(t)) unsupported(n, "integer pow with a non-constant exponent");
+    return op(EOp::Pow, t, {x, cvt(e, t)});
+  }
+
+  // The loop-space dims a reduction node reduces, checked against the kernel's reduction loops.
+  void check_dims(const ir::Node& n, const std::vector<int64_t>& dims) {
+    int in_rank = int(n.inputs[0]->type.sizes.size());
+    std::set<int64_t> got;
+    if (dims.empty()) {
+      for (int d = 0; d < in_rank; ++d) got.insert(d);
+    }
+    for (int64_t d : dims) got.insert(d < 0 ? d + in_rank : d);
+    std::set<int64_t> want;
+    for (int d = k_.reduce_from; d < rank_; ++d) want.insert(d);
+    // a 0-d input reduced over "every dim" of a scalar kernel, or the kernel's reduction loops
+    bool ok = in_rank == rank_ ? got == want : (in_rank == 0 && want.empty());
+    if (!ok) unsupported(n, "reduced dims are not the kernel's reduction loops");
+  }
+
+  int reduce(Reducer rd, DType acc, int x) {
+    Instr in;
+    in.op = EOp::Reduce;
+    in.type = acc;
+    in.reducer = rd;
+    in.args = {cvt(x, acc)};
+    return add(std::move(in));
+  }
+
+  int reduction(const ir::Node& n, DType r, DType t) {
+    auto dims_attr = [&](std::string_view name) {
+      const Attr* a = n.attr(name);
+      std::vector<int64_t> dims;
+      if (a && std::holds_alternative<IntList>(a->value)) dims = std::get<IntList>(a->value);
+      else if (a && std::holds_alternative<int64_t>(a->value)) dims = {std::get<int64_t>(a->value)};
+      return dims;
+    };
+    bool single_dim = n.op == OpId::Softmax || n.op == OpId::LogSoftmax;
+    check_dims(n, dims_attr(single_dim ? "dim" : "dims"));
+    int64_t count = 1;
+    for (int d = k_.reduce_from; d < rank_; ++d) count *= k_.loops[size_t(d)];
+    DType xt = compute_dtype(n.inputs[0]->type.dtype);
+    int x = value_.at(n.inputs[0]);
+    // Float sums accumulate in float64, integer and bool sums in int64.
+    DType acc = is_floating(t) ? DType::Float64 : DType::Int64;
+    switch (n.op) {
+      case OpId::Sum:
+      case OpId::NanSum: {
+        if (n.op == OpId::NanSum && is_floating(xt))
+          x = op(EOp::Select, xt, {op(EOp::IsNan, DType::Bool, {x}), constant(xt, 0), x});
+        return cvt(reduce(Reducer::Sum, acc, x), t);
+      }
+      case OpId::Prod: return cvt(reduce(Reducer::Prod, acc, x), t);
+      case OpId::Mean: {
+        if (!is_floating(t)) unsupported(n);
+        int s = reduce(Reducer::Sum, DType::Float64, x);
+        return cvt(op(EOp::Div, DType::Float64, {s, constant(DType::Float64, double(count))}), t);
+      }
+      case OpId::Amax: return r == DType::Bool ? reduce(Reducer::Any, DType::Bool, x) : reduce(Reducer::Max, t, x);
+      case OpId::Amin: return r == DType::Bool ? reduce(Reducer::All, DType::Bool, x) : reduce(Reducer::Min, t, x);
+      case OpId::Any: return reduce(Reducer::Any, DType::Bool, x);
+      case OpId::All: return reduce(Reducer::All, DType::Bool, x);
+      case OpId::Norm: {
+        if (!is_floating(t)) unsupported(n);
+        double p = attr_num(n, "p", 2);
+        int a = op(EOp::Abs, DType::Float64, {cvt(x, DType::Float64)});
+        if (p == 2) return cvt(op(EOp::Sqrt, DType::Float64, {reduce(Reducer::Sum, DType::Float64, op(EOp::Mul, DType::Float64, {a, a}))}), t);
+        if (p == 1) return cvt(reduce(Reducer::Sum, DType::Float64, a), t);
+        if (std::isinf(p) && p > 0) return cvt(reduce(Reducer::Max, t, cvt(a, t)), t);
+        unsupported(n, "norm with p other than 1, 2, inf");
+      }
+      case OpId::Var:
+      case OpId::Std: {
+        if (!is_floating(t)) unsupported(n);
+        double corr = attr_num(n, "correction", 1);
+        int x64 = cvt(x, DType::Float64);
+        int mean = op(EOp::Div, DType::Float64, {reduce(Reducer::Sum, DType::Float64, x64), constant(DType::Float64, double(count))});
+        int d = op(EOp::Sub, DType::Float64, {x64, mean});
+        int ss = reduce(Reducer::Sum, DType::Float64, op(EOp::Mul, DType::Float64, {d, d}));
+        int var = op(EOp::Div, DType::Float64, {ss, constant(DType::Float64, std::max(0.0, double(count) - corr))});
+        if (n.op == OpId::Std) var = op(EOp::Sqrt, DType::Float64, {var});
+        return cvt(var, t);
+      }
+      case OpId::LogSumExp: {
+        if (!is_floating(t)) unsupported(n);
+        int xv = cvt(x, t);
+        int m = reduce(Reducer::Max, t, xv);
+        int safe = op(EOp::Select, t, {op(EOp::IsInf, DType::Bool, {m}), constant(t, 0), m});
+        int e = op(EOp::Exp, t, {op(EOp::Sub, t, {xv, safe})});
+        int s = cvt(reduce(Reducer::Sum, DType::Float64, e), t);
+        return op(EOp::Add, t, {op(EOp::Log, t, {s}), safe});
+      }
+      case OpId::Softmax:
+      case OpId::LogSoftmax: {
+        if (!is_floating(t)) unsupported(n);
+        int xv = cvt(x, t);
+        int m = reduce(Reducer::Max, t, xv);
+        int shifted = op(EOp::Sub, t, {xv, m});
+        int e = op(EOp::Exp, t, {shifted});
+        int s = cvt(reduce(Reducer::Sum, DType::Float64, e), t);
+        if (n.op == OpId::Softmax) return op(EOp::Div, t, {e, s});
+        return op(EOp::Sub, t, {shifted, op(EOp::Log, t, {s})});
+      }
+      default: unsupported(n);
+    }
+  }
+};
+
+}  // namespace
+
+Lowered lower_kernel(const passes::Kernel& k) {
+  Lowered out;
+  if (k.kind == passes::KernelKind::Opaque || k.kind == passes::KernelKind::Control) {
+    out.why = std::string(passes::kernel_kind_name(k.kind)) + " kernel";
+    return out;
+  }
+  try {
+    Builder b(k);
+    out.code = b.run();
+    // A row value stored where the store does not vary along the row has no single value.
+    for (size_t j = 0; j < k.stores.size(); ++j) {
+      if (!out.code->code[size_t(out.code->stores[j])].row) continue;
+      bool varies = false;
+      for (size_t d = size_t(k.reduce_from); d < k.loops.size() && d < k.stores[j].sizes.size(); ++d)
+        varies |= k.stores[j].sizes[d] > 1;
+      if (!varies) {
+        out.code.reset();
+        out.why = "a row value stored once per row";
+        return out;
+      }
+    }
+  } catch (const Unsupported& u) {
+    out.code.reset();
+    out.why = u.why;
+  }
+  return out;
+}
+
+std::string KernelCode::str() const {
+  std::ostringstream o;
+  o.precision(17);
+  for (size_t i = 0; i < code.size(); ++i) {
+    const Instr& in = code[i];
+    o << "  %" << i << " = " << eop_name(in.op);
+    if (in.op == EOp::Reduce) {
+      static const char* rn[] = {"sum", "prod", "max", "min", "any", "all"};
+      o << "." << rn[size_t(in.reducer)];
+    }
+    o << " " << name(in.type);
+    for (int a : in.args) o << " %" << a;
+    if (in.op == EOp::Const) {
+      if (is_floating(in.type)) o << " " << in.f;
+      else o << " " << in.i;
+    }
+    if (in.op == EOp::Load || in.op == EOp::Arg) o << " in" << in.index;
+    if (in.row) o << " row";
+    if (in.depth) o << " depth " << in.depth;
+    o << "\n";
+  }
+  for (size_t j = 0; j < stores.size(); ++j) o << "  store out" << j << " = %" << stores[j] << "\n";
+  return o.str();
+}
+
+}  // namespace kiln::codegen

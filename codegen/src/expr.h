@@ -1,0 +1,76 @@
+// Kernel code: a kernel's body as straight-line scalar code, what every backend renders.
+//
+// The passes hand each kernel over as a small graph of the op table's ops in loop space
+// (kiln/passes/kernel.h). A backend wants less: one scalar instruction per primitive operation
+// at one point of the loop space, with the reductions spelled out. lower_kernel() does that
+// once for all backends: composite ops expand (softmax into a max, a sum and a division;
+// var into a mean and a sum of squares; gelu into its formula), every operand is converted to
+// the type its op computes in, 16-bit floats compute as float32 (their loads widen, their
+// stores round), float sums accumulate in float64, and identical instructions are shared.
+//
+// Each instruction knows whether it varies along the reduction loops ("row" values: they are
+// computed inside a loop over the row) and its depth: how many reductions deep it sits.
+// A kernel with reductions runs, per outer index, one loop over the row per depth (all the
+// reductions of that depth accumulate in it), then the stores: per-row values once, row values
+// in a last loop over the row. An elementwise kernel has depth 0 and no row values.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/passes/kernel.h"
+
+namespace kiln::codegen {
+
+// The type an operation of `storage` dtype computes in: float16 and bfloat16 compute as float32.
+DType compute_dtype(DType storage);
+
+enum class EOp : uint8_t {
+  Load,   // operand `index` (a kernel load) at the current loop index, widened to `type`
+  Arg,    // operand `index`: a host number passed at run time
+  Const,  // `f` (float types) or `i` (integer and bool types)
+  // unary
+  Neg, Abs, Sign, Exp, Exp2, Expm1, Log, Log2, Log1p, Sqrt, Recip, Sin, Cos, Tan, Asin, Acos, Atan,
+  Sinh, Cosh, Tanh, Erf, Floor, Ceil, Round, Trunc, IsNan, IsInf, IsFinite, Not, BitNot,
+  Convert,    // to `type` (float to integer saturates; anything to bool is != 0)
+  RoundTo16,  // a float32 rounded to the 16-bit float `index` names (as DType), kept as float32
+  // binary
+  Add, Sub, Mul, Div, Pow, Atan2, Max, Min, Fmod, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor,
+  Select,  // args: condition (bool), then, else
+  Reduce,  // the `reducer` of args[0] over the row, in `type`
+};
+std::string_view eop_name(EOp op);
+
+// Max and Min propagate NaN, as the eager amax/amin do.
+enum class Reducer : uint8_t { Sum, Prod, Max, Min, Any, All };
+
+struct Instr {
+  EOp op = EOp::Const;
+  DType type = DType::Float32;  // what the result is computed in (never a 16-bit float)
+  std::vector<int> args;        // earlier instructions
+  double f = 0;
+  int64_t i = 0;
+  int index = -1;  // Load, Arg: the operand; RoundTo16: the DType
+  Reducer reducer = Reducer::Sum;
+  bool row = false;  // varies along the reduction loops
+  int depth = 0;     // Reduce: 1 + the depth of its input; others: the deepest reduction used
+};
+
+struct KernelCode {
+  std::vector<Instr> code;  // in dependency order
+  std::vector<int> stores;  // the instruction each store writes (converted to the store's dtype)
+  int depth = 0;            // the deepest reduction (0: none)
+  std::string str() const;  // one instruction per line, for dump-ir and tests
+};
+
+struct Lowered {
+  std::optional<KernelCode> code;
+  std::string why;  // when not lowered: the op and dtype no backend path handles yet
+};
+
+// The kernel's body as scalar code. Opaque and control kernels are not lowered (they run their
+// library op or regions); an op or dtype without a scalar form is reported in `why`.
+Lowered lower_kernel(const passes::Kernel& k);
+
+}  // namespace kiln::codegen

@@ -72,6 +72,7 @@ class Emitter {
     Value* begin = F_->getArg(unsigned(nops + 1));
     Value* end = F_->getArg(unsigned(nops + 2));
     iv_.assign(k_.loops.size(), nullptr);
+    tile_ = wants_tiles();
     outer(0, B.CreateTrunc(begin, idx_), B.CreateTrunc(end, idx_));
     B.CreateRetVoid();
 
@@ -103,6 +104,8 @@ class Emitter {
   std::vector<Value*> iv_;     // per loop: the current index (null: not inside that loop)
   std::vector<Value*> memo_;   // per instruction: its value where the builder is now
   std::vector<llvm::AllocaInst*> acc_;
+  bool tile_ = false;
+  static constexpr uint64_t kTile = 32;
 
   int rank() const { return int(k_.loops.size()); }
   int reduce_from() const { return std::min(k_.reduce_from, rank()); }
@@ -139,7 +142,7 @@ class Emitter {
 
   // Emits `for (i = lo; i < hi; ++i) body(i)` in rotated form; the builder ends after the loop.
   template <class Body>
-  void loop(Value* lo, Value* hi, const char* name, Body&& body) {
+  void loop(Value* lo, Value* hi, const char* name, Body&& body, uint64_t step = 1) {
     BasicBlock* pre = B.GetInsertBlock();
     BasicBlock* head = BasicBlock::Create(C, name, F_);
     BasicBlock* exit = BasicBlock::Create(C, std::string(name) + ".exit", F_);
@@ -148,13 +151,14 @@ class Emitter {
     llvm::PHINode* i = B.CreatePHI(idx_, 2, "i");
     i->addIncoming(lo, pre);
     body(i);
-    Value* next = B.CreateAdd(i, llvm::ConstantInt::get(idx_, 1), "i.next", true, true);
+    Value* next = B.CreateAdd(i, llvm::ConstantInt::get(idx_, step), "i.next", true, true);
     i->addIncoming(next, B.GetInsertBlock());
     B.CreateCondBr(B.CreateICmpSLT(next, hi), head, exit);
     B.SetInsertPoint(exit);
   }
 
-  // The outer loops [d, reduce_from): the outermost runs [begin, end).
+  // The outer loops [d, reduce_from): the outermost runs [begin, end). When the last two are
+  // tiled (tile_), they run as blocks of kTile x kTile.
   void outer(int d, Value* begin, Value* end) {
     if (d == reduce_from()) {
       outer_body();
@@ -162,11 +166,53 @@ class Emitter {
     }
     Value* lo = d == 0 ? begin : llvm::ConstantInt::get(idx_, 0);
     Value* hi = d == 0 ? end : llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d)]));
+    if (tile_ && d == rank() - 2) {
+      tiled(d, lo, hi);
+      return;
+    }
     loop(lo, hi, "outer", [&](Value* i) {
       iv_[size_t(d)] = i;
       outer(d + 1, begin, end);
       iv_[size_t(d)] = nullptr;
     });
+  }
+
+  // Loops d and d + 1 (the innermost two, no reductions) in square blocks: an operand that is
+  // contiguous along d but strided along d + 1 (a transposed read) then reuses the cache lines
+  // a block touches instead of missing on every element.
+  void tiled(int d, Value* lo, Value* hi) {
+    Value* hi2 = llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d + 1)]));
+    Value* tile = llvm::ConstantInt::get(idx_, kTile);
+    auto min = [&](Value* a, Value* b) { return B.CreateSelect(B.CreateICmpSLT(a, b), a, b); };
+    loop(lo, hi, "tile", [&](Value* t0) {
+      loop(llvm::ConstantInt::get(idx_, 0), hi2, "tile", [&](Value* t1) {
+        Value* end0 = min(B.CreateAdd(t0, tile, "", true, true), hi);
+        Value* end1 = min(B.CreateAdd(t1, tile, "", true, true), hi2);
+        loop(t0, end0, "outer", [&](Value* i) {
+          iv_[size_t(d)] = i;
+          loop(t1, end1, "outer", [&](Value* j) {
+            iv_[size_t(d + 1)] = j;
+            outer_body();
+          });
+        });
+        iv_[size_t(d)] = iv_[size_t(d + 1)] = nullptr;
+      }, kTile);
+    }, kTile);
+  }
+
+  // Tile when the kernel is elementwise with at least two loops and some operand walks the
+  // innermost loop with a stride but the one before it contiguously (a transpose).
+  bool wants_tiles() const {
+    if (rank() < 2 || reduce_from() != rank()) return false;
+    if (k_.loops[size_t(rank() - 1)] < 2 * int64_t(kTile) || k_.loops[size_t(rank() - 2)] < 2 * int64_t(kTile)) return false;
+    for (size_t j = 0; j < k_.loads.size() + k_.stores.size(); ++j) {
+      const passes::Access& a = operand(j);
+      if (a.buffer < 0 || a.strides.size() != size_t(rank())) continue;
+      int64_t inner = a.sizes[size_t(rank() - 1)] > 1 ? std::abs(a.strides[size_t(rank() - 1)]) : 0;
+      int64_t before = a.sizes[size_t(rank() - 2)] > 1 ? std::abs(a.strides[size_t(rank() - 2)]) : 0;
+      if (inner > 1 && before == 1) return true;
+    }
+    return false;
   }
 
   // The reduction loops [d, rank): `body` runs innermost.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
@@ -12,6 +13,7 @@
 
 #include "kiln/compile.h"
 #include "kiln/passes/kernel.h"
+#include "kiln/ir/infer.h"
 #include "kiln/passes/pass.h"
 #include "tracer.h"
 
@@ -208,14 +210,76 @@ static void compile_node(TreeNode& n, const CompileOptions& opts) {
   }
 }
 
-// Runs one graph of the trace tree: compiled when its inputs have the sizes and strides the
-// kernels were specialised on (a dynamic dim's other sizes run on the reference executor).
-static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>& ins) {
-  if (n.compiled) {
-    std::vector<ir::Slot> slots(ins.size());
-    for (size_t i = 0; i < ins.size(); ++i) slots[i].tensor = ins[i];
-    if (n.compiled->accepts(slots)) return n.compiled->run(std::span<const ir::Slot>(slots));
+// The graph with new input types and every node's output types inferred again (a graph traced
+// at one size of a dynamic dim, re-specialised for another). nullopt when inference refuses
+// (the graph depends on the old sizes) or the graph has regions.
+static std::optional<ir::Graph> retype(const ir::Graph& g, const std::vector<Tensor>& ins) {
+  ir::Graph out(g.name());
+  std::unordered_map<const ir::Value*, ir::Value*> map;
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const ir::Value* v = g.inputs()[i];
+    map[v] = out.add_input(v->name, ir::Type::tensor(ins[i].dtype(), ins[i].sizes().vec(), ins[i].strides().vec()));
   }
+  try {
+    for (const auto& n : g.nodes()) {
+      if (!n->regions.empty()) return std::nullopt;
+      std::vector<ir::Value*> args;
+      std::vector<ir::Type> types;
+      for (const ir::Value* v : n->inputs) {
+        args.push_back(map.at(v));
+        types.push_back(args.back()->type);
+      }
+      std::vector<ir::Type> outs;
+      if (n->op == OpId::Constant)
+        for (const ir::Value* v : n->outputs) outs.push_back(v->type);
+      else
+        outs = ir::infer_types(n->op, types, n->attrs);
+      ir::Node* m = out.add_node(n->op, args, n->attrs, outs, n->loc);
+      for (size_t k = 0; k < n->outputs.size(); ++k) map[n->outputs[k]] = m->outputs[k];
+    }
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  std::vector<ir::Value*> outs;
+  for (const ir::Value* v : g.outputs()) outs.push_back(map.at(v));
+  out.set_outputs(outs);
+  return out;
+}
+
+// Runs one graph of the trace tree: compiled when its inputs have the sizes and strides the
+// kernels were specialised on; other sizes (a dynamic dim's) get a program of their own, up to
+// kMaxVariants of them, and past that run on the reference executor.
+static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>& ins) {
+  if (!n.compiled) return n.exe->run(ins);
+  std::vector<ir::Slot> slots(ins.size());
+  for (size_t i = 0; i < ins.size(); ++i) slots[i].tensor = ins[i];
+  if (n.compiled->accepts(slots)) return n.compiled->run(std::span<const ir::Slot>(slots));
+  std::vector<int64_t> key;
+  for (const Tensor& t : ins) {
+    key.push_back(t.dim());
+    for (int64_t d = 0; d < t.dim(); ++d) key.push_back(t.sizes()[size_t(d)]), key.push_back(t.strides()[size_t(d)]);
+  }
+  std::shared_ptr<codegen::CompiledProgram> variant;
+  {
+    std::lock_guard<std::mutex> lock(n.variants_mu);
+    auto it = n.variants.find(key);
+    if (it != n.variants.end()) {
+      variant = it->second;
+    } else if (n.variants.size() < TreeNode::kMaxVariants) {
+      try {
+        if (std::optional<ir::Graph> g = retype(n.graph, ins)) {
+          passes::Module m = passes::optimize(*g);
+          std::vector<ir::Type> types;
+          for (const ir::Value* v : g->inputs()) types.push_back(v->type);
+          variant = codegen::compile_cpu(m.program, std::move(types));
+        }
+      } catch (const Error&) {
+        variant.reset();
+      }
+      n.variants.emplace(key, variant);
+    }
+  }
+  if (variant && variant->accepts(slots)) return variant->run(std::span<const ir::Slot>(slots));
   return n.exe->run(ins);
 }
 
@@ -521,7 +585,16 @@ Explanation Engine::explain(std::span<const CallArg> args) const {
   while (!stack.empty()) {
     const TreeNode* n = stack.back();
     stack.pop_back();
-    ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph), n->backend_note});
+    std::string note = n->backend_note;
+    {
+      std::lock_guard<std::mutex> vlock(n->variants_mu);
+      size_t compiled = 0;
+      for (const auto& [k, v] : n->variants) compiled += v != nullptr;
+      if (!n->variants.empty())
+        note += "; other sizes: " + std::to_string(compiled) + " compiled, " + std::to_string(n->variants.size() - compiled) +
+                " on the reference executor";
+    }
+    ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph), note});
     if (n->exit == Exit::Return) continue;
     if (seen_breaks.insert(n->reason + "@" + n->where).second) ex.breaks.push_back({n->reason, n->where});
     std::string g = n->reason + " at " + n->where;

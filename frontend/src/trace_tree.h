@@ -7,6 +7,8 @@
 // lead to child nodes.
 #pragma once
 #include <functional>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +50,11 @@ struct TreeNode {
   // strides (null: the reference executor `exe` runs it). `backend_note` says which and why.
   std::shared_ptr<codegen::CompiledProgram> compiled;
   std::string backend_note;
+  // Programs compiled for other input sizes (a dynamic dim's sizes), by the inputs' sizes and
+  // strides; null: that size runs on the reference executor. At most kMaxVariants.
+  static constexpr size_t kMaxVariants = 8;
+  mutable std::mutex variants_mu;
+  mutable std::map<std::vector<int64_t>, std::shared_ptr<codegen::CompiledProgram>> variants;
   uint64_t hash = 0;
   std::vector<Ref> inputs;     // where each graph input comes from
   std::vector<uint32_t> outputs;  // the Value slots the graph's outputs go to

@@ -1,0 +1,556 @@
+// kiln-bench: kiln compiled (kiln::compile) against kiln eager, and libtorch when built with it,
+// on every workload of the registry (tools/workloads) and on saved graphs (--ir). Per workload:
+// fresh random inputs, the compiled outputs checked against eager, then interleaved timed reps,
+// the compulsory memory traffic against a STREAM copy measured in the same run, and the cold and
+// warm compile time measured in child processes. A table, JSON records (--json) and an SVG chart
+// (--svg). docs/bench.md describes every option and the JSON schema.
+#include <kiln/ir/exec.h>
+#include <kiln/ir/graph.h>
+#include <kiln/passes/kernel.h>
+#include <kiln/passes/pass.h>
+#include <kiln/runtime/env.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "bench.h"
+#include "workloads.h"
+
+using namespace kiln;
+namespace wl = kiln::workloads;
+using json = nlohmann::ordered_json;
+
+namespace kiln::bench {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+const char* const kKilnAllocator = "kiln caching allocator";
+
+struct Options {
+  std::string filter, tier = "bench", dtype;
+  std::vector<std::string> ir_files;
+  bool check = true, compile_time = true, libtorch = true, list = false;
+  RepPolicy policy;
+  uint64_t seed = 12345;
+  std::string json_file, svg_file, first_call;
+};
+
+// One timed implementation's outcome.
+struct VariantResult {
+  VariantResult(std::string t, std::string v, std::string a, std::string c = "skipped")
+      : tool(std::move(t)), variant(std::move(v)), allocator(std::move(a)), check(std::move(c)) {}
+  std::string tool, variant, allocator;
+  std::vector<double> seconds;
+  std::string check;  // ok | failed | skipped
+  json extra = json::object();    // tool-specific fields
+};
+
+struct WorkloadResult {
+  std::string name, tier, dtype, inputs;
+  double bytes = kNaN;
+  CompileTimes compile;
+  bool failed = false;
+  std::string error;
+  std::vector<VariantResult> variants;  // eager first
+  const VariantResult* find(const std::string& variant) const {
+    for (const VariantResult& v : variants)
+      if (v.variant == variant) return &v;
+    return nullptr;
+  }
+};
+
+struct Machine {
+  int threads = 1;
+  double stream_gbps = kNaN;
+  std::string cpu;
+};
+
+// Workloads whose float results differ more between orders of evaluation: transcendental
+// chains, reductions and matmuls get the looser tolerance.
+bool loose_check(const std::string& workload) {
+  static const std::set<std::string> exact_enough = {"poly", "where_scale", "broadcast_bias", "transpose_add",
+                                                     "unrolled_loop", "inplace_chain", "branch_sign"};
+  return !exact_enough.count(workload);
+}
+
+std::vector<Tensor> clone_all(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : ts) out.push_back(t.clone());
+  return out;
+}
+
+double total_bytes(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  double n = 0;
+  for (const auto* v : {&a, &b})
+    for (const Tensor& t : *v) n += double(t.numel()) * double(t.element_size());
+  return n;
+}
+
+std::string join_specs(const std::vector<wl::InputSpec>& specs) {
+  std::string s;
+  for (const wl::InputSpec& sp : specs) s += (s.empty() ? "" : ", ") + sp.str();
+  return s;
+}
+
+std::string dtype_label(const std::vector<wl::InputSpec>& specs) {
+  for (const wl::InputSpec& s : specs)
+    if (is_floating(s.dtype)) return std::string(ir::short_name(s.dtype));
+  return specs.empty() ? "" : std::string(ir::short_name(specs[0].dtype));
+}
+
+std::optional<DType> dtype_override(const Options& o) {
+  if (o.dtype.empty()) return std::nullopt;
+  return ir::dtype_from_short_name(o.dtype);
+}
+
+wl::Tier tier_of(const Options& o) { return *wl::tier_from_name(o.tier); }
+
+std::vector<std::string> child_args(const Options& o) {
+  std::vector<std::string> a = {"--tier", o.tier, "--seed", std::to_string(o.seed)};
+  if (!o.dtype.empty()) a.insert(a.end(), {"--dtype", o.dtype});
+  return a;
+}
+
+// ---------------------------------------------------------------- one registry workload
+
+WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
+  WorkloadResult r;
+  r.name = w.name;
+  r.tier = o.tier;
+  std::vector<wl::InputSpec> specs = w.input_specs(tier_of(o), dtype_override(o));
+  r.inputs = join_specs(specs);
+  r.dtype = dtype_label(specs);
+  r.variants.push_back({"kiln", "eager", kKilnAllocator});
+  r.variants.push_back({"kiln", "compiled", kKilnAllocator});
+  // Compile time first, while this process holds no inputs.
+  if (o.compile_time) r.compile = measure_compile_times(w.name, child_args(o));
+
+  const int paths = std::max(1, w.paths);
+  std::vector<std::vector<Tensor>> pristine = w.path_inputs(tier_of(o), o.seed, dtype_override(o));
+  std::vector<std::vector<Tensor>> sets = w.mutates_inputs ? std::vector<std::vector<Tensor>>{} : pristine;
+  if (w.mutates_inputs)
+    for (const auto& s : pristine) sets.push_back(clone_all(s));
+  auto fresh = [&](int p) { return w.mutates_inputs ? clone_all(pristine[size_t(p)]) : pristine[size_t(p)]; };
+  auto f = kiln::compile([&w](const std::vector<Tensor>& v) { return w.run(v); }, CompileOptions{.name = w.name});
+  const bool loose = loose_check(w.name);
+
+  // The reference outputs (and the traffic), then the check of every other variant.
+  std::vector<std::vector<Tensor>> ref;
+  for (int p = 0; p < paths; ++p) {
+    std::vector<Tensor> in = fresh(p);
+    ref.push_back(w.run(in));
+    if (p == 0) r.bytes = total_bytes(in, ref.back());
+  }
+  auto check_variant = [&](VariantResult& v, const std::function<std::vector<Tensor>(int)>& outputs) {
+    if (!o.check) return true;
+    for (int p = 0; p < paths; ++p) {
+      CheckResult c = compare_outputs(ref[size_t(p)], outputs(p), loose);
+      if (!c.ok) {
+        v.check = "failed";
+        r.error += (r.error.empty() ? "" : "; ") + v.variant + (paths > 1 ? " (path " + std::to_string(p) + ")" : "") +
+                   " differs from eager: " + c.message;
+        return false;
+      }
+    }
+    v.check = "ok";
+    return true;
+  };
+  r.variants[0].check = o.check ? "ok" : "skipped";
+  if (!check_variant(r.variants[1], [&](int p) { return f(fresh(p)); })) {
+    r.failed = true;
+    for (VariantResult& v : r.variants) v.check = "failed";
+    return r;
+  }
+
+  auto restore = [&](int call) {
+    if (!w.mutates_inputs) return;
+    const size_t p = size_t(call % paths);
+    for (size_t i = 0; i < sets[p].size(); ++i) sets[p][i].copy_(pristine[p][i]);
+  };
+  std::vector<Tensor> eager_out, comp_out;
+  Timed eager{"eager", restore, [&](int c) { eager_out = w.run(sets[size_t(c % paths)]); }, [&] { eager_out.clear(); }};
+  Timed comp{"compiled", restore, [&](int c) { comp_out = f(sets[size_t(c % paths)]); }, [&] { comp_out.clear(); }};
+  std::vector<Timed*> timed = {&eager, &comp};
+  std::vector<size_t> timed_results = {0, 1};  // indices into r.variants (which may still grow)
+
+#ifdef KILN_BENCH_LIBTORCH
+  std::optional<libtorch::Program> lt;
+  if (o.libtorch && libtorch::has_program(w.name)) {
+    r.variants.push_back({"libtorch", "libtorch", "libtorch CPU allocator over " + malloc_name()});
+    r.variants.back().extra["libtorch_version"] = libtorch::version();
+    bool ok = false, error = false;
+    try {
+      lt = libtorch::make(w.name, pristine, w.mutates_inputs);
+      ok = check_variant(r.variants.back(), lt->outputs);
+    } catch (const std::exception& e) {
+      // libtorch may lack a kernel (--dtype f16): its record is skipped, with the reason
+      std::string what = e.what();
+      error = true;
+      r.variants.back().check = "skipped";
+      r.variants.back().extra["error"] = what.substr(0, what.find('\n'));
+      r.error += (r.error.empty() ? "" : "; ") + std::string("libtorch cannot run it: ") + what.substr(0, what.find('\n'));
+    }
+    if (ok) {
+      timed.push_back(&lt->timed);
+      timed_results.push_back(r.variants.size() - 1);
+    } else {
+      r.failed = r.failed || !error;  // a mismatch fails the exit status; kiln's variants are still timed
+      lt.reset();
+    }
+  }
+#endif
+  ref.clear();
+  time_interleaved(timed, RepPolicy{std::max(o.policy.warmup, paths), o.policy.reps, o.policy.min_time,
+                                    o.policy.max_reps});
+  for (size_t i = 0; i < timed.size(); ++i) r.variants[timed_results[i]].seconds = timed[i]->seconds;
+  CompileStats st = f.stats();
+  r.variants[1].extra["compile_stats"] = {{"calls", st.calls}, {"hits", st.hits}, {"compiles", st.compiles},
+                                          {"eager_calls", st.eager_calls}};
+  if (paths > 1) r.variants[0].extra["paths"] = r.variants[1].extra["paths"] = paths;
+  return r;
+}
+
+// ---------------------------------------------------------------- a saved graph (--ir)
+
+// Random inputs of the graph's input types: numbers for scalar inputs, tensors (views over a
+// random buffer when the type's strides are not dense) otherwise.
+std::vector<ir::Slot> graph_inputs(const ir::Graph& g, uint64_t seed) {
+  std::vector<ir::Slot> ins;
+  manual_seed(seed);
+  for (const ir::Value* v : g.inputs()) {
+    ir::Slot s;
+    const ir::Type& t = v->type;
+    if (t.is_scalar() || t.wrapped) {
+      s.is_scalar = true;
+      s.scalar = t.dtype == kBool ? Scalar(true) : is_floating(t.dtype) ? Scalar(1.5) : Scalar(int64_t(3));
+    } else {
+      int64_t extent = 1;
+      for (size_t d = 0; d < t.sizes.size(); ++d) extent += (t.sizes[d] - 1) * std::max<int64_t>(t.strides[d], 0);
+      Tensor base = wl::make_tensor(wl::InputSpec{v->name, t.dtype, {std::max<int64_t>(extent, 0)}}, wl::Init::Normal);
+      s.tensor = base.as_strided(t.sizes, t.strides, 0);
+    }
+    ins.push_back(std::move(s));
+  }
+  return ins;
+}
+
+WorkloadResult run_ir_file(const std::string& path, const Options& o) {
+  WorkloadResult r;
+  r.name = std::filesystem::path(path).stem().string();
+  r.tier = "ir";
+  r.variants.push_back({"kiln", "eager", kKilnAllocator});
+  r.variants.push_back({"kiln", "compiled", kKilnAllocator});
+  r.variants[0].extra["ir_file"] = r.variants[1].extra["ir_file"] = path;
+  r.variants[1].extra["engine"] = "optimizer + kernel interpreter (passes::optimize, passes::ProgramRunner)";
+  std::ifstream in(path);
+  KILN_CHECK(in, "bench", "cannot read ", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string text = ss.str();
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  ir::Graph g = first != std::string::npos && text[first] == '{' ? ir::from_json(text) : ir::parse(text);
+  if (auto err = ir::verify(g)) KILN_FAIL("bench", path, ": ", err->str());
+  std::vector<ir::Slot> ins = graph_inputs(g, o.seed);
+  for (const ir::Slot& s : ins) {
+    if (s.is_scalar) continue;
+    r.inputs += (r.inputs.empty() ? "" : ", ") + std::string(ir::short_name(s.tensor.dtype())) + "[";
+    for (int64_t d = 0; d < s.tensor.dim(); ++d) r.inputs += (d ? ", " : "") + std::to_string(s.tensor.size(d));
+    r.inputs += "]";
+    if (r.dtype.empty()) r.dtype = ir::short_name(s.tensor.dtype());
+  }
+  ir::Executable exe(g);
+  auto t0 = std::chrono::steady_clock::now();
+  passes::Module m = passes::optimize(g);
+  passes::ProgramRunner runner(*m.program);
+  r.compile.cold_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  auto tensors = [](std::vector<ir::Slot> slots) {
+    std::vector<Tensor> ts;
+    for (ir::Slot& s : slots) ts.push_back(s.is_scalar ? scalar_tensor(s.scalar) : std::move(s.tensor));
+    return ts;
+  };
+  std::vector<Tensor> want = tensors(exe.run_slots(ins));
+  std::vector<Tensor> ins_t;
+  for (const ir::Slot& s : ins)
+    if (!s.is_scalar) ins_t.push_back(s.tensor);
+  r.bytes = total_bytes(ins_t, want);
+  r.variants[0].check = o.check ? "ok" : "skipped";
+  if (o.check) {
+    std::vector<Tensor> got = runner.run(std::span<const ir::Slot>(ins));
+    for (size_t i = 0; i < got.size() && i < want.size(); ++i)
+      if (got[i].dtype() != want[i].dtype() && want[i].dim() == 0) got[i] = got[i].to(want[i].dtype());
+    CheckResult c = compare_outputs(want, got, true);
+    r.variants[1].check = c.ok ? "ok" : "failed";
+    if (!c.ok) {
+      r.failed = true;
+      r.error = "compiled differs from eager: " + c.message;
+      r.variants[0].check = "failed";
+      return r;
+    }
+  }
+  want.clear();
+  std::vector<ir::Slot> eager_out;
+  std::vector<Tensor> comp_out;
+  Timed eager{"eager", nullptr, [&](int) { eager_out = exe.run_slots(ins); }, [&] { eager_out.clear(); }};
+  Timed comp{"compiled", nullptr, [&](int) { comp_out = runner.run(std::span<const ir::Slot>(ins)); },
+             [&] { comp_out.clear(); }};
+  time_interleaved({&eager, &comp}, o.policy);
+  r.variants[0].seconds = eager.seconds;
+  r.variants[1].seconds = comp.seconds;
+  return r;
+}
+
+// ---------------------------------------------------------------- output
+
+double med_ms(const VariantResult* v) { return v && !v->seconds.empty() ? median(v->seconds) * 1e3 : kNaN; }
+
+std::string cell(double v, const char* format) {
+  if (!std::isfinite(v)) return "-";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
+std::string gbps_cell(double bytes, double ms, double stream) {
+  if (!std::isfinite(ms) || !std::isfinite(bytes)) return "-";
+  double g = bytes / (ms * 1e-3) / 1e9;
+  return cell(g, "%.1f") + " (" + cell(100 * g / stream, "%.0f") + "%)";
+}
+
+bool have_libtorch(const std::vector<WorkloadResult>& rs) {
+  for (const WorkloadResult& r : rs)
+    if (r.find("libtorch")) return true;
+  return false;
+}
+
+void print_header(bool libtorch_column) {
+  std::printf("%-18s %10s %11s %8s %15s %15s", "workload", "eager ms", "compiled ms", "speedup", "eager GB/s", "compiled GB/s");
+  if (libtorch_column) std::printf(" %11s %9s", "libtorch ms", "vs lt");
+  std::printf(" %9s %9s  %s\n", "cold ms", "warm ms", "check");
+}
+
+void print_row(const WorkloadResult& r, const Machine& m, bool libtorch_column) {
+  const double e = med_ms(r.find("eager")), c = med_ms(r.find("compiled"));
+  std::printf("%-18s %10s %11s %8s %15s %15s", r.name.c_str(), cell(e, "%.3f").c_str(), cell(c, "%.3f").c_str(),
+              cell(e / c, "%.2fx").c_str(), gbps_cell(r.bytes, e, m.stream_gbps).c_str(),
+              gbps_cell(r.bytes, c, m.stream_gbps).c_str());
+  if (libtorch_column) {
+    const double l = med_ms(r.find("libtorch"));
+    std::printf(" %11s %9s", cell(l, "%.3f").c_str(), cell(l / c, "%.2fx").c_str());
+  }
+  std::string check = r.failed ? "FAILED" : r.variants.empty() ? "-" : r.find("compiled")->check;
+  std::printf(" %9s %9s  %s\n", cell(r.compile.cold_ms.value_or(kNaN), "%.1f").c_str(),
+              cell(r.compile.warm_ms.value_or(kNaN), "%.1f").c_str(), check.c_str());
+  if (!r.error.empty()) std::printf("  %s: %s\n", r.failed ? "FAILED" : "note", r.error.c_str());
+  std::fflush(stdout);
+}
+
+json num_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json records(const std::vector<WorkloadResult>& rs, const Machine& m) {
+  json out = json::array();
+  out.push_back({{"tool", "machine"}, {"stream_gbps", num_or_null(m.stream_gbps)}, {"cpu", m.cpu},
+                 {"threads", m.threads}, {"malloc", malloc_name()},
+                 {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : ""}});
+  for (const WorkloadResult& r : rs)
+    for (const VariantResult& v : r.variants) {
+      const double med = med_ms(&v);
+      const bool kiln = v.tool == "kiln";
+      json j = {{"tool", v.tool},
+                {"variant", v.variant},
+                {"workload", r.name},
+                {"tier", r.tier},
+                {"dtype", r.dtype},
+                {"inputs", r.inputs},
+                {"median_ms", num_or_null(med)},
+                {"min_ms", v.seconds.empty() ? json(nullptr) : json(*std::min_element(v.seconds.begin(), v.seconds.end()) * 1e3)},
+                {"reps", v.seconds.size()},
+                {"bytes", num_or_null(r.bytes)},
+                {"gbps", num_or_null(r.bytes / (med * 1e-3) / 1e9)},
+                {"stream_gbps", num_or_null(m.stream_gbps)},
+                {"compile_cold_ms", kiln && v.variant == "compiled" ? num_or_null(r.compile.cold_ms.value_or(kNaN)) : json(nullptr)},
+                {"compile_warm_ms", kiln && v.variant == "compiled" ? num_or_null(r.compile.warm_ms.value_or(kNaN)) : json(nullptr)},
+                {"check", v.check},
+                {"threads", m.threads},
+                {"allocator", v.allocator}};
+      if (r.failed && !r.error.empty()) j["error"] = r.error;
+      for (auto& [k, val] : v.extra.items()) j[k] = val;
+      out.push_back(std::move(j));
+    }
+  return out;
+}
+
+std::string chart(const std::vector<WorkloadResult>& rs, const Machine& m, const Options& o) {
+  std::vector<std::string> names;
+  Series comp{"kiln compiled", {}}, lt{"libtorch", {}};
+  for (const WorkloadResult& r : rs) {
+    names.push_back(r.name);
+    const double e = med_ms(r.find("eager"));
+    auto speedup = [&](const char* variant) -> std::optional<double> {
+      double v = e / med_ms(r.find(variant));
+      return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+    };
+    comp.values.push_back(speedup("compiled"));
+    lt.values.push_back(speedup("libtorch"));
+  }
+  std::vector<Series> series = {comp};
+  if (have_libtorch(rs)) series.push_back(lt);
+  return speedup_svg("kiln-bench: tier " + o.tier + ", " + std::to_string(m.threads) + " threads, " + m.cpu, names, series);
+}
+
+// ---------------------------------------------------------------- --first-call (the child)
+
+// Times the first call of a fresh compiled function (trace, optimize, codegen or cache load) on
+// every path of the workload, after one eager run per path warmed the process (allocator,
+// threads), and prints "first_call_ms X".
+int first_call_main(const Options& o) {
+  const wl::Workload* w = wl::find_workload(o.first_call);
+  KILN_CHECK(w, "bench", "no workload named '", o.first_call, "'");
+  std::vector<std::vector<Tensor>> sets = w->path_inputs(tier_of(o), o.seed, dtype_override(o));
+  for (const auto& s : sets) w->run(w->mutates_inputs ? clone_all(s) : s);
+  std::vector<std::vector<Tensor>> args;
+  for (const auto& s : sets) args.push_back(w->mutates_inputs ? clone_all(s) : s);
+  auto t0 = std::chrono::steady_clock::now();
+  auto f = kiln::compile([w](const std::vector<Tensor>& v) { return w->run(v); }, CompileOptions{.name = w->name});
+  for (const auto& a : args) f(a);
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("first_call_ms %.6f\ncompiles %llu\n", ms, (unsigned long long)f.stats().compiles);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kiln::bench
+
+int main(int argc, char** argv) {
+  using namespace kiln::bench;
+  Options o;
+  CLI::App app{"kiln-bench: kiln compiled vs kiln eager (and libtorch when built with it) on the workload "
+               "registry and saved graphs (docs/bench.md)"};
+  app.add_option("--filter", o.filter, "comma-separated workload names, or 'all' (default: all, or none with --ir)");
+  app.add_option("--tier", o.tier, "input sizes: small, bench or gpu")->capture_default_str()->check(CLI::IsMember({"small", "bench", "gpu"}));
+  app.add_option("--dtype", o.dtype, "override every floating-point input's dtype")
+      ->check(CLI::IsMember({"f32", "f64", "f16", "bf16"}));
+  app.add_option("--ir", o.ir_files, "a saved graph (text or JSON) to benchmark as well; repeatable")
+      ->check(CLI::ExistingFile);
+  app.add_flag("--check,!--no-check", o.check, "check compiled (and libtorch) outputs against eager first (default on)");
+  app.add_option("--warmup", o.policy.warmup, "untimed calls of each variant first")->capture_default_str();
+  app.add_option("--reps", o.policy.reps, "at least this many timed calls of each variant")->capture_default_str();
+  app.add_option("--min-time", o.policy.min_time, "and at least this many seconds of them")->capture_default_str();
+  app.add_option("--max-reps", o.policy.max_reps, "but at most this many")->capture_default_str();
+  app.add_flag("!--no-compile-time", o.compile_time, "skip the cold/warm compile time (child processes)");
+  app.add_flag("!--no-libtorch", o.libtorch, "skip the libtorch peer (when built with it)");
+  app.add_option("--seed", o.seed, "seed of the random inputs")->capture_default_str();
+  app.add_option("--json", o.json_file, "write the records to this file (a JSON array)");
+  app.add_option("--svg", o.svg_file, "write the speedup chart to this file");
+  app.add_flag("--list", o.list, "print the workloads and their inputs at --tier, and exit");
+  app.add_option("--first-call", o.first_call)->group("");  // hidden: the compile-time child
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad command line: 2
+  }
+  o.policy.warmup = std::max(o.policy.warmup, 0);
+  o.policy.reps = std::max(o.policy.reps, 1);
+  o.policy.max_reps = std::max(o.policy.max_reps, o.policy.reps);
+
+  try {
+    if (!o.first_call.empty()) return first_call_main(o);
+    std::vector<const kiln::workloads::Workload*> selected;
+    const auto& all = kiln::workloads::all_workloads();
+    if (o.filter == "all" || (o.filter.empty() && o.ir_files.empty())) {
+      for (const auto& w : all) selected.push_back(&w);
+    } else {
+      std::stringstream ss(o.filter);
+      for (std::string name; std::getline(ss, name, ',');) {
+        if (name.empty()) continue;
+        const auto* w = kiln::workloads::find_workload(name);
+        if (!w) {
+          std::string names;
+          for (const auto& x : all) names += (names.empty() ? "" : ", ") + x.name;
+          std::fprintf(stderr, "kiln-bench: no workload named '%s' (known: %s)\n", name.c_str(), names.c_str());
+          return 2;
+        }
+        selected.push_back(w);
+      }
+    }
+    if (o.list) {
+      for (const auto* w : selected)
+        std::printf("%-18s %s\n", w->name.c_str(),
+                    join_specs(w->input_specs(tier_of(o), dtype_override(o))).c_str());
+      return 0;
+    }
+
+    Machine m;
+    m.threads = kiln::env::num_threads();
+    m.cpu = cpu_model();
+#ifdef KILN_BENCH_LIBTORCH
+    if (o.libtorch) libtorch::set_threads(m.threads);
+#endif
+    m.stream_gbps = stream_copy_gbps(m.threads);
+    std::printf("kiln-bench: tier %s%s, %d threads (KILN_NUM_THREADS / OMP_NUM_THREADS), %s\n", o.tier.c_str(),
+                o.dtype.empty() ? "" : (", dtype " + o.dtype).c_str(), m.threads, m.cpu.c_str());
+    std::printf("STREAM copy (2 x 128 MiB float32, %d threads, median of 10): %.1f GB/s; malloc: %s\n", m.threads,
+                m.stream_gbps, malloc_name().c_str());
+#ifdef KILN_BENCH_LIBTORCH
+    if (o.libtorch) std::printf("libtorch %s, %d threads\n", libtorch::version().c_str(), libtorch::threads());
+#else
+    std::printf("libtorch: not built in (see docs/bench.md)\n");
+#endif
+    const bool lt_column = o.libtorch &&
+#ifdef KILN_BENCH_LIBTORCH
+                           true;
+#else
+                           false;
+#endif
+    print_header(lt_column);
+    std::vector<WorkloadResult> results;
+    auto guarded = [&](const std::string& name, const std::function<WorkloadResult()>& fn) {
+      WorkloadResult r;
+      try {
+        r = fn();
+      } catch (const std::exception& e) {
+        r = WorkloadResult{};
+        r.name = name;
+        r.tier = o.tier;
+        r.failed = true;
+        r.error = e.what();
+        r.variants.push_back({"kiln", "eager", kKilnAllocator, "failed"});
+        r.variants.push_back({"kiln", "compiled", kKilnAllocator, "failed"});
+      }
+      print_row(r, m, lt_column);
+      results.push_back(std::move(r));
+    };
+    for (const auto* w : selected) guarded(w->name, [&] { return run_workload(*w, o); });
+    for (const std::string& f : o.ir_files)
+      guarded(std::filesystem::path(f).stem().string(), [&] { return run_ir_file(f, o); });
+    for (const WorkloadResult& r : results)
+      if (!r.compile.error.empty() && !r.compile.cold_ms)
+        std::printf("note: %s: no compile time: %s\n", r.name.c_str(), r.compile.error.c_str());
+
+    if (!o.json_file.empty()) {
+      std::ofstream f(o.json_file);
+      f << records(results, m).dump(1) << "\n";
+      if (!f) throw kiln::Error("cannot write " + o.json_file);
+    }
+    if (!o.svg_file.empty()) {
+      std::ofstream f(o.svg_file);
+      f << chart(results, m, o);
+      if (!f) throw kiln::Error("cannot write " + o.svg_file);
+    }
+    int failed = 0;
+    for (const WorkloadResult& r : results) failed += r.failed;
+    if (failed) std::printf("%d of %zu workloads FAILED\n", failed, results.size());
+    return failed ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln-bench: %s\n", e.what());
+    return 1;
+  }
+}

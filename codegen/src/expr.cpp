@@ -520,7 +520,8 @@ class Builder {
         int shifted = op(EOp::Sub, t, {xv, m});
         int e = op(EOp::Exp, t, {shifted});
         int s = cvt(reduce(Reducer::Sum, DType::Float64, e), t);
-        if (n.op == OpId::Softmax) return op(EOp::Div, t, {e, s});
+        // one reciprocal per row, a multiply per element (as the eager kernel does)
+        if (n.op == OpId::Softmax) return op(EOp::Mul, t, {e, op(EOp::Recip, t, {s})});
         return op(EOp::Sub, t, {shifted, op(EOp::Log, t, {s})});
       }
       default: unsupported(n);

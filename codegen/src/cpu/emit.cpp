@@ -105,6 +105,9 @@ class Emitter {
   std::vector<Value*> memo_;   // per instruction: its value where the builder is now
   std::vector<llvm::AllocaInst*> acc_;
   bool tile_ = false;
+  std::vector<llvm::AllocaInst*> stash_;  // per row instruction: its row kept on the stack, or null
+  std::vector<bool> stash_ready_;         // the stash holds the row (a later loop reads it)
+  static constexpr int64_t kMaxStash = 8192;  // elements per row
   static constexpr uint64_t kTile = 32;
 
   int rank() const { return int(k_.loops.size()); }
@@ -251,17 +254,35 @@ class Emitter {
   // Per outer index: one loop over the row per reduction depth, then the stores.
   void outer_body() {
     acc_.assign(code_.code.size(), nullptr);
+    // The stores: per-row values once, row values (and values broadcast along the row) in a
+    // last loop over the row.
+    std::vector<size_t> in_row, per_row;
+    for (size_t j = 0; j < k_.stores.size(); ++j) {
+      int id = code_.stores[j];
+      bool varies = code_.code[size_t(id)].row;
+      for (int d = reduce_from(); d < rank() && d < int(k_.stores[j].sizes.size()); ++d)
+        varies |= k_.stores[j].sizes[size_t(d)] > 1;
+      (varies ? in_row : per_row).push_back(j);
+    }
+    // What each row loop needs: one per reduction depth, then the row stores.
+    std::vector<std::vector<int>> reduces(size_t(code_.depth) + 1), needs;
+    for (size_t i = 0; i < code_.code.size(); ++i)
+      if (code_.code[i].op == EOp::Reduce) reduces[size_t(code_.code[i].depth)].push_back(int(i));
     for (int depth = 1; depth <= code_.depth; ++depth) {
-      std::vector<int> reduces, roots;
-      for (size_t i = 0; i < code_.code.size(); ++i)
-        if (code_.code[i].op == EOp::Reduce && code_.code[i].depth == depth) {
-          reduces.push_back(int(i));
-          roots.push_back(code_.code[i].args[0]);
-        }
-      std::vector<int> need = needed(roots);
+      std::vector<int> roots;
+      for (int r : reduces[size_t(depth)]) roots.push_back(code_.code[size_t(r)].args[0]);
+      needs.push_back(needed(roots));
+    }
+    std::vector<int> store_roots;
+    for (size_t j : in_row) store_roots.push_back(code_.stores[j]);
+    needs.push_back(needed(store_roots));
+    plan_stash(needs);
+
+    for (int depth = 1; depth <= code_.depth; ++depth) {
+      const std::vector<int>& need = needs[size_t(depth - 1)];
       for (int id : need)
         if (!code_.code[size_t(id)].row) value(id);
-      for (int r : reduces) {
+      for (int r : reduces[size_t(depth)]) {
         const Instr& in = code_.code[size_t(r)];
         llvm::IRBuilder<> eb(entry_, entry_->begin());
         acc_[size_t(r)] = eb.CreateAlloca(compute_type(in.type), nullptr, "acc");
@@ -270,30 +291,19 @@ class Emitter {
       row_loops(reduce_from(), [&] {
         for (int id : need)
           if (code_.code[size_t(id)].row) value(id);
-        for (int r : reduces) {
+        for (int r : reduces[size_t(depth)]) {
           const Instr& in = code_.code[size_t(r)];
           Value* a = B.CreateLoad(compute_type(in.type), acc_[size_t(r)]);
           B.CreateStore(combine(in, a, value(in.args[0])), acc_[size_t(r)]);
         }
         forget_rows();
       });
-      for (int r : reduces) memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), acc_[size_t(r)]);
+      for (int r : reduces[size_t(depth)])
+        memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), acc_[size_t(r)]);
     }
-    // Stores: per-row values here, row values (and values broadcast along the row) in a last loop.
-    std::vector<size_t> in_row;
-    for (size_t j = 0; j < k_.stores.size(); ++j) {
-      int id = code_.stores[j];
-      bool varies = code_.code[size_t(id)].row;
-      for (int d = reduce_from(); d < rank() && d < int(k_.stores[j].sizes.size()); ++d)
-        varies |= k_.stores[j].sizes[size_t(d)] > 1;
-      if (varies) in_row.push_back(j);
-      else store(j);
-    }
+    for (size_t j : per_row) store(j);
     if (in_row.empty()) return;
-    std::vector<int> roots;
-    for (size_t j : in_row) roots.push_back(code_.stores[j]);
-    std::vector<int> need = needed(roots);
-    for (int id : need)
+    for (int id : needs.back())
       if (!code_.code[size_t(id)].row) value(id);
     row_loops(reduce_from(), [&] {
       for (size_t j : in_row) store(j);
@@ -301,9 +311,44 @@ class Emitter {
     });
   }
 
+  // Row values that cost a transcendental call (softmax's exp) and are needed by more than
+  // one row loop are computed once: the first loop keeps them in a stack array the size of a
+  // row, later loops read them back (the row is in L1 either way; the call is what costs).
+  void plan_stash(const std::vector<std::vector<int>>& needs) {
+    stash_.assign(code_.code.size(), nullptr);
+    stash_ready_.assign(code_.code.size(), false);
+    int64_t row = 1;
+    for (int d = reduce_from(); d < rank(); ++d) row *= k_.loops[size_t(d)];
+    if (needs.size() < 2 || row > kMaxStash) return;
+    std::vector<int> uses(code_.code.size(), 0);
+    for (const auto& need : needs)
+      for (int id : need) uses[size_t(id)]++;
+    for (size_t i = 0; i < code_.code.size(); ++i) {
+      const Instr& in = code_.code[i];
+      bool costly = in.op == EOp::Exp || in.op == EOp::Exp2 || in.op == EOp::Expm1 || in.op == EOp::Log ||
+                    in.op == EOp::Log2 || in.op == EOp::Log1p || in.op == EOp::Tanh || in.op == EOp::Erf ||
+                    in.op == EOp::Pow || in.op == EOp::Sin || in.op == EOp::Cos;
+      if (!in.row || !costly || uses[i] < 2) continue;
+      llvm::IRBuilder<> eb(entry_, entry_->begin());
+      stash_[i] = eb.CreateAlloca(compute_type(in.type), eb.getInt64(uint64_t(row)), "stash");
+    }
+  }
+
+  // The position in the row (row-major over the reduction loops), for the stash.
+  Value* row_index() {
+    Value* at = llvm::ConstantInt::get(idx_, 0);
+    for (int d = reduce_from(); d < rank(); ++d)
+      at = B.CreateAdd(B.CreateMul(at, llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d)])), "", true, true),
+                       iv_[size_t(d)], "", true, true);
+    return at;
+  }
+
   void forget_rows() {
-    for (size_t i = 0; i < memo_.size(); ++i)
-      if (code_.code[i].row) memo_[i] = nullptr;
+    for (size_t i = 0; i < memo_.size(); ++i) {
+      if (!code_.code[i].row) continue;
+      if (memo_[i] && !stash_.empty() && stash_[i]) stash_ready_[i] = true;  // kept by this loop
+      memo_[i] = nullptr;
+    }
   }
 
   // ---- operands ----
@@ -479,6 +524,12 @@ class Emitter {
   Value* value(int id) {
     if (Value* v = memo_[size_t(id)]) return v;
     const Instr& in = code_.code[size_t(id)];
+    llvm::AllocaInst* stash = stash_.empty() ? nullptr : stash_[size_t(id)];
+    if (stash && stash_ready_[size_t(id)]) {
+      Value* v = B.CreateLoad(stash->getAllocatedType(), B.CreateInBoundsGEP(stash->getAllocatedType(), stash, row_index()));
+      memo_[size_t(id)] = v;
+      return v;
+    }
     auto arg = [&](size_t i) { return value(in.args[i]); };
     auto arg_type = [&](size_t i) { return code_.code[size_t(in.args[i])].type; };
     llvm::Type* ty = compute_type(in.type);
@@ -574,6 +625,7 @@ class Emitter {
         // Computed by its row loop before anything that uses it is emitted.
         throw std::logic_error("kernel code: a reduction used before its loop");
     }
+    if (stash) B.CreateStore(v, B.CreateInBoundsGEP(stash->getAllocatedType(), stash, row_index()));
     memo_[size_t(id)] = v;
     return v;
   }

@@ -73,6 +73,14 @@ class Emitter {
     Value* end = F_->getArg(unsigned(nops + 2));
     iv_.assign(k_.loops.size(), nullptr);
     tile_ = wants_tiles();
+    staged_.assign(k_.loads.size(), Staged{});
+    if (tile_) {
+      for (size_t j = 0; j < k_.loads.size(); ++j) {
+        if (!transposed(j)) continue;
+        llvm::IRBuilder<> eb(entry_, entry_->begin());
+        staged_[j].buf = eb.CreateAlloca(storage_type(k_.loads[j].dtype), eb.getInt64(kTileRows * kTileCols), "tile");
+      }
+    }
     outer(0, B.CreateTrunc(begin, idx_), B.CreateTrunc(end, idx_));
     B.CreateRetVoid();
 
@@ -105,10 +113,16 @@ class Emitter {
   std::vector<Value*> memo_;   // per instruction: its value where the builder is now
   std::vector<llvm::AllocaInst*> acc_;
   bool tile_ = false;
+  struct Staged {
+    llvm::AllocaInst* buf = nullptr;  // kTileRows x kTileCols elements of a transposed load
+  };
+  Value* tile_i_ = nullptr;  // the local indices inside the current tile
+  Value* tile_j_ = nullptr;
+  std::vector<Staged> staged_;  // per load
   std::vector<llvm::AllocaInst*> stash_;  // per row instruction: its row kept on the stack, or null
   std::vector<bool> stash_ready_;         // the stash holds the row (a later loop reads it)
   static constexpr int64_t kMaxStash = 8192;  // elements per row
-  static constexpr uint64_t kTile = 32;
+  static constexpr uint64_t kTileRows = 64, kTileCols = 64;
 
   int rank() const { return int(k_.loops.size()); }
   int reduce_from() const { return std::min(k_.reduce_from, rank()); }
@@ -145,7 +159,7 @@ class Emitter {
 
   // Emits `for (i = lo; i < hi; ++i) body(i)` in rotated form; the builder ends after the loop.
   template <class Body>
-  void loop(Value* lo, Value* hi, const char* name, Body&& body, uint64_t step = 1) {
+  void loop(Value* lo, Value* hi, const char* name, Body&& body, uint64_t step = 1, bool scalar = false) {
     BasicBlock* pre = B.GetInsertBlock();
     BasicBlock* head = BasicBlock::Create(C, name, F_);
     BasicBlock* exit = BasicBlock::Create(C, std::string(name) + ".exit", F_);
@@ -156,12 +170,21 @@ class Emitter {
     body(i);
     Value* next = B.CreateAdd(i, llvm::ConstantInt::get(idx_, step), "i.next", true, true);
     i->addIncoming(next, B.GetInsertBlock());
-    B.CreateCondBr(B.CreateICmpSLT(next, hi), head, exit);
+    llvm::BranchInst* latch = B.CreateCondBr(B.CreateICmpSLT(next, hi), head, exit);
+    if (scalar) {
+      // llvm.loop.vectorize.enable = false: the loop stays scalar
+      llvm::Metadata* off[] = {llvm::MDString::get(C, "llvm.loop.vectorize.enable"),
+                               llvm::ConstantAsMetadata::get(B.getFalse())};
+      llvm::Metadata* ops[] = {nullptr, llvm::MDNode::get(C, off)};
+      llvm::MDNode* self = llvm::MDNode::getDistinct(C, ops);
+      self->replaceOperandWith(0, self);
+      latch->setMetadata(llvm::LLVMContext::MD_loop, self);
+    }
     B.SetInsertPoint(exit);
   }
 
   // The outer loops [d, reduce_from): the outermost runs [begin, end). When the last two are
-  // tiled (tile_), they run as blocks of kTile x kTile.
+  // tiled (tile_), they run as blocks of kTileRows x kTileCols.
   void outer(int d, Value* begin, Value* end) {
     if (d == reduce_from()) {
       outer_body();
@@ -185,29 +208,64 @@ class Emitter {
   // a block touches instead of missing on every element.
   void tiled(int d, Value* lo, Value* hi) {
     Value* hi2 = llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d + 1)]));
-    Value* tile = llvm::ConstantInt::get(idx_, kTile);
+    Value* rows = llvm::ConstantInt::get(idx_, kTileRows), *cols = llvm::ConstantInt::get(idx_, kTileCols);
+    Value* zero = llvm::ConstantInt::get(idx_, 0);
     auto min = [&](Value* a, Value* b) { return B.CreateSelect(B.CreateICmpSLT(a, b), a, b); };
     loop(lo, hi, "tile", [&](Value* t0) {
-      loop(llvm::ConstantInt::get(idx_, 0), hi2, "tile", [&](Value* t1) {
-        Value* end0 = min(B.CreateAdd(t0, tile, "", true, true), hi);
-        Value* end1 = min(B.CreateAdd(t1, tile, "", true, true), hi2);
-        loop(t0, end0, "outer", [&](Value* i) {
-          iv_[size_t(d)] = i;
-          loop(t1, end1, "outer", [&](Value* j) {
-            iv_[size_t(d + 1)] = j;
+      loop(zero, hi2, "tile", [&](Value* t1) {
+        // Inside a tile the loops count from 0 (local indices), so that every address, the
+        // tile buffer's included, is plainly affine in the innermost index.
+        Value* n0 = B.CreateSub(min(B.CreateAdd(t0, rows, "", true, true), hi), t0, "", true, true);
+        Value* n1 = B.CreateSub(min(B.CreateAdd(t1, cols, "", true, true), hi2), t1, "", true, true);
+        auto at = [&](Value* i, Value* j) {
+          iv_[size_t(d)] = B.CreateAdd(t0, i, "", true, true);
+          iv_[size_t(d + 1)] = B.CreateAdd(t1, j, "", true, true);
+          tile_i_ = i;
+          tile_j_ = j;
+        };
+        // Transposed operands first: copied into a tile buffer walking their own contiguous
+        // direction (a scalar loop: loads stay in the lines the tile brings in), then read back
+        // in the loop order below, where every access is contiguous and vectorises.
+        for (size_t j = 0; j < staged_.size(); ++j) {
+          if (!staged_[j].buf) continue;
+          llvm::Type* ty = storage_type(k_.loads[j].dtype);
+          loop(zero, n1, "stage", [&](Value* jj) {
+            loop(zero, n0, "stage", [&](Value* ii) {
+              at(ii, jj);
+              Value* raw = B.CreateLoad(ty, address(j));
+              B.CreateStore(raw, B.CreateInBoundsGEP(ty, staged_[j].buf, staged_index()));
+            }, 1, true);
+          });
+        }
+        loop(zero, n0, "outer", [&](Value* i) {
+          loop(zero, n1, "outer", [&](Value* j) {
+            at(i, j);
             outer_body();
           });
         });
         iv_[size_t(d)] = iv_[size_t(d + 1)] = nullptr;
-      }, kTile);
-    }, kTile);
+      }, kTileCols);
+    }, kTileRows);
+  }
+
+  // A load that walks the innermost loop with a stride and the one before it contiguously.
+  bool transposed(size_t j) const {
+    const passes::Access& a = k_.loads[j];
+    if (a.buffer < 0 || a.strides.size() != size_t(rank())) return false;
+    int64_t inner = a.sizes[size_t(rank() - 1)] > 1 ? std::abs(a.strides[size_t(rank() - 1)]) : 0;
+    int64_t before = a.sizes[size_t(rank() - 2)] > 1 ? std::abs(a.strides[size_t(rank() - 2)]) : 0;
+    return inner > 1 && before == 1;
+  }
+  // Where the current index of the two tiled loops sits in a tile buffer.
+  Value* staged_index() {
+    return B.CreateAdd(B.CreateMul(tile_i_, llvm::ConstantInt::get(idx_, kTileCols), "", true, true), tile_j_, "", true, true);
   }
 
   // Tile when the kernel is elementwise with at least two loops and some operand walks the
   // innermost loop with a stride but the one before it contiguously (a transpose).
   bool wants_tiles() const {
     if (rank() < 2 || reduce_from() != rank()) return false;
-    if (k_.loops[size_t(rank() - 1)] < 2 * int64_t(kTile) || k_.loops[size_t(rank() - 2)] < 2 * int64_t(kTile)) return false;
+    if (k_.loops[size_t(rank() - 1)] < 2 * int64_t(kTileCols) || k_.loops[size_t(rank() - 2)] < 2 * int64_t(kTileRows)) return false;
     for (size_t j = 0; j < k_.loads.size() + k_.stores.size(); ++j) {
       const passes::Access& a = operand(j);
       if (a.buffer < 0 || a.strides.size() != size_t(rank())) continue;
@@ -372,7 +430,10 @@ class Emitter {
       if (is_floating(a.dtype)) return convert(B.CreateBitCast(bits, B.getDoubleTy()), DType::Float64, to);
       return convert(bits, DType::Int64, to);
     }
-    Value* raw = B.CreateLoad(storage_type(a.dtype), address(size_t(j)));
+    Value* raw = staged_.empty() || !staged_[size_t(j)].buf
+                     ? B.CreateLoad(storage_type(a.dtype), address(size_t(j)))
+                     : B.CreateLoad(storage_type(a.dtype), B.CreateInBoundsGEP(storage_type(a.dtype), staged_[size_t(j)].buf,
+                                                                               staged_index()));
     Value* v;
     if (a.dtype == DType::BFloat16)
       v = B.CreateBitCast(B.CreateShl(B.CreateZExt(raw, B.getInt32Ty()), 16), B.getFloatTy());

@@ -23,7 +23,7 @@ std::string_view eop_name(EOp op) {
       "recip", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "floor", "ceil",
       "round", "trunc", "isnan", "isinf", "isfinite", "not", "bitnot", "convert", "round_to_16", "add", "sub",
       "mul", "div", "pow", "atan2", "max", "min", "fmod", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor",
-      "select", "reduce"};
+      "select", "fma", "reduce"};
   return names[size_t(op)];
 }
 
@@ -113,7 +113,8 @@ class Builder {
       in.op = EOp::Arg;
     } else {
       in.op = EOp::Load;
-      for (int d = k_.reduce_from; d < rank_ && d < int(a.sizes.size()); ++d) in.row |= a.sizes[size_t(d)] > 1;
+      // size 1: broadcast along that loop; any other size (0 too) walks it
+      for (int d = k_.reduce_from; d < rank_ && d < int(a.sizes.size()); ++d) in.row |= a.sizes[size_t(d)] != 1;
     }
     return add(std::move(in));
   }
@@ -301,8 +302,14 @@ class Builder {
           break;
         }
         int x = in(n, 0, t), y = in(n, 1, t);
-        if (alpha != 1) y = op(EOp::Mul, t, {constant(t, alpha), y});
-        v = op(n.op == OpId::Add ? EOp::Add : EOp::Sub, t, {x, y});
+        if (alpha == 1) {
+          v = op(n.op == OpId::Add ? EOp::Add : EOp::Sub, t, {x, y});
+        } else if (fl) {
+          // x + alpha * y as one fused multiply-add, as the eager kernel computes it
+          v = op(EOp::Fma, t, {constant(t, n.op == OpId::Add ? alpha : -alpha), y, x});
+        } else {
+          v = op(n.op == OpId::Add ? EOp::Add : EOp::Sub, t, {x, op(EOp::Mul, t, {constant(t, alpha), y})});
+        }
         break;
       }
       case OpId::Mul: v = r == DType::Bool ? logical(EOp::And) : b(EOp::Mul); break;
@@ -369,14 +376,14 @@ class Builder {
         int diff = op(EOp::Sub, t, {bb, a});
         int low = op(EOp::Add, t, {a, op(EOp::Mul, t, {w, diff})});
         int high = op(EOp::Sub, t, {bb, op(EOp::Mul, t, {diff, op(EOp::Sub, t, {constant(t, 1), w})})});
-        v = op(EOp::Select, t, {op(EOp::Lt, DType::Bool, {w, constant(t, 0.5)}), low, high});
+        v = op(EOp::Select, t, {op(EOp::Lt, DType::Bool, {op(EOp::Abs, t, {w}), constant(t, 0.5)}), low, high});
         break;
       }
       case OpId::Addcmul: {
         double value = attr_num(n, "value", 1);
-        int prod = op(EOp::Mul, t, {in(n, 1, t), in(n, 2, t)});
-        if (value != 1) prod = op(EOp::Mul, t, {constant(t, value), prod});
-        v = op(EOp::Add, t, {in(n, 0, t), prod});
+        int t1 = in(n, 1, t);
+        if (value != 1) t1 = op(EOp::Mul, t, {constant(t, value), t1});  // (value * t1) * t2, as eager
+        v = op(EOp::Add, t, {in(n, 0, t), op(EOp::Mul, t, {t1, in(n, 2, t)})});
         break;
       }
       case OpId::MaskedFill:
@@ -405,7 +412,7 @@ class Builder {
     int up = op(EOp::Gt, DType::Bool, {op(EOp::Sub, t, {div, fl}), constant(t, 0.5)});
     fl = op(EOp::Select, t, {up, op(EOp::Add, t, {fl, constant(t, 1)}), fl});
     // a zero quotient keeps the sign of the true quotient: copysign(0, x / y) = 0 * sign bit
-    int signed_zero = op(EOp::Select, t, {op(EOp::Lt, DType::Bool, {q, zero}), constant(t, -0.0), zero});
+    int signed_zero = op(EOp::Mul, t, {q, zero});  // the sign bit of q (q is finite here)
     int result = op(EOp::Select, t, {op(EOp::Ne, DType::Bool, {div, zero}), fl, signed_zero});
     return op(EOp::Select, t, {op(EOp::Eq, DType::Bool, {y, zero}), q, result});
   }
@@ -420,6 +427,20 @@ class Builder {
       if (is_int_const(c, 3)) return op(EOp::Mul, t, {op(EOp::Mul, t, {x, x}), x});
       if (is_floating(t) && is_int_const(c, 0.5)) return op(EOp::Sqrt, t, {x});
       if (is_floating(t) && is_int_const(c, -1)) return op(EOp::Recip, t, {x});
+    }
+    if (!is_floating(t) && c.op == EOp::Const) {
+      int64_t e_int = is_floating(c.type) ? int64_t(c.f) : c.i;
+      bool integral = !is_floating(c.type) || double(e_int) == c.f;
+      if (integral && e_int >= 0 && e_int <= 64) {
+        // x^e by squaring (wrapping like the eager integer kernel)
+        int result = constant_int(t, 1), base = x;
+        for (int64_t k = e_int; k > 0; k >>= 1) {
+          if (k & 1) result = op(EOp::Mul, t, {result, base});
+          if (k > 1) base = op(EOp::Mul, t, {base, base});
+        }
+        return result;
+      }
+      unsupported(n, "integer pow with a negative or large exponent");
     }
     if (!is_floating(t)) unsupported(n, "integer pow with a non-constant exponent");
     return op(EOp::Pow, t, {x, cvt(e, t)});
@@ -457,6 +478,9 @@ class Builder {
       else if (a && std::holds_alternative<int64_t>(a->value)) dims = {std::get<int64_t>(a->value)};
       return dims;
     };
+    if (n.op == OpId::Argmax || n.op == OpId::Argmin || n.op == OpId::MaxDim || n.op == OpId::MinDim ||
+        n.op == OpId::Cumsum)
+      unsupported(n);  // indices and scans have no scalar form yet
     bool single_dim = n.op == OpId::Softmax || n.op == OpId::LogSoftmax;
     check_dims(n, dims_attr(single_dim ? "dim" : "dims"));
     int64_t count = 1;
@@ -545,7 +569,7 @@ Lowered lower_kernel(const passes::Kernel& k) {
       if (!out.code->code[size_t(out.code->stores[j])].row) continue;
       bool varies = false;
       for (size_t d = size_t(k.reduce_from); d < k.loops.size() && d < k.stores[j].sizes.size(); ++d)
-        varies |= k.stores[j].sizes[d] > 1;
+        varies |= k.stores[j].sizes[d] != 1;
       if (!varies) {
         out.code.reset();
         out.why = "a row value stored once per row";

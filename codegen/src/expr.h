@@ -38,6 +38,7 @@ enum class EOp : uint8_t {
   // binary
   Add, Sub, Mul, Div, Pow, Atan2, Max, Min, Fmod, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor,
   Select,  // args: condition (bool), then, else
+  Fma,     // args[0] * args[1] + args[2], rounded once (floats)
   Reduce,  // the `reducer` of args[0] over the row, in `type`
 };
 std::string_view eop_name(EOp op);

@@ -43,9 +43,12 @@ inline ::testing::AssertionResult close(const Tensor& got, const Tensor& want, T
   t.rtol = std::max(t.rtol, floor.rtol);
   t.atol = std::max(t.atol, floor.atol);
   Tensor a = got.to(kFloat64), b = want.to(kFloat64);
+  // Only finite values get a tolerance: an infinity must be met by the same infinity (with a
+  // tolerance of |inf| * rtol, any value would pass), a NaN by a NaN.
   Tensor both_nan = logical_and(a.isnan(), b.isnan());
   Tensor same_inf = logical_and(a.isinf(), a.eq(b));
-  Tensor ok = logical_or((a - b).abs().le(b.abs() * t.rtol + t.atol), logical_or(both_nan, same_inf));
+  Tensor near = logical_and(b.isfinite(), (a - b).abs().le(b.abs() * t.rtol + t.atol));
+  Tensor ok = logical_or(near, logical_or(both_nan, same_inf));
   if (ok.all().item<bool>()) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "values differ: max abs diff "
                                        << (a - b).abs().nan_to_num(0.0).amax().item<double>();

@@ -9,6 +9,8 @@
 // vectoriser needs no run-time overlap checks for them.
 #include "emit.h"
 
+#include "jit.h"
+
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/MDBuilder.h>
@@ -319,7 +321,7 @@ class Emitter {
       int id = code_.stores[j];
       bool varies = code_.code[size_t(id)].row;
       for (int d = reduce_from(); d < rank() && d < int(k_.stores[j].sizes.size()); ++d)
-        varies |= k_.stores[j].sizes[size_t(d)] > 1;
+        varies |= k_.stores[j].sizes[size_t(d)] != 1;
       (varies ? in_row : per_row).push_back(j);
     }
     // What each row loop needs: one per reduction depth, then the row stores.
@@ -543,12 +545,12 @@ class Emitter {
     return B.CreateBinaryIntrinsic(id, a, b);
   }
 
-  // A libm function by its double name ("sin"); the float32 form gets the "f" suffix. Declared
-  // as not touching memory, so calls can be hoisted and vectorised (errno is never read).
+  // A math function by its double name ("sin"): SLEEF's scalar 1-ulp function where the
+  // process has it, else libm's (Jit::math_symbol). Declared as not touching memory, so calls
+  // can be hoisted and vectorised (libm's errno is never read).
   Value* libm(const char* base, DType t, std::vector<Value*> args) {
-    std::string name = base;
+    std::string name = Jit::get().math_symbol(base, t == DType::Float32);
     llvm::Type* ty = compute_type(t);
-    if (t == DType::Float32) name += "f";
     std::vector<llvm::Type*> ps(args.size(), ty);
     llvm::FunctionCallee f = M.getOrInsertFunction(name, llvm::FunctionType::get(ty, ps, false));
     if (auto* fn = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
@@ -682,6 +684,7 @@ class Emitter {
       case EOp::Or: v = B.CreateOr(arg(0), arg(1)); break;
       case EOp::Xor: v = B.CreateXor(arg(0), arg(1)); break;
       case EOp::Select: v = B.CreateSelect(arg(0), arg(1), arg(2)); break;
+      case EOp::Fma: v = B.CreateIntrinsic(llvm::Intrinsic::fma, {ty}, {arg(0), arg(1), arg(2)}); break;
       case EOp::Reduce:
         // Computed by its row loop before anything that uses it is emitted.
         throw std::logic_error("kernel code: a reduction used before its loop");

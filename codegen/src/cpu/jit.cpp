@@ -28,8 +28,9 @@ namespace {
 
 std::string error_text(llvm::Error e) { return llvm::toString(std::move(e)); }
 
-// The libm functions kiln's kernels call, with their arity: each gets SLEEF's 1-ulp vector
-// forms (Sleef_sinf16_u10avx512f, ...) for every vector width the host supports.
+// The math functions kiln's kernels call, with their arity: each gets SLEEF's 1-ulp vector
+// forms (Sleef_sinf16_u10avx512f, ...) for every vector width the host supports, registered as
+// the vector forms of the scalar function kernels call (scalar_symbol).
 struct MathFn {
   const char* name;
   int arity;
@@ -38,6 +39,12 @@ constexpr MathFn kMathFns[] = {{"sin", 1},   {"cos", 1},   {"tan", 1},   {"asin"
                                {"atan", 1},  {"sinh", 1},  {"cosh", 1},  {"tanh", 1},  {"exp", 1},
                                {"exp2", 1},  {"expm1", 1}, {"log", 1},   {"log2", 1},  {"log1p", 1},
                                {"erf", 1},   {"pow", 2},   {"atan2", 2}};
+
+std::string scalar_symbol(const char* base, bool f32) {
+  std::string sleef = "Sleef_" + std::string(base) + (f32 ? "f" : "") + "_u10";
+  if (dlsym(RTLD_DEFAULT, sleef.c_str())) return sleef;
+  return std::string(base) + (f32 ? "f" : "");
+}
 
 }  // namespace
 
@@ -77,7 +84,7 @@ struct Jit::Impl {
           int lanes = f32 ? isa.f32_lanes : isa.f32_lanes / 2;
           std::string vec = "Sleef_" + std::string(fn.name) + (f32 ? "f" : "d") + std::to_string(lanes) + "_u10" + isa.suffix;
           if (!dlsym(RTLD_DEFAULT, vec.c_str())) continue;
-          std::string scalar = std::string(fn.name) + (f32 ? "f" : "");
+          std::string scalar = scalar_symbol(fn.name, f32);
           std::string prefix = "_ZGV_LLVM_N" + std::to_string(lanes) + std::string(size_t(fn.arity), 'v');
           names.push_back(scalar);
           llvm::StringRef s = names.back();
@@ -129,6 +136,7 @@ Jit& Jit::get() {
 }
 
 const std::string& Jit::target_id() const { return impl_->target_id; }
+std::string Jit::math_symbol(const char* base, bool f32) const { return scalar_symbol(base, f32); }
 const std::string& Jit::cpu() const { return impl_->cpu; }
 
 void Jit::prepare(llvm::Module& m) const {

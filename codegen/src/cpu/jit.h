@@ -22,6 +22,12 @@ class Jit {
   // The host CPU name (e.g. znver4) and whether it has AVX-512.
   const std::string& cpu() const;
 
+  // The scalar function a kernel calls for a math function ("sin", float32 or float64):
+  // SLEEF's scalar 1-ulp form (Sleef_sinf_u10) when the process has it, so that an element's
+  // result does not depend on whether it falls in the vector body or the scalar remainder;
+  // libm's (sinf) otherwise. Its vector forms are registered for the vectoriser under this name.
+  std::string math_symbol(const char* base, bool f32) const;
+
   // Runs the O3 pipeline (vectorisers on, libm calls mapped to SLEEF's vector functions).
   void optimize(llvm::Module& m) const;
   // The module (already optimised) as an object file, or as assembly text.

@@ -253,7 +253,7 @@ static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>
   if (!n.compiled) return n.exe->run(ins);
   std::vector<ir::Slot> slots(ins.size());
   for (size_t i = 0; i < ins.size(); ++i) slots[i].tensor = ins[i];
-  if (n.compiled->accepts(slots)) return n.compiled->run(std::span<const ir::Slot>(slots));
+  if (auto outs = n.compiled->try_run(slots)) return std::move(*outs);
   std::vector<int64_t> key;
   for (const Tensor& t : ins) {
     key.push_back(t.dim());
@@ -279,7 +279,8 @@ static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>
       n.variants.emplace(key, variant);
     }
   }
-  if (variant && variant->accepts(slots)) return variant->run(std::span<const ir::Slot>(slots));
+  if (variant)
+    if (auto outs = variant->try_run(slots)) return std::move(*outs);
   return n.exe->run(ins);
 }
 

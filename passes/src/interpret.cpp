@@ -9,7 +9,7 @@ namespace kiln::passes {
 
 struct ProgramRunner::Impl {
   const KernelProgram& p;
-  std::vector<ir::Executable> bodies;
+  std::vector<std::unique_ptr<ir::Executable>> bodies;  // per interpreted kernel (null: a backend runs it)
   std::vector<bool> written;  // per buffer: some kernel stores into it
   std::vector<KernelImpl> impls;  // per kernel: a backend's compiled form, or empty
 };
@@ -18,8 +18,9 @@ ProgramRunner::ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> imp
     : impl_(std::make_unique<Impl>(Impl{p, {}, {}, std::move(impls)})) {
   impl_->impls.resize(p.kernels.size());
   impl_->written.assign(p.buffers.size(), false);
-  for (const Kernel& k : p.kernels) {
-    impl_->bodies.emplace_back(k.body);
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const Kernel& k = p.kernels[i];
+    impl_->bodies.push_back(impl_->impls[i] ? nullptr : std::make_unique<ir::Executable>(k.body));
     for (const Access& a : k.stores)
       if (a.buffer >= 0) impl_->written[size_t(a.buffer)] = true;
   }
@@ -83,7 +84,7 @@ std::vector<Tensor> ProgramRunner::run(std::span<const ir::Slot> inputs) const {
       if (k.body.inputs()[j]->type.sizes.empty() && t.dim() > 0) t = t.reshape({});
       in[j].tensor = t;
     }
-    std::vector<ir::Slot> out = impl_->bodies[i].run_slots(in);
+    std::vector<ir::Slot> out = impl_->bodies[i]->run_slots(in);
     for (size_t j = 0; j < k.stores.size(); ++j) {
       const Access& a = k.stores[j];
       Tensor dst = view(a);

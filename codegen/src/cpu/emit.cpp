@@ -13,7 +13,6 @@
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
-#include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
 
 #include <cmath>

@@ -254,6 +254,11 @@ std::vector<Tensor> CompiledProgram::run(std::span<const ir::Slot> inputs) const
   return runner_->run(inputs);
 }
 
+std::optional<std::vector<Tensor>> CompiledProgram::try_run(std::span<const ir::Slot> inputs) const {
+  if (!accepts(inputs)) return std::nullopt;
+  return runner_->run(inputs);
+}
+
 std::vector<Tensor> CompiledProgram::run(std::span<const Tensor> inputs) const {
   std::vector<ir::Slot> slots(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) slots[i].tensor = inputs[i];

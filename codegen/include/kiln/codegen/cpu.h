@@ -13,6 +13,7 @@
 // run on the calling thread.
 #pragma once
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -38,6 +39,8 @@ class CompiledProgram {
   std::vector<Tensor> run(std::span<const Tensor> inputs) const;
   // Whether `inputs` have the sizes and strides the kernels were specialised on.
   bool accepts(std::span<const ir::Slot> inputs) const;
+  // run() when the inputs are accepted, else nullopt (one check, for callers with a fallback).
+  std::optional<std::vector<Tensor>> try_run(std::span<const ir::Slot> inputs) const;
   const passes::KernelProgram& program() const { return *program_; }
   const CpuCompileStats& stats() const { return stats_; }
 

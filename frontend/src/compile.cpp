@@ -202,6 +202,9 @@ static void compile_node(TreeNode& n, const CompileOptions& opts) {
     n.backend_note = "cpu: " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
                      " kernels compiled (" + std::to_string(st.memory_hits) + " from memory, " +
                      std::to_string(st.disk_hits) + " from disk) in " + std::to_string(int(st.compile_ms)) + " ms";
+    if (st.epilogues > 0)
+      n.backend_note += "; " + std::to_string(st.epilogues) + " library op" + (st.epilogues > 1 ? "s" : "") +
+                        " with a compiled epilogue";
     for (const std::string& why : st.interpreted) n.backend_note += "; interpreted " + why;
   } catch (const Error& e) {
     n.compiled.reset();

@@ -18,6 +18,7 @@
 
 #include "codegen_source_hash.h"
 #include "emit.h"
+#include "../epilogue.h"
 #include "jit.h"
 #include "kiln/codegen/cache.h"
 #include "kiln/codegen/cpu.h"
@@ -147,14 +148,25 @@ char* operand_address(const Tensor& t, const passes::Access& a) {
 }
 
 // Calls a compiled kernel: operand addresses, host numbers, and the outer loop split.
-passes::KernelImpl make_impl(const passes::Kernel& k, cpu::KernelFn fn) {
-  int64_t work = 1;
-  for (int64_t e : k.loops) work *= e;
-  bool has_outer = k.reduce_from > 0 && !k.loops.empty();
-  int64_t outer = has_outer ? k.loops[0] : 1;
-  int threads = has_outer && work >= kParallelMinElements ? int(std::min<int64_t>(outer, env::num_threads())) : 1;
-  return [&k, fn, outer, threads](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
-    const size_t n = k.loads.size() + k.stores.size();
+struct Launch {
+  const passes::Kernel* k = nullptr;
+  cpu::KernelFn fn = nullptr;
+  int64_t outer = 1;
+  int threads = 1;
+
+  Launch(const passes::Kernel& kernel, cpu::KernelFn f) : k(&kernel), fn(f) {
+    int64_t work = 1;
+    for (int64_t e : kernel.loops) work *= e;
+    bool has_outer = kernel.reduce_from > 0 && !kernel.loops.empty();
+    outer = has_outer ? kernel.loops[0] : 1;
+    threads = has_outer && work >= kParallelMinElements ? int(std::min<int64_t>(outer, env::num_threads())) : 1;
+  }
+
+  // `first` (when given) is the tensor the kernel's load 0 reads instead of a program buffer: the
+  // library op's result an epilogue runs on.
+  void operator()(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs, const Tensor* first = nullptr) const {
+    const passes::Kernel& kk = *k;
+    const size_t n = kk.loads.size() + kk.stores.size();
     char* ptrs[64];
     std::vector<char*> heap;
     char** p = ptrs;
@@ -165,12 +177,16 @@ passes::KernelImpl make_impl(const passes::Kernel& k, cpu::KernelFn fn) {
     int64_t args_small[16] = {};
     std::vector<int64_t> args_heap;
     int64_t* args = args_small;
-    if (k.loads.size() > 16) {
-      args_heap.assign(k.loads.size(), 0);
+    if (kk.loads.size() > 16) {
+      args_heap.assign(kk.loads.size(), 0);
       args = args_heap.data();
     }
-    for (size_t j = 0; j < k.loads.size(); ++j) {
-      const passes::Access& a = k.loads[j];
+    for (size_t j = 0; j < kk.loads.size(); ++j) {
+      const passes::Access& a = kk.loads[j];
+      if (j == 0 && first) {
+        p[j] = static_cast<char*>(first->data_ptr());
+        continue;
+      }
       if (a.buffer < 0) {
         p[j] = nullptr;
         const Scalar& s = inputs[size_t(a.arg)].scalar;
@@ -184,18 +200,54 @@ passes::KernelImpl make_impl(const passes::Kernel& k, cpu::KernelFn fn) {
       }
       p[j] = operand_address(buffers[size_t(a.buffer)], a);
     }
-    for (size_t j = 0; j < k.stores.size(); ++j)
-      p[k.loads.size() + j] = operand_address(buffers[size_t(k.stores[j].buffer)], k.stores[j]);
+    for (size_t j = 0; j < kk.stores.size(); ++j)
+      p[kk.loads.size() + j] = operand_address(buffers[size_t(kk.stores[j].buffer)], kk.stores[j]);
     if (threads <= 1) {
       fn(p, args, 0, outer);
       return;
     }
+    cpu::KernelFn f = fn;
+    int64_t o = outer;
 #pragma omp parallel num_threads(threads)
     {
       int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      int64_t begin = outer * t / nt, end = outer * (t + 1) / nt;
-      if (begin < end) fn(p, args, begin, end);
+      int64_t begin = o * t / nt, end = o * (t + 1) / nt;
+      if (begin < end) f(p, args, begin, end);
     }
+  }
+};
+
+passes::KernelImpl make_impl(const passes::Kernel& k, cpu::KernelFn fn) {
+  return [launch = Launch(k, fn)](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
+    launch(buffers, inputs);
+  };
+}
+
+// An opaque kernel split into its library op and a compiled epilogue (epilogue.h): the op runs
+// as the eager op on views of its operands, then the epilogue reads its result.
+struct SplitKernel {
+  const passes::Kernel* kernel = nullptr;  // the opaque kernel as the program has it
+  EpilogueSplit split;
+  std::unique_ptr<ir::Executable> op;
+};
+
+passes::KernelImpl make_split_impl(std::shared_ptr<SplitKernel> s, cpu::KernelFn fn) {
+  return [s, launch = Launch(s->split.epilogue, fn)](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
+    std::vector<ir::Slot> in(s->split.op_loads.size());
+    for (size_t j = 0; j < in.size(); ++j) {
+      const passes::Access& a = s->kernel->loads[size_t(s->split.op_loads[j])];
+      if (a.buffer < 0) {
+        in[j] = inputs[size_t(a.arg)];
+        continue;
+      }
+      const Tensor& t = buffers[size_t(a.buffer)];
+      int64_t off = a.storage_relative ? a.offset : t.storage_offset() + a.offset;
+      in[j].tensor = t.as_strided(a.sizes, a.strides, off);
+    }
+    Tensor result = s->op->run_slots(in)[0].tensor;
+    // The epilogue reads the result as a contiguous array of the op's output space.
+    if (!result.is_contiguous()) result = result.contiguous();
+    launch(buffers, inputs, &result);
   };
 }
 
@@ -214,6 +266,26 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
   out->impls_.resize(p.kernels.size());
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
+    if (k.kind == passes::KernelKind::Opaque) {
+      if (auto split = split_epilogue(k, int(p.buffers.size()))) {
+        Lowered low = lower_kernel(split->epilogue);
+        if (low.code) {
+          auto s = std::make_shared<SplitKernel>();
+          s->kernel = &k;
+          s->split = std::move(*split);
+          s->op = std::make_unique<ir::Executable>(s->split.op);
+          Source src;
+          cpu::KernelFn fn = kernel_fn(s->split.epilogue, *low.code, &src);
+          out->stats_.compiled++;
+          out->stats_.epilogues++;
+          out->stats_.memory_hits += src == Source::Memory;
+          out->stats_.disk_hits += src == Source::Disk;
+          out->impls_[i] = make_split_impl(std::move(s), fn);
+          continue;
+        }
+        warn_interpreted(low.why);
+      }
+    }
     Lowered low = lower_kernel(k);
     if (!low.code) {
       out->stats_.interpreted.push_back("k" + std::to_string(i) + ": " + low.why);
@@ -271,7 +343,11 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what) {
     const passes::Kernel& k = p.kernels[i];
     const char* comment = what == CpuEmit::Asm ? "#" : what == CpuEmit::Code ? "//" : ";";
     o << comment << " kernel k" << i << " (" << passes::kernel_kind_name(k.kind) << ")\n";
-    Lowered low = lower_kernel(k);
+    std::optional<EpilogueSplit> split;
+    if (k.kind == passes::KernelKind::Opaque) split = split_epilogue(k, int(p.buffers.size()));
+    if (split) o << comment << " library op " << ir::op_info(split->op.nodes().back()->op).name << ", then its epilogue:\n";
+    const passes::Kernel& kc = split ? split->epilogue : k;
+    Lowered low = lower_kernel(kc);
     if (!low.code) {
       o << comment << " not compiled: " << low.why << "\n\n";
       continue;
@@ -281,7 +357,7 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what) {
       continue;
     }
     llvm::LLVMContext ctx;
-    auto m = build_module(ctx, k, *low.code, "kiln_k" + std::to_string(i));
+    auto m = build_module(ctx, kc, *low.code, "kiln_k" + std::to_string(i));
     if (what != CpuEmit::LlvmRaw) cpu::Jit::get().optimize(*m);
     if (what == CpuEmit::Asm) {
       o << cpu::Jit::get().assembly(*m);

@@ -5,8 +5,9 @@
 // functions), JIT-linked into the process with ORC. Kernels are cached by a stable key (their
 // text, the target CPU and features, the LLVM and kiln IR versions) in memory and on disk
 // (kiln/codegen/cache.h), so a second process loads object code instead of compiling.
-// Opaque kernels (matmul, einsum, cat, ...) call the eager library op and control kernels run
-// their regions, through the kernel interpreter; a kernel with an op the backend cannot
+// Opaque kernels (matmul, einsum, cat, ...) call the eager library op; the elementwise epilogue
+// fused after a matmul-family op is compiled as a kernel over the op's result. Control kernels
+// run their regions through the kernel interpreter; a kernel with an op the backend cannot
 // compile does too, with a one-line warning naming the op.
 //
 // Large kernels split their outermost loop across the threads of KILN_NUM_THREADS; small ones
@@ -25,6 +26,7 @@ namespace kiln::codegen {
 struct CpuCompileStats {
   int kernels = 0;          // in the program
   int compiled = 0;         // running as machine code
+  int epilogues = 0;        // of those, epilogues compiled after a library call (matmul, einsum)
   int memory_hits = 0;      // of those, found in this process's cache
   int disk_hits = 0;        // of those, loaded from the disk cache
   double compile_ms = 0;    // wall time of compile_cpu

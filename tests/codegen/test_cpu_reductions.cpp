@@ -235,4 +235,40 @@ TEST(CpuOpsReductionEdgeCases, SoftmaxOverAnEmptyDim) {
   }
 }
 
+// Full reductions (every dim) of large tensors split loop 0 across threads: each thread
+// reduces its part into its own accumulators, then one call combines them in order. With 2
+// and 3 threads (a part count that divides nothing here), contiguous and transposed, sizes
+// that are no multiple of anything.
+TEST(CpuOpsReductionEdgeCases, FullReductionsSplitAcrossThreads) {
+  const char* saved = std::getenv("KILN_NUM_THREADS");
+  std::string restore = saved ? saved : "";
+  for (const char* threads : {"2", "3"}) {
+    setenv("KILN_NUM_THREADS", threads, 1);
+    for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt64, kInt8, kBool}) {
+      for (auto [sizes, layout] : {std::pair<std::vector<int64_t>, Layout>{{300007}, Layout::Contiguous},
+                                   {{517, 131}, Layout::Transposed}}) {
+        SCOPED_TRACE(std::string(threads) + " threads, " + std::string(name(dt)) + ", " + layout_name(layout));
+        Inputs inputs = [&, sizes = sizes, layout = layout](int call) {
+          return V{make(dt, sizes, layout, 977 + uint64_t(dt) * 7 + uint64_t(call), Values::Any,
+                        call >= 2 ? Specials::Sparse : Specials::None)};
+        };
+        Fn fn = [dt](const V& in) {
+          const Tensor& x = in[0];
+          if (dt == kBool) return V{x.any(), x.all(), x.sum()};
+          V out = {x.sum(), x.amax(), x.amin()};
+          if (is_floating(dt)) {
+            out.push_back(x.mean());
+            out.push_back(x.norm(2));
+            out.push_back(x.nansum());
+          }
+          return out;
+        };
+        check(fn, inputs, Expect{});
+      }
+    }
+  }
+  if (saved) setenv("KILN_NUM_THREADS", restore.c_str(), 1);
+  else unsetenv("KILN_NUM_THREADS");
+}
+
 }  // namespace

@@ -44,11 +44,12 @@ namespace {
 
 class Emitter {
  public:
-  Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code)
-      : C(m.getContext()), M(m), B(C), k_(k), code_(code), memo_(code.code.size(), nullptr) {}
+  Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code, ReductionPart part)
+      : C(m.getContext()), M(m), B(C), k_(k), code_(code), part_(part), memo_(code.code.size(), nullptr) {}
 
   void emit(const std::string& name) {
     const size_t nops = k_.loads.size() + k_.stores.size();
+    const bool split = part_ != ReductionPart::Whole;
     auto* ptr = llvm::PointerType::getUnqual(C);
     auto* i64 = B.getInt64Ty();
     idx_ = fits_index32(k_) ? B.getInt32Ty() : i64;
@@ -58,6 +59,7 @@ class Emitter {
     params.push_back(ptr);  // args
     params.push_back(i64);  // begin
     params.push_back(i64);  // end
+    if (split) params.push_back(ptr);  // the partial accumulators
     auto* body_ty = llvm::FunctionType::get(B.getVoidTy(), params, false);
     F_ = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, name + ".body", M);
     F_->addFnAttr(llvm::Attribute::NoUnwind);
@@ -72,6 +74,10 @@ class Emitter {
     args_ = F_->getArg(unsigned(nops));
     Value* begin = F_->getArg(unsigned(nops + 1));
     Value* end = F_->getArg(unsigned(nops + 2));
+    if (split) {
+      parts_ = F_->getArg(unsigned(nops + 3));
+      F_->addParamAttr(unsigned(nops + 3), llvm::Attribute::NoAlias);  // the host's own slots
+    }
     iv_.assign(k_.loops.size(), nullptr);
     tile_ = wants_tiles();
     staged_.assign(k_.loads.size(), Staged{});
@@ -82,7 +88,9 @@ class Emitter {
         staged_[j].buf = eb.CreateAlloca(storage_type(k_.loads[j].dtype), eb.getInt64(kTileRows * kTileCols), "tile");
       }
     }
-    outer(0, B.CreateTrunc(begin, idx_), B.CreateTrunc(end, idx_));
+    begin_ = B.CreateTrunc(begin, idx_);
+    end_ = B.CreateTrunc(end, idx_);
+    outer(0, begin_, end_);
     B.CreateRetVoid();
 
     // The entry point with the uniform signature: unpacks the operand array.
@@ -96,6 +104,7 @@ class Emitter {
     call_args.push_back(E->getArg(1));
     call_args.push_back(E->getArg(2));
     call_args.push_back(E->getArg(3));
+    if (split) call_args.push_back(B.CreateLoad(ptr, B.CreateConstInBoundsGEP1_64(ptr, E->getArg(0), nops), "parts"));
     B.CreateCall(F_, call_args);
     B.CreateRetVoid();
   }
@@ -106,6 +115,10 @@ class Emitter {
   llvm::IRBuilder<> B;
   const passes::Kernel& k_;
   const KernelCode& code_;
+  ReductionPart part_;
+  Value* parts_ = nullptr;  // Partial, Finish: the accumulator slots (8 bytes each)
+  Value* begin_ = nullptr;  // the range the call runs (outermost loop, or for a split
+  Value* end_ = nullptr;    // reduction: Partial's part of loop 0, Finish's parts)
   llvm::Function* F_ = nullptr;
   BasicBlock* entry_ = nullptr;
   Value* args_ = nullptr;
@@ -284,8 +297,10 @@ class Emitter {
       body();
       return;
     }
-    loop(llvm::ConstantInt::get(idx_, 0), llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d)])), "row",
-         [&](Value* i) {
+    // A partial reduction runs its part of loop 0.
+    bool part = part_ == ReductionPart::Partial && d == 0;
+    loop(part ? begin_ : llvm::ConstantInt::get(idx_, 0),
+         part ? end_ : llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d)])), "row", [&](Value* i) {
            iv_[size_t(d)] = i;
            row_loops(d + 1, body);
            iv_[size_t(d)] = nullptr;
@@ -337,7 +352,8 @@ class Emitter {
     needs.push_back(needed(store_roots));
     plan_stash(needs);
 
-    for (int depth = 1; depth <= code_.depth; ++depth) {
+    // (a split reduction's finishing step has no row loops: it combines the parts instead)
+    for (int depth = 1; part_ != ReductionPart::Finish && depth <= code_.depth; ++depth) {
       const std::vector<int>& need = needs[size_t(depth - 1)];
       for (int id : need)
         if (!code_.code[size_t(id)].row) value(id);
@@ -360,6 +376,13 @@ class Emitter {
       for (int r : reduces[size_t(depth)])
         memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), acc_[size_t(r)]);
     }
+    if (part_ == ReductionPart::Finish) finish_parts(reduces[1]);
+    if (part_ == ReductionPart::Partial) {
+      // This call's accumulators, slot by slot; the finishing call combines them.
+      for (size_t q = 0; q < reduces[1].size(); ++q)
+        B.CreateStore(memo_[size_t(reduces[1][q])], B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), parts_, 8 * q));
+      return;
+    }
     for (size_t j : per_row) store(j);
     if (in_row.empty()) return;
     for (int id : needs.back())
@@ -368,6 +391,29 @@ class Emitter {
       for (size_t j : in_row) store(j);
       forget_rows();
     });
+  }
+
+  // A split reduction's last step: every reduction's accumulator combined over the parts
+  // [begin, end) the partial calls wrote, in order (the same combine as the row loop's).
+  void finish_parts(const std::vector<int>& reduces) {
+    const uint64_t n = reduces.size();
+    for (size_t q = 0; q < n; ++q) {
+      const Instr& in = code_.code[size_t(reduces[q])];
+      llvm::IRBuilder<> eb(entry_, entry_->begin());
+      acc_[size_t(reduces[q])] = eb.CreateAlloca(compute_type(in.type), nullptr, "acc");
+      B.CreateStore(identity(in), acc_[size_t(reduces[q])]);
+    }
+    loop(begin_, end_, "part", [&](Value* p) {
+      Value* base = B.CreateMul(B.CreateZExt(p, B.getInt64Ty()), B.getInt64(8 * n));
+      for (size_t q = 0; q < n; ++q) {
+        const Instr& in = code_.code[size_t(reduces[q])];
+        llvm::Type* t = compute_type(in.type);
+        Value* slot = B.CreateInBoundsGEP(B.getInt8Ty(), parts_, B.CreateAdd(base, B.getInt64(8 * q)));
+        Value* a = B.CreateLoad(t, acc_[size_t(reduces[q])]);
+        B.CreateStore(combine(in, a, B.CreateLoad(t, slot)), acc_[size_t(reduces[q])]);
+      }
+    }, 1, true);
+    for (int r : reduces) memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), acc_[size_t(r)]);
   }
 
   // Row values that cost a transcendental call (softmax's exp) and are needed by more than
@@ -696,8 +742,22 @@ class Emitter {
 
 }  // namespace
 
+bool splits_reduction(const passes::Kernel& k, const KernelCode& code) {
+  if (k.reduce_from != 0 || k.loops.empty() || k.loops[0] < 2 || code.depth != 1) return false;
+  // Every store is a per-row value (one element: the reduction's result, or what follows it).
+  for (int id : code.stores)
+    if (code.code[size_t(id)].row) return false;
+  for (const passes::Access& s : k.stores)
+    for (int64_t e : s.sizes)
+      if (e != 1) return false;
+  return true;
+}
+
 void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code) {
-  Emitter(m, k, code).emit(name);
+  Emitter(m, k, code, ReductionPart::Whole).emit(name);
+  if (!splits_reduction(k, code)) return;
+  Emitter(m, k, code, ReductionPart::Partial).emit(name + kPartialSuffix);
+  Emitter(m, k, code, ReductionPart::Finish).emit(name + kFinishSuffix);
 }
 
 }  // namespace kiln::codegen::cpu

@@ -18,10 +18,23 @@ namespace kiln::codegen::cpu {
 // whole loop for a kernel that is not split). A full reduction (no outer loop) ignores them.
 using KernelFn = void (*)(char* const*, const int64_t*, int64_t, int64_t);
 
+// A full reduction (no outer loop: sum of a whole tensor) split across threads. Next to `name`
+// the module then has `name.partial`, which runs the part [begin, end) of loop 0 and writes
+// each reduction's accumulator into 8-byte slots at operands[n] (n = loads + stores), and
+// `name.finish`, which combines the slots of parts [begin, end) at operands[n] in order and
+// computes and stores the results. Each part is one thread's; the finish runs once.
+enum class ReductionPart { Whole, Partial, Finish };
+inline constexpr const char* kPartialSuffix = ".partial";
+inline constexpr const char* kFinishSuffix = ".finish";
+// Whether emit_kernel adds the partial and finish functions: a kernel whose loops are all
+// reduction loops (two or more along loop 0), one reduction depth, and single-element stores.
+bool splits_reduction(const passes::Kernel& k, const KernelCode& code);
+
 // Whether every index the kernel computes fits in 32 bits (its loops and operand offsets).
 bool fits_index32(const passes::Kernel& k);
 
-// Adds `name` (external, with the signature above) computing kernel `k` from its lowered code.
+// Adds `name` (external, with the signature above) computing kernel `k` from its lowered code,
+// and for a reduction that splits_reduction(), `name.partial` and `name.finish`.
 void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code);
 
 }  // namespace kiln::codegen::cpu

@@ -23,7 +23,7 @@ std::string_view eop_name(EOp op) {
       "recip", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "floor", "ceil",
       "round", "trunc", "isnan", "isinf", "isfinite", "not", "bitnot", "convert", "round_to_16", "add", "sub",
       "mul", "div", "pow", "atan2", "max", "min", "fmod", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor",
-      "select", "fma", "reduce"};
+      "select", "fma", "reduce", "rowcount"};
   return names[size_t(op)];
 }
 
@@ -483,8 +483,14 @@ class Builder {
       unsupported(n);  // indices and scans have no scalar form yet
     bool single_dim = n.op == OpId::Softmax || n.op == OpId::LogSoftmax;
     check_dims(n, dims_attr(single_dim ? "dim" : "dims"));
-    int64_t count = 1;
-    for (int d = k_.reduce_from; d < rank_; ++d) count *= k_.loops[size_t(d)];
+    // The row's length as an instruction: a constant in a kernel specialised on its sizes, an
+    // argument in a size-generic one.
+    auto count = [&] {
+      Instr c;
+      c.op = EOp::RowCount;
+      c.type = DType::Float64;
+      return add(std::move(c));
+    };
     DType xt = compute_dtype(n.inputs[0]->type.dtype);
     int x = value_.at(n.inputs[0]);
     // Float sums accumulate in float64, integer and bool sums in int64.
@@ -500,7 +506,7 @@ class Builder {
       case OpId::Mean: {
         if (!is_floating(t)) unsupported(n);
         int s = reduce(Reducer::Sum, DType::Float64, x);
-        return cvt(op(EOp::Div, DType::Float64, {s, constant(DType::Float64, double(count))}), t);
+        return cvt(op(EOp::Div, DType::Float64, {s, count()}), t);
       }
       case OpId::Amax: return r == DType::Bool ? reduce(Reducer::Any, DType::Bool, x) : reduce(Reducer::Max, t, x);
       case OpId::Amin: return r == DType::Bool ? reduce(Reducer::All, DType::Bool, x) : reduce(Reducer::Min, t, x);
@@ -520,10 +526,13 @@ class Builder {
         if (!is_floating(t)) unsupported(n);
         double corr = attr_num(n, "correction", 1);
         int x64 = cvt(x, DType::Float64);
-        int mean = op(EOp::Div, DType::Float64, {reduce(Reducer::Sum, DType::Float64, x64), constant(DType::Float64, double(count))});
+        int n64 = count();
+        int mean = op(EOp::Div, DType::Float64, {reduce(Reducer::Sum, DType::Float64, x64), n64});
         int d = op(EOp::Sub, DType::Float64, {x64, mean});
         int ss = reduce(Reducer::Sum, DType::Float64, op(EOp::Mul, DType::Float64, {d, d}));
-        int var = op(EOp::Div, DType::Float64, {ss, constant(DType::Float64, std::max(0.0, double(count) - corr))});
+        int dof = op(EOp::Max, DType::Float64, {op(EOp::Sub, DType::Float64, {n64, constant(DType::Float64, corr)}),
+                                                constant(DType::Float64, 0)});
+        int var = op(EOp::Div, DType::Float64, {ss, dof});
         if (n.op == OpId::Std) var = op(EOp::Sqrt, DType::Float64, {var});
         return cvt(var, t);
       }

@@ -40,6 +40,7 @@ enum class EOp : uint8_t {
   Select,  // args: condition (bool), then, else
   Fma,     // args[0] * args[1] + args[2], rounded once (floats)
   Reduce,  // the `reducer` of args[0] over the row, in `type`
+  RowCount,  // the number of points in a row (the reduction loops' extents multiplied), float64
 };
 std::string_view eop_name(EOp op);
 

@@ -250,8 +250,10 @@ static std::optional<ir::Graph> retype(const ir::Graph& g, const std::vector<Ten
 }
 
 // Runs one graph of the trace tree: compiled when its inputs have the sizes and strides the
-// kernels were specialised on; other sizes (a dynamic dim's) get a program of their own, up to
-// kMaxVariants of them, and past that run on the reference executor.
+// kernels were specialised on. Other sizes (a dynamic dim's) get a program of their own built
+// from size-generic kernels (sizes as arguments: the first other size compiles them, later
+// sizes find them in the kernel cache and only rerun the passes); the last kMaxVariants of
+// them are kept.
 static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>& ins) {
   if (!n.compiled) return n.exe->run(ins);
   std::vector<ir::Slot> slots(ins.size());
@@ -268,18 +270,24 @@ static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>
     auto it = n.variants.find(key);
     if (it != n.variants.end()) {
       variant = it->second;
-    } else if (n.variants.size() < TreeNode::kMaxVariants) {
+    } else {
       try {
         if (std::optional<ir::Graph> g = retype(n.graph, ins)) {
           passes::Module m = passes::optimize(*g);
           std::vector<ir::Type> types;
           for (const ir::Value* v : g->inputs()) types.push_back(v->type);
-          variant = codegen::compile_cpu(m.program, std::move(types));
+          variant = codegen::compile_cpu(m.program, std::move(types), {.generic = true});
         }
       } catch (const Error&) {
         variant.reset();
       }
+      if (n.variants.size() >= TreeNode::kMaxVariants) {  // the oldest size goes
+        n.variants.erase(n.variant_order.front());
+        n.variant_order.pop_front();
+      }
       n.variants.emplace(key, variant);
+      n.variant_order.push_back(key);
+      n.variants_built++;
     }
   }
   if (variant)
@@ -595,7 +603,8 @@ Explanation Engine::explain(std::span<const CallArg> args) const {
       size_t compiled = 0;
       for (const auto& [k, v] : n->variants) compiled += v != nullptr;
       if (!n->variants.empty())
-        note += "; other sizes: " + std::to_string(compiled) + " compiled, " + std::to_string(n->variants.size() - compiled) +
+        note += "; other sizes: " + std::to_string(n->variants_built) + " seen, " + std::to_string(compiled) +
+                " kept with size-generic kernels, " + std::to_string(n->variants.size() - compiled) +
                 " on the reference executor";
     }
     ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph), note});

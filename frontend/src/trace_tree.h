@@ -6,6 +6,7 @@
 // return, or a guard (the host value the C++ code took from a tensor) whose observed values
 // lead to child nodes.
 #pragma once
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -50,11 +51,14 @@ struct TreeNode {
   // strides (null: the reference executor `exe` runs it). `backend_note` says which and why.
   std::shared_ptr<codegen::CompiledProgram> compiled;
   std::string backend_note;
-  // Programs compiled for other input sizes (a dynamic dim's sizes), by the inputs' sizes and
-  // strides; null: that size runs on the reference executor. At most kMaxVariants.
-  static constexpr size_t kMaxVariants = 8;
+  // Programs for other input sizes (a dynamic dim's sizes), by the inputs' sizes and strides,
+  // built from size-generic kernels; null: that size runs on the reference executor. The last
+  // kMaxVariants sizes are kept (a program costs the passes' time to rebuild, no compiling).
+  static constexpr size_t kMaxVariants = 64;
   mutable std::mutex variants_mu;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<codegen::CompiledProgram>> variants;
+  mutable std::deque<std::vector<int64_t>> variant_order;  // oldest first
+  mutable uint64_t variants_built = 0;
   uint64_t hash = 0;
   std::vector<Ref> inputs;     // where each graph input comes from
   std::vector<uint32_t> outputs;  // the Value slots the graph's outputs go to

@@ -119,6 +119,7 @@ struct Options {
   bool verify_each = false;
   bool stats = false;
   std::string emit;  // --emit: code, llvm-raw, llvm, asm (the CPU backend's output per kernel)
+  bool size_generic = false;  // --size-generic: emit the kernels with sizes as arguments
   bool optimize = false;  // any of the optimizer's flags: the graphs go through the pipeline
 };
 
@@ -353,7 +354,7 @@ std::string module_text(const passes::Module& m, const Options& o) {
                           : o.emit == "llvm-raw" ? codegen::CpuEmit::LlvmRaw
                           : o.emit == "llvm"     ? codegen::CpuEmit::Llvm
                                                  : codegen::CpuEmit::Asm;
-  return codegen::emit_cpu(*m.program, what);
+  return codegen::emit_cpu(*m.program, what, o.size_generic);
 }
 
 // --run with the optimizer: the kernel program against the reference executor, per output.
@@ -966,6 +967,9 @@ int run_main(int argc, char** argv) {
                  "kernel code, the LLVM IR before (llvm-raw) or after O3 (llvm), or the host assembly. Implies -O")
       ->check(CLI::IsMember({"code", "llvm-raw", "llvm", "asm"}))
       ->type_name("WHAT");
+  app.add_flag("--size-generic", o.size_generic,
+               "With --emit: the size-generic kernels kiln compiles once a dim is dynamic (loop extents and "
+               "strides read from the arguments) instead of kernels specialised on the sizes");
   app.add_flag("--stats", o.stats, "Print the kernel program's statistics: bytes read and written per kernel, "
                                    "peak memory");
   app.footer(

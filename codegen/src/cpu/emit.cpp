@@ -40,19 +40,36 @@ bool fits_index32(const passes::Kernel& k) {
   return true;
 }
 
+// Whether operand dim d is read at all (not broadcast along the loop) and, if so, whether its
+// stride is a run-time argument of a size-generic kernel (anything but +-1: unit strides stay
+// constants, so that contiguous operands still vectorise without gathers).
+static bool moves(const passes::Access& a, size_t d) { return a.sizes[d] != 1 && a.strides[d] != 0; }
+static bool stride_is_arg(const passes::Access& a, size_t d) { return moves(a, d) && std::abs(a.strides[d]) != 1; }
+
+std::vector<int64_t> generic_args(const passes::Kernel& k) {
+  std::vector<int64_t> out(k.loops.begin(), k.loops.end());
+  for (const auto* list : {&k.loads, &k.stores})
+    for (const passes::Access& a : *list) {
+      if (a.buffer < 0) continue;
+      for (size_t d = 0; d < a.sizes.size() && d < k.loops.size(); ++d)
+        if (stride_is_arg(a, d)) out.push_back(a.strides[d]);
+    }
+  return out;
+}
+
 namespace {
 
 class Emitter {
  public:
-  Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code, ReductionPart part)
-      : C(m.getContext()), M(m), B(C), k_(k), code_(code), part_(part), memo_(code.code.size(), nullptr) {}
+  Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code, ReductionPart part, bool generic)
+      : C(m.getContext()), M(m), B(C), k_(k), code_(code), part_(part), generic_(generic), memo_(code.code.size(), nullptr) {}
 
   void emit(const std::string& name) {
     const size_t nops = k_.loads.size() + k_.stores.size();
     const bool split = part_ != ReductionPart::Whole;
     auto* ptr = llvm::PointerType::getUnqual(C);
     auto* i64 = B.getInt64Ty();
-    idx_ = fits_index32(k_) ? B.getInt32Ty() : i64;
+    idx_ = !generic_ && fits_index32(k_) ? B.getInt32Ty() : i64;
 
     // The body: one pointer parameter per operand, so that noalias can say which do not overlap.
     std::vector<llvm::Type*> params(nops, ptr);
@@ -79,6 +96,7 @@ class Emitter {
       F_->addParamAttr(unsigned(nops + 3), llvm::Attribute::NoAlias);  // the host's own slots
     }
     iv_.assign(k_.loops.size(), nullptr);
+    read_sizes();
     tile_ = wants_tiles();
     staged_.assign(k_.loads.size(), Staged{});
     if (tile_) {
@@ -116,6 +134,9 @@ class Emitter {
   const passes::Kernel& k_;
   const KernelCode& code_;
   ReductionPart part_;
+  bool generic_;  // sizes and non-unit strides are run-time arguments (generic_args)
+  std::vector<Value*> extent_;               // per loop: its extent (a constant, or loaded from args)
+  std::vector<std::vector<Value*>> stride_;  // per operand and dim: its stride
   Value* parts_ = nullptr;  // Partial, Finish: the accumulator slots (8 bytes each)
   Value* begin_ = nullptr;  // the range the call runs (outermost loop, or for a split
   Value* end_ = nullptr;    // reduction: Partial's part of loop 0, Finish's parts)
@@ -205,7 +226,7 @@ class Emitter {
       return;
     }
     Value* lo = d == 0 ? begin : llvm::ConstantInt::get(idx_, 0);
-    Value* hi = d == 0 ? end : llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d)]));
+    Value* hi = d == 0 ? end : extent_[size_t(d)];
     if (tile_ && d == rank() - 2) {
       tiled(d, lo, hi);
       return;
@@ -221,7 +242,7 @@ class Emitter {
   // contiguous along d but strided along d + 1 (a transposed read) then reuses the cache lines
   // a block touches instead of missing on every element.
   void tiled(int d, Value* lo, Value* hi) {
-    Value* hi2 = llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d + 1)]));
+    Value* hi2 = extent_[size_t(d + 1)];
     Value* rows = llvm::ConstantInt::get(idx_, kTileRows), *cols = llvm::ConstantInt::get(idx_, kTileCols);
     Value* zero = llvm::ConstantInt::get(idx_, 0);
     auto min = [&](Value* a, Value* b) { return B.CreateSelect(B.CreateICmpSLT(a, b), a, b); };
@@ -279,7 +300,10 @@ class Emitter {
   // innermost loop with a stride but the one before it contiguously (a transpose).
   bool wants_tiles() const {
     if (rank() < 2 || reduce_from() != rank()) return false;
-    if (k_.loops[size_t(rank() - 1)] < 2 * int64_t(kTileCols) || k_.loops[size_t(rank() - 2)] < 2 * int64_t(kTileRows)) return false;
+    // (a size-generic kernel tiles whatever its sizes: partial tiles are handled anyway)
+    if (!generic_ &&
+        (k_.loops[size_t(rank() - 1)] < 2 * int64_t(kTileCols) || k_.loops[size_t(rank() - 2)] < 2 * int64_t(kTileRows)))
+      return false;
     for (size_t j = 0; j < k_.loads.size() + k_.stores.size(); ++j) {
       const passes::Access& a = operand(j);
       if (a.buffer < 0 || a.strides.size() != size_t(rank())) continue;
@@ -300,7 +324,7 @@ class Emitter {
     // A partial reduction runs its part of loop 0.
     bool part = part_ == ReductionPart::Partial && d == 0;
     loop(part ? begin_ : llvm::ConstantInt::get(idx_, 0),
-         part ? end_ : llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d)])), "row", [&](Value* i) {
+         part ? end_ : extent_[size_t(d)], "row", [&](Value* i) {
            iv_[size_t(d)] = i;
            row_loops(d + 1, body);
            iv_[size_t(d)] = nullptr;
@@ -424,7 +448,7 @@ class Emitter {
     stash_ready_.assign(code_.code.size(), false);
     int64_t row = 1;
     for (int d = reduce_from(); d < rank(); ++d) row *= k_.loops[size_t(d)];
-    if (needs.size() < 2 || row > kMaxStash) return;
+    if (needs.size() < 2 || row > kMaxStash || generic_) return;  // (generic: the row's length is unknown)
     std::vector<int> uses(code_.code.size(), 0);
     for (const auto& need : needs)
       for (int id : need) uses[size_t(id)]++;
@@ -443,7 +467,7 @@ class Emitter {
   Value* row_index() {
     Value* at = llvm::ConstantInt::get(idx_, 0);
     for (int d = reduce_from(); d < rank(); ++d)
-      at = B.CreateAdd(B.CreateMul(at, llvm::ConstantInt::get(idx_, uint64_t(k_.loops[size_t(d)])), "", true, true),
+      at = B.CreateAdd(B.CreateMul(at, extent_[size_t(d)], "", true, true),
                        iv_[size_t(d)], "", true, true);
     return at;
   }
@@ -456,6 +480,27 @@ class Emitter {
     }
   }
 
+  // The loop extents and operand strides: constants, or in a size-generic kernel the values
+  // generic_args() lists, loaded from `args` after the host numbers (one slot per load).
+  void read_sizes() {
+    size_t slot = k_.loads.size();
+    auto next = [&] {
+      return static_cast<Value*>(B.CreateLoad(idx_, B.CreateConstInBoundsGEP1_64(B.getInt64Ty(), args_, uint64_t(slot++))));
+    };
+    extent_.clear();
+    for (int64_t e : k_.loops) extent_.push_back(generic_ ? next() : llvm::ConstantInt::get(idx_, uint64_t(e)));
+    stride_.assign(k_.loads.size() + k_.stores.size(), {});
+    for (size_t j = 0; j < stride_.size(); ++j) {
+      const passes::Access& a = operand(j);
+      stride_[j].assign(a.strides.size(), nullptr);
+      if (a.buffer < 0) continue;
+      for (size_t d = 0; d < a.strides.size(); ++d) {
+        bool arg = generic_ && d < k_.loops.size() && stride_is_arg(a, d);
+        stride_[j][d] = arg ? next() : llvm::ConstantInt::get(idx_, uint64_t(a.strides[d]), true);
+      }
+    }
+  }
+
   // ---- operands ----
 
   Value* address(size_t j) {
@@ -463,8 +508,8 @@ class Emitter {
     // The caller passes the address of the access's first element: its offset is applied.
     Value* off = llvm::ConstantInt::get(idx_, 0);
     for (size_t d = 0; d < a.sizes.size() && d < iv_.size(); ++d) {
-      if (a.sizes[d] == 1 || a.strides[d] == 0 || !iv_[d]) continue;
-      Value* term = B.CreateMul(iv_[d], llvm::ConstantInt::get(idx_, uint64_t(a.strides[d]), true), "", false, true);
+      if (!moves(a, d) || !iv_[d]) continue;
+      Value* term = B.CreateMul(iv_[d], stride_[j][d], "", false, true);
       off = B.CreateAdd(off, term, "", false, true);
     }
     return B.CreateInBoundsGEP(storage_type(a.dtype), F_->getArg(unsigned(j)), off);
@@ -649,6 +694,12 @@ class Emitter {
       case EOp::Const:
         v = fl ? fconst(ty, in.f) : llvm::ConstantInt::get(ty, uint64_t(in.i), true);
         break;
+      case EOp::RowCount: {
+        Value* n = llvm::ConstantInt::get(idx_, 1);
+        for (int d = reduce_from(); d < rank(); ++d) n = B.CreateMul(n, extent_[size_t(d)]);
+        v = B.CreateUIToFP(n, ty);
+        break;
+      }
       case EOp::Neg: v = fl ? B.CreateFNeg(arg(0)) : B.CreateNeg(arg(0)); break;
       case EOp::Abs:
         v = fl ? B.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, arg(0))
@@ -753,11 +804,11 @@ bool splits_reduction(const passes::Kernel& k, const KernelCode& code) {
   return true;
 }
 
-void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code) {
-  Emitter(m, k, code, ReductionPart::Whole).emit(name);
+void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code, bool generic) {
+  Emitter(m, k, code, ReductionPart::Whole, generic).emit(name);
   if (!splits_reduction(k, code)) return;
-  Emitter(m, k, code, ReductionPart::Partial).emit(name + kPartialSuffix);
-  Emitter(m, k, code, ReductionPart::Finish).emit(name + kFinishSuffix);
+  Emitter(m, k, code, ReductionPart::Partial, generic).emit(name + kPartialSuffix);
+  Emitter(m, k, code, ReductionPart::Finish, generic).emit(name + kFinishSuffix);
 }
 
 }  // namespace kiln::codegen::cpu

@@ -1,6 +1,8 @@
 // LLVM IR for one kernel (internal to codegen/cpu).
 #pragma once
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../expr.h"
 
@@ -33,8 +35,17 @@ bool splits_reduction(const passes::Kernel& k, const KernelCode& code);
 // Whether every index the kernel computes fits in 32 bits (its loops and operand offsets).
 bool fits_index32(const passes::Kernel& k);
 
+// A size-generic kernel reads its loop extents and every operand stride other than 0 and +-1
+// from `args`, after the host numbers (slot loads.size() on): the values generic_args(k)
+// returns, in that order (extents, then per operand and dim the strides that are arguments).
+// It computes with 64-bit indices, keeps no row stash, and runs for any kernel of the same
+// structure (generic_text in program.cpp says what that is), whatever its sizes and strides.
+std::vector<int64_t> generic_args(const passes::Kernel& k);
+
 // Adds `name` (external, with the signature above) computing kernel `k` from its lowered code,
-// and for a reduction that splits_reduction(), `name.partial` and `name.finish`.
-void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code);
+// and for a reduction that splits_reduction(), `name.partial` and `name.finish`; size-generic
+// when `generic`.
+void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code,
+                 bool generic = false);
 
 }  // namespace kiln::codegen::cpu

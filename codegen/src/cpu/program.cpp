@@ -72,21 +72,71 @@ std::string kernel_text(const passes::Kernel& k) {
   return o.str();
 }
 
-CacheKey kernel_key(const passes::Kernel& k) {
+// What a size-generic kernel's code depends on (emit.h): the kernel's structure without its
+// sizes. Per operand dim: whether it moves along the loop ('b': broadcast), and a unit stride's
+// sign or 's' for a stride passed at run time; per body value its dtype and which dims are 1.
+std::string generic_text(const passes::Kernel& k) {
+  std::ostringstream o;
+  auto pattern = [&](const ir::Type& t) {
+    if (t.is_scalar()) return "scalar<" + std::string(name(t.dtype)) + ">";
+    std::string p = std::string(name(t.dtype)) + "[";
+    for (int64_t e : t.sizes) p += e == 1 ? '1' : 'n';
+    return p + "]";
+  };
+  o << passes::kernel_kind_name(k.kind) << " rank " << k.loops.size() << " reduce " << k.reduce_from << "\n";
+  size_t j = 0;
+  for (const auto* list : {&k.loads, &k.stores})
+    for (const passes::Access& a : *list) {
+      o << name(a.dtype) << (a.buffer < 0 ? " arg" : " ");
+      for (size_t d = 0; a.buffer >= 0 && d < a.sizes.size(); ++d) {
+        bool moves = a.sizes[d] != 1 && a.strides[d] != 0;
+        o << (!moves ? "b" : a.strides[d] == 1 ? "+" : a.strides[d] == -1 ? "-" : "s");
+      }
+      size_t n = 0;
+      for (const auto* other : {&k.loads, &k.stores})
+        for (const passes::Access& b : *other) {
+          if (n < j && b.buffer == a.buffer && a.buffer >= 0) o << " same " << n;
+          ++n;
+        }
+      o << "\n";
+      ++j;
+    }
+  std::unordered_map<const ir::Value*, int> id;
+  for (const ir::Value* v : k.body.inputs()) {
+    o << "in %" << id.size() << " " << pattern(v->type) << "\n";
+    id.emplace(v, int(id.size()));
+  }
+  for (const auto& n : k.body.nodes()) {
+    o << ir::op_info(n->op).name;
+    for (const Attr& a : n->attrs) o << " " << a.name << "=" << ir::attr_str(a.value);
+    for (const ir::Value* v : n->inputs) o << " %" << id.at(v);
+    for (const ir::Value* v : n->outputs) {
+      o << " -> %" << id.size() << " " << pattern(v->type);
+      id.emplace(v, int(id.size()));
+    }
+    o << "\n";
+  }
+  o << "return";
+  for (const ir::Value* v : k.body.outputs()) o << " %" << id.at(v);
+  return o.str();
+}
+
+CacheKey kernel_key(const passes::Kernel& k, bool generic) {
   return KeyBuilder()
       .add("kiln cpu kernel")
       .add(kCpuCodegenVersion)
       .add(kKernelIrVersion)
       .add(KILN_CODEGEN_SOURCE_HASH)
       .add(cpu::Jit::get().target_id())
-      .add(kernel_text(k))
+      .add(generic ? "size-generic" : "specialised")
+      .add(generic ? generic_text(k) : kernel_text(k))
       .finish();
 }
 
 std::unique_ptr<llvm::Module> build_module(llvm::LLVMContext& ctx, const passes::Kernel& k, const KernelCode& code,
-                                           const std::string& symbol) {
+                                           const std::string& symbol, bool generic) {
   auto m = std::make_unique<llvm::Module>(symbol, ctx);
-  cpu::emit_kernel(*m, symbol, k, code);
+  cpu::emit_kernel(*m, symbol, k, code, generic);
   cpu::Jit::get().prepare(*m);
   std::string err;
   llvm::raw_string_ostream es(err);
@@ -112,8 +162,8 @@ MemoryCache& memory_cache() {
 
 enum class Source { Memory, Disk, Compiled };
 
-KernelFns kernel_fn(const passes::Kernel& k, const KernelCode& code, Source* source) {
-  CacheKey key = kernel_key(k);
+KernelFns kernel_fn(const passes::Kernel& k, const KernelCode& code, bool generic, Source* source) {
+  CacheKey key = kernel_key(k, generic);
   MemoryCache& mc = memory_cache();
   // One compile at a time: a second thread wanting the same kernel waits and then hits.
   std::lock_guard<std::mutex> lock(mc.mu);
@@ -127,7 +177,7 @@ KernelFns kernel_fn(const passes::Kernel& k, const KernelCode& code, Source* sou
   *source = object ? Source::Disk : Source::Compiled;
   if (!object) {
     llvm::LLVMContext ctx;
-    auto m = build_module(ctx, k, code, symbol);
+    auto m = build_module(ctx, k, code, symbol, generic);
     cpu::Jit::get().optimize(*m);
     object = cpu::Jit::get().object(*m);
     disk.store(key, "cpu-obj", *object);
@@ -166,8 +216,10 @@ struct Launch {
   int threads = 1;
   bool split = false;  // a full reduction split along loop 0: partial per thread, then finish
   int slots_per_part = 0;  // split: the reductions' accumulators (8 bytes each)
+  std::vector<int64_t> sizes;  // a size-generic kernel's extents and strides (after the host numbers)
 
-  Launch(const passes::Kernel& kernel, KernelFns f, const KernelCode& code) : k(&kernel), fns(f) {
+  Launch(const passes::Kernel& kernel, KernelFns f, const KernelCode& code, bool generic) : k(&kernel), fns(f) {
+    if (generic) sizes = cpu::generic_args(kernel);
     for (const Instr& in : code.code) slots_per_part += in.op == EOp::Reduce;
     int64_t work = 1;
     for (int64_t e : kernel.loops) work *= e;
@@ -190,13 +242,14 @@ struct Launch {
       heap.resize(n + 1);
       p = heap.data();
     }
-    int64_t args_small[16] = {};
+    int64_t args_small[32] = {};
     std::vector<int64_t> args_heap;
     int64_t* args = args_small;
-    if (kk.loads.size() > 16) {
-      args_heap.assign(kk.loads.size(), 0);
+    if (kk.loads.size() + sizes.size() > 32) {
+      args_heap.assign(kk.loads.size() + sizes.size(), 0);
       args = args_heap.data();
     }
+    std::copy(sizes.begin(), sizes.end(), args + kk.loads.size());
     for (size_t j = 0; j < kk.loads.size(); ++j) {
       const passes::Access& a = kk.loads[j];
       if (j == 0 && first) {
@@ -259,8 +312,8 @@ struct Launch {
   }
 };
 
-passes::KernelImpl make_impl(const passes::Kernel& k, KernelFns fn, const KernelCode& code) {
-  return [launch = Launch(k, fn, code)](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
+passes::KernelImpl make_impl(const passes::Kernel& k, KernelFns fn, const KernelCode& code, bool generic) {
+  return [launch = Launch(k, fn, code, generic)](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
     launch(buffers, inputs);
   };
 }
@@ -273,8 +326,8 @@ struct SplitKernel {
   std::unique_ptr<ir::Executable> op;
 };
 
-passes::KernelImpl make_split_impl(std::shared_ptr<SplitKernel> s, KernelFns fn, const KernelCode& code) {
-  return [s, launch = Launch(s->split.epilogue, fn, code)](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
+passes::KernelImpl make_split_impl(std::shared_ptr<SplitKernel> s, KernelFns fn, const KernelCode& code, bool generic) {
+  return [s, launch = Launch(s->split.epilogue, fn, code, generic)](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
     std::vector<ir::Slot> in(s->split.op_loads.size());
     for (size_t j = 0; j < in.size(); ++j) {
       const passes::Access& a = s->kernel->loads[size_t(s->split.op_loads[j])];
@@ -300,11 +353,12 @@ CompiledProgram::CompiledProgram(std::shared_ptr<const passes::KernelProgram> p,
 CompiledProgram::~CompiledProgram() = default;
 
 std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram> program,
-                                             std::vector<ir::Type> input_types) {
+                                             std::vector<ir::Type> input_types, CpuCompileOptions opts) {
   auto t0 = std::chrono::steady_clock::now();
   auto out = std::make_shared<CompiledProgram>(program, std::move(input_types));
   const passes::KernelProgram& p = *program;
   out->stats_.kernels = int(p.kernels.size());
+  out->stats_.generic = opts.generic;
   out->impls_.resize(p.kernels.size());
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
@@ -317,12 +371,12 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
           s->split = std::move(*split);
           s->op = std::make_unique<ir::Executable>(s->split.op);
           Source src;
-          KernelFns fn = kernel_fn(s->split.epilogue, *low.code, &src);
+          KernelFns fn = kernel_fn(s->split.epilogue, *low.code, opts.generic, &src);
           out->stats_.compiled++;
           out->stats_.epilogues++;
           out->stats_.memory_hits += src == Source::Memory;
           out->stats_.disk_hits += src == Source::Disk;
-          out->impls_[i] = make_split_impl(std::move(s), fn, *low.code);
+          out->impls_[i] = make_split_impl(std::move(s), fn, *low.code, opts.generic);
           continue;
         }
         warn_interpreted(low.why);
@@ -336,11 +390,11 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
       continue;
     }
     Source src;
-    KernelFns fn = kernel_fn(k, *low.code, &src);
+    KernelFns fn = kernel_fn(k, *low.code, opts.generic, &src);
     out->stats_.compiled++;
     out->stats_.memory_hits += src == Source::Memory;
     out->stats_.disk_hits += src == Source::Disk;
-    out->impls_[i] = make_impl(k, fn, *low.code);
+    out->impls_[i] = make_impl(k, fn, *low.code, opts.generic);
   }
   out->runner_ = std::make_unique<passes::ProgramRunner>(p, out->impls_);
   out->stats_.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -379,7 +433,7 @@ std::vector<Tensor> CompiledProgram::run(std::span<const Tensor> inputs) const {
   return run(slots);
 }
 
-std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what) {
+std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic) {
   std::ostringstream o;
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
@@ -399,7 +453,7 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what) {
       continue;
     }
     llvm::LLVMContext ctx;
-    auto m = build_module(ctx, kc, *low.code, "kiln_k" + std::to_string(i));
+    auto m = build_module(ctx, kc, *low.code, "kiln_k" + std::to_string(i), generic);
     if (what != CpuEmit::LlvmRaw) cpu::Jit::get().optimize(*m);
     if (what == CpuEmit::Asm) {
       o << cpu::Jit::get().assembly(*m);

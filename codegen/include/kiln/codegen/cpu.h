@@ -27,6 +27,7 @@ struct CpuCompileStats {
   int kernels = 0;          // in the program
   int compiled = 0;         // running as machine code
   int epilogues = 0;        // of those, epilogues compiled after a library call (matmul, einsum)
+  bool generic = false;     // size-generic kernels (CpuCompileOptions::generic)
   int memory_hits = 0;      // of those, found in this process's cache
   int disk_hits = 0;        // of those, loaded from the disk cache
   double compile_ms = 0;    // wall time of compile_cpu
@@ -57,13 +58,23 @@ class CompiledProgram {
   std::vector<passes::KernelImpl> impls_;
   std::unique_ptr<passes::ProgramRunner> runner_;
   friend std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram>,
-                                                      std::vector<ir::Type>);
+                                                      std::vector<ir::Type>, struct CpuCompileOptions);
+};
+
+struct CpuCompileOptions {
+  // Size-generic kernels: loop extents and strides are run-time arguments, so that one compiled
+  // kernel serves every size of the same structure (the key leaves the sizes out). What kiln
+  // compiles once a function has seen several sizes of a dim (automatic dynamic shapes); the
+  // program around the kernels (buffers, memory plan) is still built per size, which costs no
+  // LLVM work. Specialised kernels (the default) fold sizes into constants: 32-bit indices,
+  // a row stash for softmax-like kernels, exact loop trip counts.
+  bool generic = false;
 };
 
 // Compiles a kernel program for this CPU. `input_types` are the graph's input types (the sizes
 // and strides the program is specialised on). Throws kiln::Error only if LLVM itself fails.
 std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram> program,
-                                             std::vector<ir::Type> input_types);
+                                             std::vector<ir::Type> input_types, CpuCompileOptions opts = {});
 
 // What dump-ir --emit shows for every kernel of a program.
 enum class CpuEmit {
@@ -72,7 +83,7 @@ enum class CpuEmit {
   Llvm,      // LLVM IR after the O3 pipeline (vector loops, vector math calls)
   Asm,       // the host assembly
 };
-std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what);
+std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic = false);
 
 // The host CPU as LLVM names it, and the target string cache keys include.
 std::string cpu_name();

@@ -71,6 +71,7 @@ class Emitter {
     auto* i64 = B.getInt64Ty();
     idx_ = !generic_ && fits_index32(k_) ? B.getInt32Ty() : i64;
 
+    find_in_place();
     // The body: one pointer parameter per operand, so that noalias can say which do not overlap.
     std::vector<llvm::Type*> params(nops, ptr);
     params.push_back(ptr);  // args
@@ -144,6 +145,7 @@ class Emitter {
   BasicBlock* entry_ = nullptr;
   Value* args_ = nullptr;
   llvm::Type* idx_ = nullptr;
+  std::vector<int> in_place_;  // per load: the store operand whose pointer it reads through, or -1
   std::vector<Value*> iv_;     // per loop: the current index (null: not inside that loop)
   std::vector<Value*> memo_;   // per instruction: its value where the builder is now
   std::vector<llvm::AllocaInst*> acc_;
@@ -164,12 +166,34 @@ class Emitter {
   const passes::Access& operand(size_t j) const {
     return j < k_.loads.size() ? k_.loads[j] : k_.stores[j - k_.loads.size()];
   }
+  // Whether another operand may overlap operand j's memory. A load that reads through exactly
+  // the index a store writes (an in-place update: x.add_(1)) uses the store's pointer
+  // (in_place_), so the pair does not count: the vectoriser sees one pointer and a dependence
+  // distance of 0, where two pointers into one buffer would make it check for overlap at run
+  // time, find it, and run the scalar loop.
   bool shares_buffer(size_t j) const {
     const passes::Access& a = operand(j);
     if (a.buffer < 0) return false;
-    for (size_t i = 0; i < k_.loads.size() + k_.stores.size(); ++i)
-      if (i != j && operand(i).buffer == a.buffer) return true;
+    for (size_t i = 0; i < k_.loads.size() + k_.stores.size(); ++i) {
+      if (i == j || operand(i).buffer != a.buffer) continue;
+      if (base_operand(i) == base_operand(j)) continue;
+      return true;
+    }
     return false;
+  }
+  size_t base_operand(size_t j) const { return j < in_place_.size() && in_place_[j] >= 0 ? size_t(in_place_[j]) : j; }
+  void find_in_place() {
+    in_place_.assign(k_.loads.size(), -1);
+    for (size_t j = 0; j < k_.loads.size(); ++j) {
+      const passes::Access& a = k_.loads[j];
+      if (a.buffer < 0) continue;
+      for (size_t s = 0; s < k_.stores.size(); ++s) {
+        const passes::Access& b = k_.stores[s];
+        if (a.dtype != b.dtype || !a.same_index(b)) continue;
+        in_place_[j] = int(k_.loads.size() + s);
+        break;
+      }
+    }
   }
 
   llvm::Type* storage_type(DType t) {
@@ -512,7 +536,7 @@ class Emitter {
       Value* term = B.CreateMul(iv_[d], stride_[j][d], "", false, true);
       off = B.CreateAdd(off, term, "", false, true);
     }
-    return B.CreateInBoundsGEP(storage_type(a.dtype), F_->getArg(unsigned(j)), off);
+    return B.CreateInBoundsGEP(storage_type(a.dtype), F_->getArg(unsigned(base_operand(j))), off);
   }
 
   Value* load(int j, DType to) {

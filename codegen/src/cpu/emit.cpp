@@ -46,6 +46,14 @@ bool fits_index32(const passes::Kernel& k) {
 static bool moves(const passes::Access& a, size_t d) { return a.sizes[d] != 1 && a.strides[d] != 0; }
 static bool stride_is_arg(const passes::Access& a, size_t d) { return moves(a, d) && std::abs(a.strides[d]) != 1; }
 
+int in_place_store(const passes::Kernel& k, size_t load) {
+  const passes::Access& a = k.loads[load];
+  if (a.buffer < 0) return -1;
+  for (size_t s = 0; s < k.stores.size(); ++s)
+    if (a.dtype == k.stores[s].dtype && a.same_index(k.stores[s])) return int(s);
+  return -1;
+}
+
 std::vector<int64_t> generic_args(const passes::Kernel& k) {
   std::vector<int64_t> out(k.loops.begin(), k.loops.end());
   for (const auto* list : {&k.loads, &k.stores})
@@ -184,16 +192,8 @@ class Emitter {
   size_t base_operand(size_t j) const { return j < in_place_.size() && in_place_[j] >= 0 ? size_t(in_place_[j]) : j; }
   void find_in_place() {
     in_place_.assign(k_.loads.size(), -1);
-    for (size_t j = 0; j < k_.loads.size(); ++j) {
-      const passes::Access& a = k_.loads[j];
-      if (a.buffer < 0) continue;
-      for (size_t s = 0; s < k_.stores.size(); ++s) {
-        const passes::Access& b = k_.stores[s];
-        if (a.dtype != b.dtype || !a.same_index(b)) continue;
-        in_place_[j] = int(k_.loads.size() + s);
-        break;
-      }
-    }
+    for (size_t j = 0; j < k_.loads.size(); ++j)
+      if (int s = in_place_store(k_, j); s >= 0) in_place_[j] = int(k_.loads.size()) + s;
   }
 
   llvm::Type* storage_type(DType t) {

@@ -32,6 +32,10 @@ inline constexpr const char* kFinishSuffix = ".finish";
 // reduction loops (two or more along loop 0), one reduction depth, and single-element stores.
 bool splits_reduction(const passes::Kernel& k, const KernelCode& code);
 
+// The store whose elements load `load` reads exactly (an in-place update), or -1. The kernel
+// then reads through that store's pointer.
+int in_place_store(const passes::Kernel& k, size_t load);
+
 // Whether every index the kernel computes fits in 32 bits (its loops and operand offsets).
 bool fits_index32(const passes::Kernel& k);
 

@@ -98,6 +98,8 @@ std::string generic_text(const passes::Kernel& k) {
           if (n < j && b.buffer == a.buffer && a.buffer >= 0) o << " same " << n;
           ++n;
         }
+      // (an in-place pair reads through one pointer: only for sizes where it is one still)
+      if (j < k.loads.size()) o << " inplace " << cpu::in_place_store(k, j);
       o << "\n";
       ++j;
     }

@@ -21,9 +21,10 @@ std::string_view eop_name(EOp op) {
   static const char* names[] = {
       "load", "arg", "const", "neg", "abs", "sign", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt",
       "recip", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "floor", "ceil",
-      "round", "trunc", "isnan", "isinf", "isfinite", "not", "bitnot", "convert", "round_to_16", "add", "sub",
-      "mul", "div", "pow", "atan2", "max", "min", "fmod", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor",
-      "select", "fma", "reduce", "rowcount"};
+      "round", "trunc", "isnan", "isinf", "isfinite", "not", "bitnot", "convert", "round_to_16", "signbit", "add",
+      "sub", "mul", "div", "pow", "atan2", "max", "min", "fmod", "eq", "ne", "lt", "le", "gt", "ge", "and", "or",
+      "xor", "select", "fma", "reduce", "row_index", "scan", "rowcount"};
+  static_assert(sizeof(names) / sizeof(names[0]) == size_t(EOp::RowCount) + 1, "one name per EOp");
   return names[size_t(op)];
 }
 
@@ -50,6 +51,7 @@ class Builder {
     }
     for (const Instr& in : code_) out.depth = std::max(out.depth, in.depth);
     out.code = std::move(code_);
+    out.checks = std::move(checks_);
     return out;
   }
 
@@ -57,6 +59,7 @@ class Builder {
   const passes::Kernel& k_;
   int rank_;
   std::vector<Instr> code_;
+  std::vector<Check> checks_;
   std::map<std::tuple<int, int, std::vector<int>, uint64_t, int64_t, int, int>, int> cse_;
   std::unordered_map<const ir::Value*, int> value_;
 
@@ -282,14 +285,7 @@ class Builder {
         break;
       case OpId::Cast: {
         v = in(n, 0, t);
-        if (r == DType::Float16 || r == DType::BFloat16) {
-          Instr rt;
-          rt.op = EOp::RoundTo16;
-          rt.type = t;
-          rt.args = {v};
-          rt.index = int(r);
-          v = add(std::move(rt));
-        }
+        if (r == DType::Float16 || r == DType::BFloat16) v = round_to_16(v, r);
         break;
       }
       case OpId::Fill: v = constant(t, attr_num(n, "value", 0)); break;
@@ -316,7 +312,12 @@ class Builder {
       case OpId::Div: {
         const Attr* a = n.attr("rounding_mode");
         std::string mode = a && std::holds_alternative<std::string>(a->value) ? std::get<std::string>(a->value) : "";
-        if (!fl) unsupported(n, "integer division");
+        if (!fl) {
+          // (true division of integers computes in a float type: only rounding modes get here)
+          if (r == DType::Bool || (mode != "trunc" && mode != "floor")) unsupported(n);
+          v = int_div(n, t, mode == "floor");
+          break;
+        }
         int x = in(n, 0, t), y = in(n, 1, t);
         int q = op(EOp::Div, t, {x, y});
         if (mode.empty() || mode == "none") {
@@ -329,9 +330,13 @@ class Builder {
         break;
       }
       case OpId::Remainder: {
-        if (!fl) unsupported(n, "integer remainder");
+        if (r == DType::Bool) unsupported(n);
         int x = in(n, 0, t), y = in(n, 1, t);
-        int m = op(EOp::Fmod, t, {x, y});
+        int m = fl ? op(EOp::Fmod, t, {x, y}) : int_op(EOp::Fmod, t, x, y, zero_division_check(n, y));
+        if (!fl && is_unsigned(t)) {  // (no signs to reconcile)
+          v = m;
+          break;
+        }
         int zero = constant(t, 0);
         int fix = op(EOp::And, DType::Bool,
                      {op(EOp::Ne, DType::Bool, {m, zero}),
@@ -339,10 +344,16 @@ class Builder {
         v = op(EOp::Select, t, {fix, op(EOp::Add, t, {m, y}), m});
         break;
       }
-      case OpId::Fmod:
-        if (!fl) unsupported(n, "integer fmod");
-        v = b(EOp::Fmod);
+      case OpId::Fmod: {
+        if (fl) {
+          v = b(EOp::Fmod);
+          break;
+        }
+        if (r == DType::Bool) unsupported(n);
+        int x = in(n, 0, t), y = in(n, 1, t);
+        v = int_op(EOp::Fmod, t, x, y, zero_division_check(n, y));
         break;
+      }
       case OpId::Pow: v = pow(n, t); break;
       case OpId::Atan2: float_only(); v = b(EOp::Atan2); break;
       case OpId::Maximum: v = r == DType::Bool ? logical(EOp::Or) : b(EOp::Max); break;
@@ -397,6 +408,63 @@ class Builder {
         unsupported(n);
     }
     value_[n.outputs[0]] = v;
+  }
+
+  static bool is_unsigned(DType t) { return t == DType::UInt8 || t == DType::Bool; }
+
+  int round_to_16(int x, DType to) {
+    Instr rt;
+    rt.op = EOp::RoundTo16;
+    rt.type = DType::Float32;
+    rt.args = {x};
+    rt.index = int(to);
+    return add(std::move(rt));
+  }
+  // Input i of node n as eager holds it: a 16-bit float value computed in this kernel (kept in
+  // float32 between fused ops) rounded to its dtype. Ops that pick or accumulate elements one
+  // by one (argmax's ties, cumsum's running sums) otherwise see values eager never had; the
+  // others' results round once at their store.
+  int as_stored(const ir::Node& n, size_t i) {
+    int x = value_.at(n.inputs[i]);
+    DType dt = n.inputs[i]->type.dtype;
+    EOp o = at(x).op;
+    if ((dt != DType::Float16 && dt != DType::BFloat16) || o == EOp::Load || o == EOp::Const || o == EOp::RoundTo16)
+      return x;
+    return round_to_16(cvt(x, DType::Float32), dt);
+  }
+
+  // A check flag for node n's integer division (eager's ZeroDivisionError, named after the op
+  // as the reference executor's call names it), or -1 when the divisor is a nonzero constant.
+  int zero_division_check(const ir::Node& n, int divisor) {
+    const Instr& c = at(divisor);
+    if (c.op == EOp::Const && c.i != 0) return -1;
+    if (checks_.size() >= size_t(kMaxChecks)) unsupported(n, "more than 64 integer divisions in one kernel");
+    checks_.push_back({std::string(ir::op_info(n.op).name), "ZeroDivisionError: integer division or modulo by zero"});
+    return int(checks_.size()) - 1;
+  }
+  // Integer Div or Fmod (total: see expr.h) reporting a zero divisor through check `check`.
+  int int_op(EOp o, DType t, int x, int y, int check) {
+    Instr in;
+    in.op = o;
+    in.type = t;
+    in.args = {x, y};
+    in.index = check;
+    return add(std::move(in));
+  }
+  // Integer division rounding toward zero or down, as eager's kernels (elementwise.cpp): the
+  // truncated quotient, one less where the remainder is nonzero and the signs differ. x / -1
+  // is -x, wrapping, so INT_MIN / -1 = INT_MIN in both modes; a zero divisor gives 0 and raises.
+  int int_div(const ir::Node& n, DType t, bool floor) {
+    int x = in(n, 0, t), y = in(n, 1, t);
+    int check = zero_division_check(n, y);
+    int q = int_op(EOp::Div, t, x, y, check);
+    if (!floor || is_unsigned(t)) return q;
+    int zero = constant_int(t, 0);
+    int rem = int_op(EOp::Fmod, t, x, y, check);
+    int fix = op(EOp::And, DType::Bool,
+                 {op(EOp::Ne, DType::Bool, {rem, zero}),
+                  op(EOp::Ne, DType::Bool, {op(EOp::Lt, DType::Bool, {x, zero}), op(EOp::Lt, DType::Bool, {y, zero})})});
+    return op(EOp::Select, t, {fix, op(EOp::Sub, t, {q, constant_int(t, 1)}), q});
   }
 
   // Python-style floor division of floats, exact at the edges (the eager kernel's formula).
@@ -470,6 +538,61 @@ class Builder {
     return add(std::move(in));
   }
 
+  // The row-major index of the current point over the reduction loops (int64). The lowering
+  // pass (passes/src/lower.cpp) puts the reduced dims in the innermost loops in ascending dim
+  // order and merges neighbours only where the merged index is row-major too, so this is the
+  // index eager counts: along the dim for one dim, into the flattened tensor for every dim.
+  int64_t row_length() const {
+    int64_t count = 1;
+    for (int d = k_.reduce_from; d < rank_; ++d) count *= k_.loops[size_t(d)];
+    return count;
+  }
+  int row_index() {
+    if (row_length() == 1) return constant_int(DType::Int64, 0);  // (no loop walks the row)
+    Instr in;
+    in.op = EOp::RowIndex;
+    in.type = DType::Int64;
+    in.row = true;
+    return add(std::move(in));
+  }
+
+  // argmax/argmin and max/min with a dim: the eager kernel (reduce.cpp, arg_extremum) walks the
+  // row keeping the first strictly greater (smaller) element, and a NaN, once met, wins: the
+  // index of the first NaN, else of the first extremum. Two passes give the same: the
+  // NaN-propagating max (min) m, then the least index where x == m or x is NaN (a NaN x means
+  // m is NaN). max/min's value is eager's element at that index: m, except for the sign of a
+  // zero (m is +0.0 for a row holding -0.0 and +0.0, eager keeps the first zero's sign), so for
+  // floats the second pass minimises 2 * index + signbit(x), which carries the first match's
+  // sign in its lowest bit.
+  int arg_extremum(const ir::Node& n, DType xt, int x) {
+    bool is_max = n.op == OpId::Argmax || n.op == OpId::MaxDim;
+    bool with_value = n.op == OpId::MaxDim || n.op == OpId::MinDim;
+    bool fl = is_floating(xt);
+    Reducer rd = xt == DType::Bool ? (is_max ? Reducer::Any : Reducer::All) : is_max ? Reducer::Max : Reducer::Min;
+    x = cvt(x, xt);
+    int m = reduce(rd, xt, x);
+    int match = op(EOp::Eq, DType::Bool, {x, m});
+    if (fl) match = op(EOp::Or, DType::Bool, {match, op(EOp::IsNan, DType::Bool, {x})});
+    int pos = row_index();
+    const DType i64 = DType::Int64;
+    bool sign_bit = with_value && fl;
+    if (sign_bit)
+      pos = op(EOp::Add, i64, {op(EOp::Mul, i64, {pos, constant_int(i64, 2)}),
+                               cvt(op(EOp::SignBit, DType::Bool, {x}), i64)});
+    int key = op(EOp::Select, i64, {match, pos, constant_int(i64, std::numeric_limits<int64_t>::max())});
+    int first = reduce(Reducer::Min, i64, key);
+    int index = sign_bit ? int_op(EOp::Div, i64, first, constant_int(i64, 2), -1) : first;
+    if (!with_value) return index;
+    int value = m;
+    if (sign_bit) {
+      int negative = op(EOp::Ne, DType::Bool, {int_op(EOp::Fmod, i64, first, constant_int(i64, 2), -1), constant_int(i64, 0)});
+      int zero = op(EOp::Select, xt, {negative, constant(xt, -0.0), constant(xt, 0.0)});
+      value = op(EOp::Select, xt, {op(EOp::Eq, DType::Bool, {m, constant(xt, 0.0)}), zero, m});
+    }
+    value_[n.outputs[1]] = index;
+    return value;
+  }
+
   int reduction(const ir::Node& n, DType r, DType t) {
     auto dims_attr = [&](std::string_view name) {
       const Attr* a = n.attr(name);
@@ -478,10 +601,9 @@ class Builder {
       else if (a && std::holds_alternative<int64_t>(a->value)) dims = {std::get<int64_t>(a->value)};
       return dims;
     };
-    if (n.op == OpId::Argmax || n.op == OpId::Argmin || n.op == OpId::MaxDim || n.op == OpId::MinDim ||
-        n.op == OpId::Cumsum)
-      unsupported(n);  // indices and scans have no scalar form yet
-    bool single_dim = n.op == OpId::Softmax || n.op == OpId::LogSoftmax;
+    // argmax/argmin's dim may be none (every dim); the others name one dim or a list
+    bool single_dim = n.op == OpId::Softmax || n.op == OpId::LogSoftmax || n.op == OpId::Cumsum ||
+                      n.op == OpId::Argmax || n.op == OpId::Argmin || n.op == OpId::MaxDim || n.op == OpId::MinDim;
     check_dims(n, dims_attr(single_dim ? "dim" : "dims"));
     // The row's length as an instruction: a constant in a kernel specialised on its sizes, an
     // argument in a size-generic one.
@@ -545,6 +667,27 @@ class Builder {
         int s = cvt(reduce(Reducer::Sum, DType::Float64, e), t);
         return op(EOp::Add, t, {op(EOp::Log, t, {s}), safe});
       }
+      case OpId::Argmax:
+      case OpId::Argmin:
+      case OpId::MaxDim:
+      case OpId::MinDim: return arg_extremum(n, xt, as_stored(n, 0));
+      case OpId::Cumsum: {
+        // eager (reduce.cpp, cumsum): a running sum in sum_acc_t, added in order and rounded to
+        // the result's dtype at each point: float and double add in float64, float16 and
+        // bfloat16 in float32 (sum_acc_t of a non-standard float), integers and bool in int64.
+        DType in_dt = n.inputs[0]->type.dtype;
+        DType sacc = in_dt == DType::Float16 || in_dt == DType::BFloat16 ? DType::Float32 : acc;
+        x = cvt(as_stored(n, 0), sacc);
+        // a row of one element: eager's 0 + x (which turns -0.0 into +0.0)
+        if (row_length() == 1) return cvt(op(EOp::Add, sacc, {constant(sacc, 0), x}), t);
+        Instr sc;
+        sc.op = EOp::Scan;
+        sc.type = sacc;
+        sc.reducer = Reducer::Sum;
+        sc.args = {x};
+        sc.row = true;  // (x may be the same along the row: a constant)
+        return cvt(add(std::move(sc)), t);
+      }
       case OpId::Softmax:
       case OpId::LogSoftmax: {
         if (!is_floating(t)) unsupported(n);
@@ -598,7 +741,7 @@ std::string KernelCode::str() const {
   for (size_t i = 0; i < code.size(); ++i) {
     const Instr& in = code[i];
     o << "  %" << i << " = " << eop_name(in.op);
-    if (in.op == EOp::Reduce) {
+    if (in.op == EOp::Reduce || in.op == EOp::Scan) {
       static const char* rn[] = {"sum", "prod", "max", "min", "any", "all"};
       o << "." << rn[size_t(in.reducer)];
     }
@@ -609,11 +752,14 @@ std::string KernelCode::str() const {
       else o << " " << in.i;
     }
     if (in.op == EOp::Load || in.op == EOp::Arg) o << " in" << in.index;
+    if ((in.op == EOp::Div || in.op == EOp::Fmod) && in.index >= 0) o << " check" << in.index;
     if (in.row) o << " row";
     if (in.depth) o << " depth " << in.depth;
     o << "\n";
   }
   for (size_t j = 0; j < stores.size(); ++j) o << "  store out" << j << " = %" << stores[j] << "\n";
+  for (size_t j = 0; j < checks.size(); ++j)
+    o << "  check" << j << " raises [" << checks[j].op << "] " << checks[j].message << "\n";
   return o.str();
 }
 

@@ -13,6 +13,10 @@
 // A kernel with reductions runs, per outer index, one loop over the row per depth (all the
 // reductions of that depth accumulate in it), then the stores: per-row values once, row values
 // in a last loop over the row. An elementwise kernel has depth 0 and no row values.
+//
+// Integer division is total in kernel code (no backend may trap): a zero divisor gives 0 and
+// sets the kernel's check flag the instruction names, which the caller turns into eager's error
+// after the kernel returns (KernelCode::checks).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -35,11 +39,20 @@ enum class EOp : uint8_t {
   Sinh, Cosh, Tanh, Erf, Floor, Ceil, Round, Trunc, IsNan, IsInf, IsFinite, Not, BitNot,
   Convert,    // to `type` (float to integer saturates; anything to bool is != 0)
   RoundTo16,  // a float32 rounded to the 16-bit float `index` names (as DType), kept as float32
+  SignBit,    // bool: the sign bit of a float (true for -0.0 and negative NaNs too)
   // binary
+  // Div and Fmod on integers: C's truncating quotient and remainder, made total: a zero divisor
+  // gives 0 and, when `index` >= 0, sets check flag `index` (KernelCode::checks); x / -1 is -x
+  // and x % -1 is 0, wrapping (INT_MIN / -1 = INT_MIN, as eager), never the hardware's trap.
   Add, Sub, Mul, Div, Pow, Atan2, Max, Min, Fmod, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor,
   Select,  // args: condition (bool), then, else
   Fma,     // args[0] * args[1] + args[2], rounded once (floats)
   Reduce,  // the `reducer` of args[0] over the row, in `type`
+  // Row values that depend on the position in the row (the reduction loops visit it in
+  // row-major order of the reduced dims, which the lowering pass keeps in their logical order):
+  RowIndex,  // int64: the row-major index of the current point over the reduction loops
+  Scan,      // the running `reducer` (Sum) of args[0] along the row up to and including the
+             // current point, in `type`, added in row order (cumsum)
   RowCount,  // the number of points in a row (the reduction loops' extents multiplied), float64
 };
 std::string_view eop_name(EOp op);
@@ -53,15 +66,27 @@ struct Instr {
   std::vector<int> args;        // earlier instructions
   double f = 0;
   int64_t i = 0;
-  int index = -1;  // Load, Arg: the operand; RoundTo16: the DType
+  int index = -1;  // Load, Arg: the operand; RoundTo16: the DType; integer Div, Fmod: the check
+                   // flag a zero divisor sets (-1: the divisor is a nonzero constant)
   Reducer reducer = Reducer::Sum;
   bool row = false;  // varies along the reduction loops
   int depth = 0;     // Reduce: 1 + the depth of its input; others: the deepest reduction used
 };
 
+// An error the kernel reports instead of raising (it cannot unwind): check flag k set by any
+// point of a call means checks[k] is raised, by the caller, after the call. Flags are numbered
+// in the body's node order, which is eager's order of execution, so when several are set the
+// lowest is the error eager meets first.
+struct Check {
+  std::string op;       // the op eager names in the error ("div", "remainder", "fmod")
+  std::string message;  // "ZeroDivisionError: integer division or modulo by zero"
+};
+constexpr int kMaxChecks = 64;  // one bit each in the kernel's status word
+
 struct KernelCode {
   std::vector<Instr> code;  // in dependency order
   std::vector<int> stores;  // the instruction each store writes (converted to the store's dtype)
+  std::vector<Check> checks;  // by flag number (integer Div/Fmod's `index`)
   int depth = 0;            // the deepest reduction (0: none)
   std::string str() const;  // one instruction per line, for dump-ir and tests
 };

@@ -2,7 +2,8 @@
 // (codegen/src/expr.cpp) in every dtype eager accepts, casts between every pair of dtypes,
 // the layouts a kernel's loads and stores must address (transposed, broadcast, expanded,
 // sliced with a step, at a storage offset, sizes 0 to 4097), and the ops the backend
-// deliberately leaves to the reference executor (correct results and a one-line warning).
+// deliberately leaves to the reference executor (correct results and a one-line warning);
+// integer division's zero-divisor error and its extremes.
 // Reductions are in test_cpu_reductions.cpp; the harness is cpu_diff.h.
 //
 // Each check calls the compiled function three times with fresh inputs of one signature (the
@@ -59,8 +60,8 @@ Expect exact(bool signed_zero = false) {
   e.signed_zero = signed_zero;
   return e;
 }
-// Integer rounding division, remainder and fmod and integer pow with a tensor exponent run on
-// the reference executor by design: CpuOpsFallback covers them.
+// Integer pow with a tensor exponent runs on the reference executor by design: CpuOpsFallback
+// covers it.
 bool not_integral(DType d) { return is_floating(d) || d == kBool; }
 
 std::vector<OpCase> elementwise_cases() {
@@ -121,10 +122,12 @@ std::vector<OpCase> elementwise_cases() {
   binary("sub_alpha3", [](auto& a, auto& b) { return sub(a, b, 3); }, kBounded, kBounded);
   binary("mul", [](auto& a, auto& b) { return mul(a, b); }, kAny, kAny, exact(true));
   binary("div", [](auto& a, auto& b) { return div(a, b); }, kAny, kAny, exact(true));
-  binary("div_trunc", [](auto& a, auto& b) { return div(a, b, "trunc"); }, kAny, kAny, exact(true), not_integral);
-  binary("div_floor", [](auto& a, auto& b) { return div(a, b, "floor"); }, kAny, kAny, exact(true), not_integral);
-  binary("remainder", [](auto& a, auto& b) { return remainder(a, b); }, kAny, kAny, exact(), not_integral);
-  binary("fmod", [](auto& a, auto& b) { return fmod(a, b); }, kAny, kAny, exact(true), not_integral);
+  // (NonZero: integer divisors are never 0, which eager refuses; float divisors still hold
+  // zeros. Integer division by zero and INT_MIN / -1: CpuOpsIntegerDivision below.)
+  binary("div_trunc", [](auto& a, auto& b) { return div(a, b, "trunc"); }, kAny, kNonZero, exact(true));
+  binary("div_floor", [](auto& a, auto& b) { return div(a, b, "floor"); }, kAny, kNonZero, exact(true));
+  binary("remainder", [](auto& a, auto& b) { return remainder(a, b); }, kAny, kNonZero, exact());
+  binary("fmod", [](auto& a, auto& b) { return fmod(a, b); }, kAny, kNonZero, exact(true));
   binary("pow", [](auto& a, auto& b) { return pow(a, b); }, kPos, kAny, {}, not_integral);
   binary("atan2", [](auto& a, auto& b) { return atan2(a, b); });
   binary("maximum", [](auto& a, auto& b) { return maximum(a, b); }, kAny, kAny, exact());
@@ -397,6 +400,248 @@ TEST(CpuOpsEdgeCases, SinhCoshNearOverflowAgreeWithEagerInEveryPosition) {
         [](int) { return V{linspace(88.6, 89.4, 71, kFloat32)}; }, Expect{});
 }
 
+// ---- integer division: div (trunc, floor), remainder and fmod in every integer dtype ----
+// The kernels divide with a zero-divisor check (codegen/src/expr.h): values exactly eager's,
+// negative operands on both sides, INT_MIN / -1 wrapping as eager's kernels do, and a zero
+// divisor raising eager's error after the compiled call instead of trapping (x86's idiv raises
+// SIGFPE on both; the checks that meet them run in a process of their own, so a trap fails
+// that test and not the binary).
+
+const std::vector<DType> kIntDTypes = {kInt8, kInt16, kInt32, kInt64, kUInt8};
+
+struct IntDivCase {
+  std::string name;
+  std::function<Tensor(const Tensor&, const Tensor&)> fn;
+  std::string op;  // what the error names: the graph's op (floor_divide is a div node)
+};
+
+const std::vector<IntDivCase>& int_div_cases() {
+  static const std::vector<IntDivCase> c = {
+      {"div_trunc", [](const Tensor& a, const Tensor& b) { return div(a, b, "trunc"); }, "div"},
+      {"div_floor", [](const Tensor& a, const Tensor& b) { return div(a, b, "floor"); }, "div"},
+      // eager names floor_divide in its error; the trace records a div (rounding_mode floor),
+      // which the compiled kernel and the reference executor both name
+      {"floor_divide", [](const Tensor& a, const Tensor& b) { return floor_divide(a, b); }, "div"},
+      {"remainder", [](const Tensor& a, const Tensor& b) { return remainder(a, b); }, "remainder"},
+      {"fmod", [](const Tensor& a, const Tensor& b) { return fmod(a, b); }, "fmod"},
+      // by numbers (constants in the kernel: no check) including -1, and by a tensor of -1s
+      // (a zero in b: the first div raises)
+      {"by_constants", [](const Tensor& a, const Tensor& b) {
+         return div(a, b, "floor") + floor_divide(a, Scalar(-3)) + remainder(a, Scalar(7)) + fmod(a, Scalar(-1)) +
+                div(a, full({1}, Scalar(-1), a.dtype()), "trunc");
+       }, "div"},
+  };
+  return c;
+}
+
+// `values` repeated to `n` elements (a vector body and a remainder), as a tensor of `dt`.
+Tensor repeated(const std::vector<int64_t>& values, int64_t n, DType dt) {
+  std::vector<int64_t> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(values[size_t(i) % values.size()]);
+  return from_vector(v).to(dt);
+}
+
+// Every compiled graph of `f` for `in` compiled all of its kernels.
+template <class F>
+::testing::AssertionResult all_compiled(const F& f, const V& in) {
+  Explanation ex = f.explain(in);
+  for (const auto& g : ex.graphs) {
+    std::optional<KernelCount> k = parse_backend(g.backend);
+    if (!k || k->compiled != k->kernels) return ::testing::AssertionFailure() << describe(ex);
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The message eager raises for `in`, or "" when it raises nothing.
+std::string eager_error(const std::function<V(const V&)>& fn, const V& in) {
+  try {
+    fn(in);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class CpuOpsIntegerDivision : public ::testing::TestWithParam<size_t> {};
+
+// Random operands: x over the dtype's range (int8, uint8) or +-1000 with 0, +-1, 127, -128 and
+// 255 mixed in; divisors the same, never 0.
+TEST_P(CpuOpsIntegerDivision, MatchesEager) {
+  const IntDivCase& dc = int_div_cases()[GetParam()];
+  for_each_dtype(dc.name, kIntDTypes, [&](DType dt) {
+    Inputs inputs = [&](int call) {
+      uint64_t s = seed_of(dc.name, uint64_t(dt) * 131 + uint64_t(call) * 7);
+      return V{make(dt, {7, 33}, Layout::Contiguous, s), make(dt, {7, 33}, Layout::Contiguous, s + 1, Values::NonZero)};
+    };
+    return check([f = dc.fn](const V& in) { return V{f(in[0], in[1])}; }, inputs, exact());
+  });
+}
+
+// The edges, signs and extremes of each dtype: INT_MIN / -1 (eager wraps: INT_MIN, and
+// remainder 0), INT_MIN by INT_MIN, by 1 and by INT_MAX, and every sign combination with an
+// inexact quotient (where trunc and floor, and remainder and fmod, differ).
+TEST_P(CpuOpsIntegerDivision, ExtremesAndSigns) {
+  const IntDivCase& dc = int_div_cases()[GetParam()];
+  for_each_dtype(dc.name, kIntDTypes, [&](DType dt) {
+    int64_t lo = dt == kInt8 ? INT8_MIN : dt == kInt16 ? INT16_MIN : dt == kInt32 ? INT32_MIN : dt == kInt64 ? INT64_MIN : 0;
+    int64_t hi = dt == kInt8 ? INT8_MAX : dt == kInt16 ? INT16_MAX : dt == kInt32 ? INT32_MAX : dt == kInt64 ? INT64_MAX : 255;
+    std::vector<int64_t> x, y;
+    if (dt == kUInt8) {
+      x = {255, 0, 7, 255, 254, 1, 128, 9};
+      y = {1, 255, 2, 16, 255, 3, 255, 9};
+    } else {
+      x = {lo, lo, lo, lo, hi, hi, -7, 7, -7, 7, 0, -1, lo + 1, -6, 6, hi, lo};
+      y = {-1, 1, lo, hi, -1, lo, 2, -2, -2, 2, -3, lo, -1, -3, -3, hi, 2};
+    }
+    Inputs inputs = [&](int) { return V{repeated(x, 7 * 33, dt), repeated(y, 7 * 33, dt)}; };
+    in_child_process([&] { return check([f = dc.fn](const V& in) { return V{f(in[0], in[1])}; }, inputs, exact()); });
+    return Outcome::Checked;
+  });
+}
+
+// A zero divisor: the trace (no zeros) compiles the kernel; a later call with one zero raises
+// eager's error; a call after it computes again. Small (one thread) and large (the outer loop
+// split across threads, the zero in the last thread's part) kernels.
+TEST_P(CpuOpsIntegerDivision, ZeroDivisorRaisesEagersError) {
+  const IntDivCase& dc = int_div_cases()[GetParam()];
+  in_child_process([&] {
+    for (DType dt : kIntDTypes) {
+      for (std::vector<int64_t> sizes : {std::vector<int64_t>{7, 33}, std::vector<int64_t>{64, 1024}}) {
+        SCOPED_TRACE(dc.name + " on " + std::string(name(dt)) + (sizes[0] == 64 ? ", threads" : ", one thread"));
+        std::function<V(const V&)> fn = [f = dc.fn](const V& in) { return V{f(in[0], in[1])}; };
+        auto f = compile([fn](const V& in) { return fn(in); }, cpu_options());
+        auto in = [&](int call, int64_t zero_at) {
+          uint64_t s = seed_of(dc.name, uint64_t(dt) * 17 + uint64_t(call));
+          Tensor y = make(dt, sizes, Layout::Contiguous, s + 1, Values::NonZero);
+          if (zero_at >= 0) y.reshape({-1}).narrow(0, zero_at, 1).fill_(0);
+          return V{make(dt, sizes, Layout::Contiguous, s), y};
+        };
+        V first = in(0, -1);
+        EXPECT_TRUE(same_values(f(first)[0], fn(first)[0], false));
+        EXPECT_TRUE(all_compiled(f, first));
+        int64_t numel = sizes[0] * sizes[1];
+        for (int64_t zero_at : {numel - 1, numel * 15 / 16 + 5, int64_t(0)}) {
+          V bad = in(1, zero_at);
+          std::string want = eager_error(fn, bad);
+          EXPECT_EQ(want, "[" + (dc.name == "floor_divide" ? std::string("floor_divide") : dc.op) +
+                              "] ZeroDivisionError: integer division or modulo by zero");
+          std::string expected = "[" + dc.op + "] ZeroDivisionError: integer division or modulo by zero";
+          try {
+            f(bad);
+            ADD_FAILURE() << "no error for a zero divisor at " << zero_at;
+          } catch (const Error& e) {
+            EXPECT_EQ(std::string(e.what()), expected);
+          }
+        }
+        V after = in(2, -1);
+        EXPECT_TRUE(same_values(f(after)[0], fn(after)[0], false));
+        EXPECT_EQ(f.stats().compiles, 1u) << "the zero divisor was met by the compiled kernel, not a new trace";
+      }
+    }
+    return Outcome::Checked;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Integer, CpuOpsIntegerDivision, ::testing::Range<size_t>(0, int_div_cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) { return int_div_cases()[info.param].name; });
+
+// Several divisions fused into one kernel: the error is the one eager meets first (the
+// lowest check flag), whichever thread or position met its zero.
+TEST(CpuOpsIntegerDivisionEdgeCases, FusedDivisionsRaiseTheFirstOpsError) {
+  in_child_process([] {
+    std::function<V(const V&)> fn = [](const V& in) {
+      Tensor r = remainder(in[0], in[1]);  // (in this order: the operands of + have none)
+      Tensor q = div(in[0], in[2], "floor");
+      return V{r * 2 + q};
+    };
+    auto f = compile([fn](const V& in) { return fn(in); }, cpu_options());
+    auto in = [](bool zero_y, bool zero_z) {
+      V v = {make(kInt32, {64, 1024}, Layout::Contiguous, 1), make(kInt32, {64, 1024}, Layout::Contiguous, 2, Values::NonZero),
+             make(kInt32, {64, 1024}, Layout::Contiguous, 3, Values::NonZero)};
+      if (zero_y) v[1].reshape({-1}).narrow(0, 60000, 1).fill_(0);
+      if (zero_z) v[2].reshape({-1}).narrow(0, 7, 1).fill_(0);
+      return v;
+    };
+    V ok = in(false, false);
+    EXPECT_TRUE(same_values(f(ok)[0], fn(ok)[0], false));
+    Explanation ex = f.explain(ok);
+    EXPECT_NE(describe(ex).find("cpu: 1 of 1 kernels compiled"), std::string::npos) << "one fused kernel:\n" << describe(ex);
+    for (auto [zy, zz] : {std::pair{true, false}, std::pair{false, true}, std::pair{true, true}}) {
+      V bad = in(zy, zz);
+      std::string want = eager_error(fn, bad);
+      EXPECT_EQ(want, std::string("[") + (zy ? "remainder" : "div") + "] ZeroDivisionError: integer division or modulo by zero");
+      try {
+        f(bad);
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()), want);
+      }
+    }
+    return Outcome::Checked;
+  });
+}
+
+// A transposed operand: the elementwise kernel runs in 64 x 64 tiles (the divisor staged
+// through a tile buffer); values, and a zero in the last tile raising eager's error.
+TEST(CpuOpsIntegerDivisionEdgeCases, TransposedOperandsInTiles) {
+  in_child_process([] {
+    std::function<V(const V&)> fn = [](const V& in) { return V{div(in[0], in[1], "floor"), fmod(in[0], in[1])}; };
+    Inputs inputs = [](int call) {
+      return V{make(kInt64, {200, 300}, Layout::Contiguous, 40 + uint64_t(call)),
+               make(kInt64, {200, 300}, Layout::Transposed, 50 + uint64_t(call), Values::NonZero)};
+    };
+    check(fn, inputs, exact());
+    auto f = compile([fn](const V& in) { return fn(in); }, cpu_options());
+    f(inputs(0));
+    V bad = inputs(1);
+    bad[1].select(0, 199).select(0, 299).fill_(0);
+    std::string want = eager_error(fn, bad);
+    EXPECT_EQ(want, "[div] ZeroDivisionError: integer division or modulo by zero");
+    try {
+      f(bad);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), want);
+    }
+    return Outcome::Checked;
+  });
+}
+
+// Integer division inside reductions (its check runs in the row loop) and a division of the
+// results (after the loop): values, and the error for a zero anywhere.
+TEST(CpuOpsIntegerDivisionEdgeCases, InsideReductions) {
+  for (DType dt : {kInt32, kInt64, kInt8}) {
+    SCOPED_TRACE(name(dt));
+    std::function<V(const V&)> fn = [](const V& in) {
+      Tensor q = div(in[0], in[1], "floor");
+      return V{q.sum({-1}), remainder(in[0], in[1]).amax({0}), fmod(q.sum({-1}), in[2])};
+    };
+    Inputs inputs = [dt](int call) {
+      return V{make(dt, {7, 33}, Layout::Contiguous, 10 + uint64_t(call)),
+               make(dt, {7, 33}, Layout::Contiguous, 20 + uint64_t(call), Values::NonZero),
+               make(kInt64, {7}, Layout::Contiguous, 30 + uint64_t(call), Values::NonZero)};
+    };
+    check(fn, inputs, exact());
+    in_child_process([&] {
+      auto f = compile([fn](const V& in) { return fn(in); }, cpu_options());
+      f(inputs(0));
+      for (int which : {1, 2}) {
+        V bad = inputs(1);
+        bad[size_t(which)].reshape({-1}).narrow(0, 5, 1).fill_(0);
+        std::string want = eager_error(fn, bad);
+        EXPECT_NE(want, "");
+        try {
+          f(bad);
+          ADD_FAILURE() << "no error";
+        } catch (const Error& e) {
+          EXPECT_EQ(std::string(e.what()), want);
+        }
+      }
+      return Outcome::Checked;
+    });
+  }
+}
+
 // ---- what the backend deliberately does not compile ----
 // Correct results through the reference executor, explain() naming the interpreted kernel, and
 // one warning line per reason per process. Each test uses a reason no other test of this
@@ -412,33 +657,10 @@ struct FallbackCase {
 
 const std::vector<FallbackCase>& fallback_cases() {
   static const std::vector<FallbackCase> c = {
-      {"div_trunc_int32", "div on int32", kInt32, {kAny, kNonZero},
-       [](const V& in) { return V{div(in[0], in[1], "trunc")}; }},
-      {"div_floor_int64", "div on int64", kInt64, {kAny, kNonZero},
-       [](const V& in) { return V{div(in[0], in[1], "floor")}; }},
-      {"floor_divide_int8", "div on int8", kInt8, {kAny, kNonZero},
-       [](const V& in) { return V{floor_divide(in[0], in[1])}; }},
-      {"div_trunc_uint8", "div on uint8", kUInt8, {kAny, kNonZero},
-       [](const V& in) { return V{div(in[0], in[1], "trunc")}; }},
-      {"remainder_int32", "remainder on int32", kInt32, {kAny, kNonZero},
-       [](const V& in) { return V{remainder(in[0], in[1])}; }},
-      {"remainder_int64", "remainder on int64", kInt64, {kAny, kNonZero},
-       [](const V& in) { return V{in[0] % in[1]}; }},
-      {"fmod_int64", "fmod on int64", kInt64, {kAny, kNonZero},
-       [](const V& in) { return V{fmod(in[0], in[1])}; }},
-      {"fmod_uint8", "fmod on uint8", kUInt8, {kAny, kNonZero},
-       [](const V& in) { return V{fmod(in[0], in[1])}; }},
       // (int16: the op matrix meets integer pow with a constant exponent in the other integer dtypes)
       {"pow_tensor_int16", "pow on int16", kInt16, {kAny, {Values::NearOne}},
        [](const V& in) { return V{pow(in[0], in[1].abs())}; }},
-      {"argmax_float32", "argmax on int64", kFloat32, {kAny}, [](const V& in) { return V{in[0].argmax(1)}; }},
-      {"argmin_float64", "argmin on int64", kFloat64, {kAny}, [](const V& in) { return V{in[0].argmin(0, true)}; }},
-      {"cumsum_float32", "cumsum on float32", kFloat32, {kAny}, [](const V& in) { return V{in[0].cumsum(1)}; }},
-      {"cumsum_int32", "cumsum on int64", kInt32, {kAny}, [](const V& in) { return V{in[0].cumsum(0)}; }},
-      {"max_dim_float32", "max on float32", kFloat32, {kAny},
-       [](const V& in) { auto [v, i] = in[0].max(1); return V{v, i}; }},
-      {"min_dim_int64", "min on int64", kInt64, {kAny},
-       [](const V& in) { auto [v, i] = in[0].min(0, true); return V{v, i}; }},
+      {"norm_p3_float32", "norm on float32", kFloat32, {kAny}, [](const V& in) { return V{in[0].norm(3, {1})}; }},
   };
   return c;
 }

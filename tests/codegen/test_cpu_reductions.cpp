@@ -1,9 +1,10 @@
 // The CPU backend against eager, reductions: sum, nansum, mean, prod, amax, amin, any, all,
-// norm (p = 1, 2, inf), var and std (correction 0 and 1), logsumexp, and the row-wise
-// softmax and log_softmax, over the last dim, over dim 0 and over all dims, keepdim true and
+// norm (p = 1, 2, inf), var and std (correction 0 and 1), logsumexp, the index reductions
+// argmax, argmin and max/min with a dim (values and indices), and the row-wise softmax,
+// log_softmax and cumsum, over the last dim, over dim 0 and over all dims, keepdim true and
 // false, in every dtype eager accepts; then reductions over the layouts a kernel must address
-// (transposed, sliced, at an offset, broadcast dims, empty and single-element rows).
-// The harness is cpu_diff.h.
+// (transposed, sliced, at an offset, broadcast dims, empty and single-element rows), and the
+// index reductions' ties, NaNs and signed zeros. The harness is cpu_diff.h.
 //
 // Inputs: the first two calls (the trace and the first replay) read finite values; the third
 // has NaN, infinities, -0.0 and a subnormal at sparse positions (one element in 61, one in 4099
@@ -18,6 +19,9 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <cmath>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,8 +46,18 @@ struct ReduceCase {
   Values values = Values::Any;
   // The reduction of x over `d` (row-wise ops: over d.dims[0], keepdim ignored).
   std::function<Tensor(const Tensor&, const Dims&)> fn;
-  bool row_wise = false;  // softmax, log_softmax: one dim, no keepdim, no "all dims"
+  bool row_wise = false;  // softmax, log_softmax, cumsum: one dim, no keepdim, no "all dims"
+  bool one_dim = false;   // max/min with a dim: one dim, keepdim both ways, no "all dims"
+  // Results compared exactly, zeros with their sign: indices; the values max/min pick; cumsum,
+  // whose running sums add in eager's order and accumulation type.
+  bool exact = false;
+  // For ops with two results (max/min with a dim): used instead of fn.
+  std::function<V(const Tensor&, const Dims&)> fn2 = nullptr;
 };
+
+std::optional<int64_t> dim_or_all(const Dims& d) {
+  return d.dims.empty() ? std::nullopt : std::optional<int64_t>(d.dims.at(0));
+}
 
 std::vector<int64_t> all_dims(const Tensor& x) {
   std::vector<int64_t> d;
@@ -75,6 +89,17 @@ const std::vector<ReduceCase>& reduce_cases() {
        [](const Tensor& x, D d) { return x.logsumexp(d.dims.empty() ? all_dims(x) : d.dims, d.keepdim); }},
       {"softmax", Values::Any, [](const Tensor& x, D d) { return x.softmax(d.dims.at(0)); }, true},
       {"log_softmax", Values::Any, [](const Tensor& x, D d) { return x.log_softmax(d.dims.at(0)); }, true},
+      {"cumsum", Values::Any, [](const Tensor& x, D d) { return x.cumsum(d.dims.at(0)); }, true, false, true},
+      {"argmax", Values::Any, [](const Tensor& x, D d) { return x.argmax(dim_or_all(d), d.keepdim); }, false, false, true},
+      {"argmin", Values::Any, [](const Tensor& x, D d) { return x.argmin(dim_or_all(d), d.keepdim); }, false, false, true},
+      {"max_dim", Values::Any, nullptr, false, true, true, [](const Tensor& x, D d) {
+         auto [v, i] = x.max(d.dims.at(0), d.keepdim);
+         return V{v, i};
+       }},
+      {"min_dim", Values::Any, nullptr, false, true, true, [](const Tensor& x, D d) {
+         auto [v, i] = x.min(d.dims.at(0), d.keepdim);
+         return V{v, i};
+       }},
   };
   return c;
 }
@@ -97,8 +122,11 @@ bool check_reduction(const ReduceCase& rc, DType dt, const std::vector<int64_t>&
     return V{make(dt, sizes, layout, seed_of(rc.name + salt, uint64_t(dt) * 7 + uint64_t(call)), rc.values,
                   call >= 2 ? Specials::Sparse : Specials::None)};
   };
-  Fn fn = [f = rc.fn, d](const V& in) { return V{f(in[0], d)}; };
-  return check(fn, inputs, Expect{}) == Outcome::Checked;
+  Fn fn = rc.fn2 ? Fn([f = rc.fn2, d](const V& in) { return f(in[0], d); })
+                 : Fn([f = rc.fn, d](const V& in) { return V{f(in[0], d)}; });
+  Expect e;
+  e.exact = e.signed_zero = rc.exact;
+  return check(fn, inputs, e) == Outcome::Checked;
 }
 
 // ---- every reduction in every dtype: [7, 33] (each dims/keepdim) and [64, 1023] (last dim,
@@ -114,6 +142,9 @@ TEST_P(CpuOpsReductions, MatchesEager) {
   if (rc.row_wise) {
     small = {{"last", {-1}, false}, {"first", {0}, false}};
     large = small;
+  } else if (rc.one_dim) {
+    small = {{"last", {-1}, false}, {"last", {-1}, true}, {"first", {0}, false}, {"first", {0}, true}};
+    large = {{"last", {-1}, false}, {"first", {0}, true}};
   } else {
     small = {{"last", {-1}, false}, {"last", {-1}, true},  {"first", {0}, false},
              {"first", {0}, true},  {"all", {}, false},    {"all", {}, true}};
@@ -175,12 +206,21 @@ Fn reduce_probe(DType dt, int64_t numel) {
     const Tensor& x = in[0];
     int64_t first = 0;
     V out = {x.sum({-1}), x.sum({first}, true), x.sum()};
+    out.push_back(x.cumsum(-1));
+    out.push_back(x.cumsum(first));
     if (dt == kBool) {
       out.push_back(x.any({-1}));
       out.push_back(x.all({first}));
-    } else if (numel > 0) {  // (amax of no elements is an error)
+    } else if (numel > 0) {  // (amax, argmax and max of no elements are errors)
       out.push_back(x.amax({-1}, true));
       out.push_back(x.amin({first}));
+      // the index into the flattened tensor (every dim reduced: the loops' row-major index
+      // must be the logical one, whatever the layout), along the last dim and along the first
+      out.push_back(x.argmax());
+      out.push_back(x.argmin(-1, true));
+      auto [v, i] = x.max(first);
+      auto [v2, i2] = x.min(-1, true);
+      out.insert(out.end(), {v, i, v2, i2});
     }
     if (is_floating(dt)) {
       out.push_back(x.mean({-1}));
@@ -220,6 +260,115 @@ INSTANTIATE_TEST_SUITE_P(Layouts, CpuOpsReductionLayouts, ::testing::Range<size_
                          [](const ::testing::TestParamInfo<size_t>& info) { return reduce_layouts()[info.param].name; });
 
 // ---- edge cases ----
+
+// argmax, argmin and max/min with a dim pick eager's element: the first of equal extremes, the
+// first NaN (a NaN wins over everything), and of +0.0 and -0.0 the first (max/min's value
+// keeps its sign). Rows of 5 (scalar code), then rows of 1000 (vector lanes: the least index
+// must win across lanes), along the last dim, along dim 0 (a transposed view) and over all
+// dims (the flat index), in every float dtype.
+TEST(CpuOpsReductionEdgeCases, IndexReductionsTiesNaNsAndSignedZeros) {
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::vector<double>> rows = {
+      {1, 3, 3, 2, 3},           {2, nan, 5, nan, 1},      {-0.0, 0.0, -0.0, 0.0, -1},
+      {0.0, -0.0, 0.0, -0.0, 1}, {-0.0, 0.0, 0.0, 0.0, -0.0}, {-inf, -inf, -inf, -inf, -inf},
+      {inf, nan, -inf, 1, 2},    {5, 5, 5, 5, 5},          {nan, nan, 1, 2, 3},
+      {1, 2, 3, 4, nan},         {inf, inf, -inf, -inf, 0}, {0.0, 0.0, -0.0, 7, -7}};
+  std::vector<double> small;
+  for (const auto& r : rows) small.insert(small.end(), r.begin(), r.end());
+  // long rows: the extreme at 17, 500 and 999; NaNs at 600 and 700; zeros of both signs
+  std::vector<double> large(3000);
+  for (size_t i = 0; i < 1000; ++i) {
+    large[i] = std::sin(double(i));
+    large[1000 + i] = std::cos(double(i));
+    large[2000 + i] = (i % 3 == 1) ? -0.0 : (i % 3 == 2 ? 0.0 : -1.0);
+  }
+  large[17] = large[500] = large[999] = 2;
+  large[1600] = large[1700] = nan;
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    for (auto [values, sizes] : {std::pair{small, std::vector<int64_t>{int64_t(rows.size()), 5}},
+                                 std::pair{large, std::vector<int64_t>{3, 1000}}}) {
+      SCOPED_TRACE(std::string(name(dt)) + ", rows of " + std::to_string(sizes[1]));
+      Inputs inputs = [&](int) { return V{from_vector(values, sizes).to(dt)}; };
+      Fn fn = [](const V& in) {
+        const Tensor& x = in[0];
+        Tensor t = x.t();  // rows along dim 0
+        auto [mv, mi] = x.max(-1);
+        auto [nv, ni] = x.min(-1, true);
+        auto [tv, ti] = t.max(0);
+        auto [uv, ui] = t.min(0, true);
+        return V{x.argmax(-1), x.argmin(-1), mv, mi, nv, ni, tv, ti, uv, ui, t.argmax(0), t.argmin(0, true),
+                 x.argmax(), x.argmin(), t.argmax(std::nullopt, true)};
+      };
+      check(fn, inputs, Expect{true, true, true});
+    }
+  }
+}
+
+// An index reduction of a 16-bit float value computed in the same kernel: the kernel keeps fused
+// values in float32 but compares them as eager stores them, rounded to 16 bits, where 1 and
+// 1 + 2^-12 (float16; 1 + 2^-9 for bfloat16) are one value and the first wins the tie.
+TEST(CpuOpsReductionEdgeCases, IndexReductionsOfFused16BitValuesCompareRoundedValues) {
+  for (DType dt : {kFloat16, kBFloat16}) {
+    SCOPED_TRACE(name(dt));
+    double tiny = dt == kFloat16 ? std::ldexp(1.0, -12) : std::ldexp(1.0, -9);
+    Inputs inputs = [&](int call) {
+      std::vector<double> b(4 * 40, 0.0);
+      for (size_t r = 0; r < 4; ++r) b[r * 40 + 3 + r * 7 + size_t(call)] = tiny;  // after the first 1
+      return V{ones({4, 40}, dt), from_vector(b, {4, 40}).to(dt)};
+    };
+    Fn fn = [](const V& in) {
+      Tensor s = in[0] + in[1];
+      auto [v, i] = s.max(-1);
+      return V{s.argmax(-1), s.t().argmax(0, true), v, i, (in[0] - in[1]).argmin(-1)};
+    };
+    check(fn, inputs, Expect{true, true, true});
+  }
+}
+
+// Ties everywhere (a handful of distinct values per row) in every dtype, bool and int16 too.
+TEST(CpuOpsReductionEdgeCases, IndexReductionsFirstOfManyTies) {
+  std::vector<DType> dts = dtypes();
+  dts.push_back(kInt16);
+  for_each_dtype("index reductions with ties", dts, [&](DType dt) {
+    Inputs inputs = [dt](int call) {
+      Tensor x = make(dt, {7, 33}, Layout::Contiguous, 77 + uint64_t(call) + 10 * uint64_t(dt), Values::NearOne,
+                      Specials::None);
+      return V{is_floating(dt) ? x.round() : x};
+    };
+    Fn fn = [](const V& in) {
+      auto [v, i] = in[0].max(-1);
+      auto [v2, i2] = in[0].min(0);
+      return V{v, i, v2, i2};
+    };
+    Outcome o = check(fn, inputs, Expect{true, true, true});
+    if (dt != kBool)  // (argmax and argmin refuse bool)
+      check([](const V& in) { return V{in[0].argmax(-1), in[0].argmin(0, true), in[0].argmax()}; }, inputs,
+            Expect{true, true, true});
+    return o;
+  });
+}
+
+// cumsum: eager adds 0 + x first (a row of one -0.0 sums to +0.0), accumulates float16 and
+// bfloat16 in float32 and rounds each partial sum; a cumsum fused after elementwise ops, and of
+// a fill (the scan of a value that does not vary along the row).
+TEST(CpuOpsReductionEdgeCases, CumsumOrderAndFusion) {
+  for (DType dt : {kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kUInt8, kBool}) {
+    SCOPED_TRACE(name(dt));
+    Inputs inputs = [dt](int call) {
+      return V{make(dt, {33, 1}, Layout::Contiguous, 5 + uint64_t(call)), make(dt, {9, 1001}, Layout::Contiguous, 6 + uint64_t(call))};
+    };
+    Fn fn = [dt](const V& in) {
+      V out = {in[0].cumsum(1), in[0].cumsum(0), in[1].cumsum(-1), in[1].cumsum(0), in[1].clone().fill_(3).cumsum(1)};
+      // (16-bit floats: the kernel rounds the fused x * 2 + 1 to 16 bits before summing, as eager
+      // stores it; x * 2 is exact, so that one rounding is eager's two)
+      if (dt != kBool) out.push_back((in[1] * 2 + 1).cumsum(-1));
+      return out;
+    };
+    check(fn, inputs, Expect{true, true, true});
+  }
+  check([](const V& in) { return V{in[0].cumsum(1), in[0].cumsum(0)}; },
+        [](int) { return V{from_vector(std::vector<double>{-0.0, 1, -0.0, -0.0}, {4, 1})}; }, Expect{true, true, true});
+}
 
 // softmax and log_softmax over a dim of size 0: rows of no elements, an empty result. (When
 // this was written the kernel treated the empty row dim like a broadcast one and read and

@@ -85,6 +85,7 @@ class Emitter {
     params.push_back(ptr);  // args
     params.push_back(i64);  // begin
     params.push_back(i64);  // end
+    params.push_back(ptr);  // status
     if (split) params.push_back(ptr);  // the partial accumulators
     auto* body_ty = llvm::FunctionType::get(B.getVoidTy(), params, false);
     F_ = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, name + ".body", M);
@@ -100,9 +101,10 @@ class Emitter {
     args_ = F_->getArg(unsigned(nops));
     Value* begin = F_->getArg(unsigned(nops + 1));
     Value* end = F_->getArg(unsigned(nops + 2));
+    Value* status = F_->getArg(unsigned(nops + 3));
     if (split) {
-      parts_ = F_->getArg(unsigned(nops + 3));
-      F_->addParamAttr(unsigned(nops + 3), llvm::Attribute::NoAlias);  // the host's own slots
+      parts_ = F_->getArg(unsigned(nops + 4));
+      F_->addParamAttr(unsigned(nops + 4), llvm::Attribute::NoAlias);  // the host's own slots
     }
     iv_.assign(k_.loops.size(), nullptr);
     read_sizes();
@@ -115,13 +117,32 @@ class Emitter {
         staged_[j].buf = eb.CreateAlloca(storage_type(k_.loads[j].dtype), eb.getInt64(kTileRows * kTileCols), "tile");
       }
     }
+    if (!code_.checks.empty()) {
+      // The check flags this call raised, one bit each, gathered in a local word (a register
+      // after mem2reg: an `or` reduction the loop vectoriser keeps in vector lanes).
+      llvm::IRBuilder<> eb(entry_, entry_->begin());
+      flags_ = eb.CreateAlloca(i64, nullptr, "flags");
+      B.CreateStore(B.getInt64(0), flags_);
+    }
     begin_ = B.CreateTrunc(begin, idx_);
     end_ = B.CreateTrunc(end, idx_);
     outer(0, begin_, end_);
+    if (flags_) {
+      // Any flag set: or them into the caller's status word, atomically (the threads of one
+      // split kernel share it); a call that met no error leaves it alone.
+      Value* flags = B.CreateLoad(i64, flags_);
+      BasicBlock* report = BasicBlock::Create(C, "report", F_);
+      BasicBlock* done = BasicBlock::Create(C, "done", F_);
+      B.CreateCondBr(B.CreateICmpNE(flags, B.getInt64(0)), report, done);
+      B.SetInsertPoint(report);
+      B.CreateAtomicRMW(llvm::AtomicRMWInst::Or, status, flags, llvm::MaybeAlign(8), llvm::AtomicOrdering::Monotonic);
+      B.CreateBr(done);
+      B.SetInsertPoint(done);
+    }
     B.CreateRetVoid();
 
     // The entry point with the uniform signature: unpacks the operand array.
-    auto* entry_ty = llvm::FunctionType::get(B.getVoidTy(), {ptr, ptr, i64, i64}, false);
+    auto* entry_ty = llvm::FunctionType::get(B.getVoidTy(), {ptr, ptr, i64, i64, ptr}, false);
     llvm::Function* E = llvm::Function::Create(entry_ty, llvm::Function::ExternalLinkage, name, M);
     E->addFnAttr(llvm::Attribute::NoUnwind);
     B.SetInsertPoint(BasicBlock::Create(C, "entry", E));
@@ -131,6 +152,7 @@ class Emitter {
     call_args.push_back(E->getArg(1));
     call_args.push_back(E->getArg(2));
     call_args.push_back(E->getArg(3));
+    call_args.push_back(E->getArg(4));
     if (split) call_args.push_back(B.CreateLoad(ptr, B.CreateConstInBoundsGEP1_64(ptr, E->getArg(0), nops), "parts"));
     B.CreateCall(F_, call_args);
     B.CreateRetVoid();
@@ -157,6 +179,8 @@ class Emitter {
   std::vector<Value*> iv_;     // per loop: the current index (null: not inside that loop)
   std::vector<Value*> memo_;   // per instruction: its value where the builder is now
   std::vector<llvm::AllocaInst*> acc_;
+  std::vector<llvm::AllocaInst*> scan_;  // per Scan instruction: its running value
+  llvm::AllocaInst* flags_ = nullptr;    // the check flags raised so far (kernels with checks)
   bool tile_ = false;
   struct Staged {
     llvm::AllocaInst* buf = nullptr;  // kTileRows x kTileCols elements of a transposed load
@@ -411,6 +435,7 @@ class Emitter {
         acc_[size_t(r)] = eb.CreateAlloca(compute_type(in.type), nullptr, "acc");
         B.CreateStore(identity(in), acc_[size_t(r)]);
       }
+      start_scans(need);
       row_loops(reduce_from(), [&] {
         for (int id : need)
           if (code_.code[size_t(id)].row) value(id);
@@ -435,6 +460,7 @@ class Emitter {
     if (in_row.empty()) return;
     for (int id : needs.back())
       if (!code_.code[size_t(id)].row) value(id);
+    start_scans(needs.back());
     row_loops(reduce_from(), [&] {
       for (size_t j : in_row) store(j);
       forget_rows();
@@ -462,6 +488,21 @@ class Emitter {
       }
     }, 1, true);
     for (int r : reduces) memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), acc_[size_t(r)]);
+  }
+
+  // The scans a row loop computes start from their identity: each loop that needs one runs it
+  // from the row's first element (a later loop recomputes it rather than keeping the row).
+  void start_scans(const std::vector<int>& need) {
+    if (scan_.empty()) scan_.assign(code_.code.size(), nullptr);
+    for (int id : need) {
+      const Instr& in = code_.code[size_t(id)];
+      if (in.op != EOp::Scan) continue;
+      if (!scan_[size_t(id)]) {
+        llvm::IRBuilder<> eb(entry_, entry_->begin());
+        scan_[size_t(id)] = eb.CreateAlloca(compute_type(in.type), nullptr, "scan");
+      }
+      B.CreateStore(identity(in), scan_[size_t(id)]);
+    }
   }
 
   // Row values that cost a transcendental call (softmax's exp) and are needed by more than
@@ -651,6 +692,30 @@ class Emitter {
     return nullptr;
   }
 
+  // Integer division or remainder (EOp::Div, Fmod), total: the divisor is replaced by 1 where it
+  // is 0 (the result is then 0, and the instruction's check flag is raised) or -1 (x86's idiv
+  // traps on INT_MIN / -1, LLVM calls it undefined; the quotient is -x, wrapping, as eager's,
+  // and the remainder 0).
+  Value* int_div(const Instr& in, Value* x, Value* y, bool rem) {
+    llvm::Type* ty = x->getType();
+    Value* zero = llvm::ConstantInt::get(ty, 0);
+    Value* is_zero = B.CreateICmpEQ(y, zero);
+    if (in.index >= 0) {
+      if (!flags_) throw std::logic_error("kernel code: a check without the kernel's checks");
+      Value* bit = B.CreateShl(B.CreateZExt(is_zero, B.getInt64Ty()), uint64_t(in.index));
+      B.CreateStore(B.CreateOr(B.CreateLoad(B.getInt64Ty(), flags_), bit), flags_);
+    }
+    if (is_unsigned(in.type)) {
+      Value* safe = B.CreateSelect(is_zero, llvm::ConstantInt::get(ty, 1), y);
+      return B.CreateSelect(is_zero, zero, rem ? B.CreateURem(x, safe) : B.CreateUDiv(x, safe));
+    }
+    Value* minus_one = B.CreateICmpEQ(y, llvm::ConstantInt::getSigned(ty, -1));
+    Value* safe = B.CreateSelect(B.CreateOr(is_zero, minus_one), llvm::ConstantInt::get(ty, 1), y);
+    Value* q = rem ? B.CreateSRem(x, safe) : B.CreateSDiv(x, safe);  // (x % 1 is 0 already)
+    if (!rem) q = B.CreateSelect(minus_one, B.CreateNeg(x), q);
+    return B.CreateSelect(is_zero, zero, q);
+  }
+
   Value* max_min(DType t, Value* a, Value* b, bool max) {
     if (is_floating(t)) return B.CreateBinaryIntrinsic(max ? llvm::Intrinsic::maximum : llvm::Intrinsic::minimum, a, b);
     if (t == DType::Bool) return max ? B.CreateOr(a, b) : B.CreateAnd(a, b);
@@ -788,10 +853,10 @@ class Emitter {
       case EOp::Add: v = fl ? B.CreateFAdd(arg(0), arg(1)) : B.CreateAdd(arg(0), arg(1)); break;
       case EOp::Sub: v = fl ? B.CreateFSub(arg(0), arg(1)) : B.CreateSub(arg(0), arg(1)); break;
       case EOp::Mul: v = fl ? B.CreateFMul(arg(0), arg(1)) : B.CreateMul(arg(0), arg(1)); break;
-      case EOp::Div: v = B.CreateFDiv(arg(0), arg(1)); break;
+      case EOp::Div: v = fl ? B.CreateFDiv(arg(0), arg(1)) : int_div(in, arg(0), arg(1), false); break;
       case EOp::Pow: v = libm("pow", in.type, {arg(0), arg(1)}); break;
       case EOp::Atan2: v = libm("atan2", in.type, {arg(0), arg(1)}); break;
-      case EOp::Fmod: v = B.CreateFRem(arg(0), arg(1)); break;
+      case EOp::Fmod: v = fl ? B.CreateFRem(arg(0), arg(1)) : int_div(in, arg(0), arg(1), true); break;
       case EOp::Max: v = max_min(in.type, arg(0), arg(1), true); break;
       case EOp::Min: v = max_min(in.type, arg(0), arg(1), false); break;
       case EOp::Eq:
@@ -805,9 +870,26 @@ class Emitter {
       case EOp::Xor: v = B.CreateXor(arg(0), arg(1)); break;
       case EOp::Select: v = B.CreateSelect(arg(0), arg(1), arg(2)); break;
       case EOp::Fma: v = B.CreateIntrinsic(llvm::Intrinsic::fma, {ty}, {arg(0), arg(1), arg(2)}); break;
+      case EOp::SignBit: {
+        Value* x = arg(0);
+        Value* bits = B.CreateBitCast(x, B.getIntNTy(x->getType()->getPrimitiveSizeInBits().getFixedValue()));
+        v = B.CreateICmpSLT(bits, llvm::ConstantInt::get(bits->getType(), 0));
+        break;
+      }
       case EOp::Reduce:
         // Computed by its row loop before anything that uses it is emitted.
         throw std::logic_error("kernel code: a reduction used before its loop");
+      case EOp::RowIndex: v = B.CreateSExtOrTrunc(row_index(), B.getInt64Ty()); break;
+      case EOp::Scan: {
+        // The running value: this point's element added to the row so far, in row order
+        // (no reassociation: each partial result is stored, as eager's loop computes it).
+        if (in.reducer != Reducer::Sum || scan_.empty() || !scan_[size_t(id)])
+          throw std::logic_error("kernel code: a scan outside a row loop, or not a sum");
+        Value* prev = B.CreateLoad(ty, scan_[size_t(id)]);
+        v = fl ? B.CreateFAdd(prev, arg(0)) : B.CreateAdd(prev, arg(0));
+        B.CreateStore(v, scan_[size_t(id)]);
+        break;
+      }
     }
     if (stash) B.CreateStore(v, B.CreateInBoundsGEP(stash->getAllocatedType(), stash, row_index()));
     memo_[size_t(id)] = v;

@@ -13,12 +13,17 @@ class Module;
 namespace kiln::codegen::cpu {
 
 // The signature every compiled kernel has:
-//   void name(char* const* operands, const int64_t* args, int64_t begin, int64_t end)
+//   void name(char* const* operands, const int64_t* args, int64_t begin, int64_t end,
+//             uint64_t* status)
 // `operands` holds the address of each load's and then each store's element 0 (the access's
 // offset already applied); `args` holds host numbers (doubles as their bits) for the loads that
 // read one, by load index; [begin, end) is the part of the outermost loop this call runs (the
 // whole loop for a kernel that is not split). A full reduction (no outer loop) ignores them.
-using KernelFn = void (*)(char* const*, const int64_t*, int64_t, int64_t);
+// `status` is the caller's word for errors a kernel cannot raise itself (it is machine code: it
+// cannot throw): bit k set means check k of its kernel code failed (KernelCode::checks, e.g. an
+// integer division by zero). A kernel ors its bits in atomically (the threads of a split kernel
+// share the word) and only when one is set; a kernel without checks never touches it.
+using KernelFn = void (*)(char* const*, const int64_t*, int64_t, int64_t, uint64_t*);
 
 // A full reduction (no outer loop: sum of a whole tensor) split across threads. Next to `name`
 // the module then has `name.partial`, which runs the part [begin, end) of loop 0 and writes

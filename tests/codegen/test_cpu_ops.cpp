@@ -462,6 +462,17 @@ std::string eager_error(const std::function<V(const V&)>& fn, const V& in) {
   return "";
 }
 
+// The compiled call on `in` raises exactly `want` (eager's error for the same inputs).
+template <class F>
+void expect_error(F& f, V in, const std::string& want) {
+  try {
+    f(in);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), want);
+  }
+}
+
 class CpuOpsIntegerDivision : public ::testing::TestWithParam<size_t> {};
 
 // Random operands: x over the dtype's range (int8, uint8) or +-1000 with 0, +-1, 127, -128 and
@@ -570,12 +581,7 @@ TEST(CpuOpsIntegerDivisionEdgeCases, FusedDivisionsRaiseTheFirstOpsError) {
       V bad = in(zy, zz);
       std::string want = eager_error(fn, bad);
       EXPECT_EQ(want, std::string("[") + (zy ? "remainder" : "div") + "] ZeroDivisionError: integer division or modulo by zero");
-      try {
-        f(bad);
-        ADD_FAILURE() << "no error";
-      } catch (const Error& e) {
-        EXPECT_EQ(std::string(e.what()), want);
-      }
+      expect_error(f, bad, want);
     }
     return Outcome::Checked;
   });
@@ -597,12 +603,7 @@ TEST(CpuOpsIntegerDivisionEdgeCases, TransposedOperandsInTiles) {
     bad[1].select(0, 199).select(0, 299).fill_(0);
     std::string want = eager_error(fn, bad);
     EXPECT_EQ(want, "[div] ZeroDivisionError: integer division or modulo by zero");
-    try {
-      f(bad);
-      ADD_FAILURE() << "no error";
-    } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()), want);
-    }
+    expect_error(f, bad, want);
     return Outcome::Checked;
   });
 }
@@ -630,12 +631,7 @@ TEST(CpuOpsIntegerDivisionEdgeCases, InsideReductions) {
         bad[size_t(which)].reshape({-1}).narrow(0, 5, 1).fill_(0);
         std::string want = eager_error(fn, bad);
         EXPECT_NE(want, "");
-        try {
-          f(bad);
-          ADD_FAILURE() << "no error";
-        } catch (const Error& e) {
-          EXPECT_EQ(std::string(e.what()), want);
-        }
+        expect_error(f, bad, want);
       }
       return Outcome::Checked;
     });

@@ -1,6 +1,8 @@
 // Per-call overhead of a compiled function's cache hit, against calling the eager op
 // directly, on a tiny tensor (docs/perf.md). Interleaves the two for several rounds and
-// reports the median nanoseconds per call of each and their difference.
+// reports the median nanoseconds per call of each and their difference. Then the cost of a new
+// size once a dim is dynamic: the first call at each new size (its program built from
+// size-generic kernels found in the kernel cache) against the call that compiled them.
 //
 //   kiln-compile-overhead [--rounds N] [--calls N] [--size N]
 #include <kiln/kiln.h>
@@ -73,5 +75,28 @@ int main(int argc, char** argv) {
   std::printf("cache: %llu hits, %llu compiles (1-op); %llu hits, %llu compiles (3-op)\n",
               (unsigned long long)s1.hits, (unsigned long long)s1.compiles, (unsigned long long)s3.hits,
               (unsigned long long)s3.compiles);
+
+  // A new size of a dynamic dim: rows of a row-wise softmax and a scale, 77 columns. Two sizes
+  // trace and compile exactly; the third marks the rows dynamic (recompile_limit 2) and traces
+  // once more; every later size builds a program of size-generic kernels: the first compiles
+  // them (LLVM), the others find them in the kernel cache and rerun only the passes.
+  CompileOptions dyn;
+  dyn.recompile_limit = 2;
+  auto rows = compile([](const Tensor& a) { return (a.softmax(-1) * 2).sum(0); }, dyn);
+  auto first_call_ms = [&](int64_t n) {
+    Tensor a = randn({n, 77});
+    auto t0 = std::chrono::steady_clock::now();
+    Tensor z = rows(a);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int64_t n : {3, 5, 7}) first_call_ms(n);  // exact, exact, marks the dim dynamic
+  double generic_compile = first_call_ms(9);   // the first size on size-generic kernels
+  std::vector<double> later;
+  for (int64_t n = 10; n < 10 + 2 * rounds; ++n) later.push_back(first_call_ms(n));
+  std::vector<double> hit;
+  for (int r = 0; r < rounds; ++r) hit.push_back(ns_per_call([&] { Tensor z = rows(randn({10, 77})); }, 100) / 1e6);
+  std::printf("dynamic rows, f32[n, 77] -> softmax * 2 -> sum(0): first call at a new size %.2f ms (median of %d sizes); "
+              "the size that compiled the size-generic kernels %.2f ms; a repeated size %.3f ms (with its randn)\n",
+              median(later), int(later.size()), generic_compile, median(hit));
   return 0;
 }

@@ -364,6 +364,10 @@ Tensor add_impl(std::string_view op, const Arg& a, const Arg& b, const Scalar& a
       if constexpr (std::is_same_v<T, bool>) {
         bool al = alpha.to_bool();
         cpu::binary_loop<T, T, T>(it, [=](T x, T y) { return bool(x || (al && y)); });
+      } else if constexpr (std::is_integral_v<T>) {
+        // Integers wrap (as PyTorch's do): computed in uint64_t, where overflow is defined.
+        uint64_t al = uint64_t(alpha.to<int64_t>());
+        cpu::binary_loop<T, T, T>(it, [=](T x, T y) { return T(uint64_t(x) + al * uint64_t(y)); });
       } else if (unit) {
         cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(M(x) + M(y)); });
       } else {
@@ -384,7 +388,12 @@ Tensor mul_impl(const Arg& a, const Arg& b, Tensor* self) {
   DType ct = result_type({a, b});
   return run(self ? "mul_" : "mul", {a, b}, ct, ct, [&](const cpu::Iter& it) {
     if (ct == kBool) return cpu::binary_loop<bool, bool, bool>(it, [](bool x, bool y) { return x && y; });
-    same_binary_launch(it, ct, "mul", [](auto x, auto y) { return x * y; });
+    same_binary_launch(it, ct, "mul", [](auto x, auto y) {
+      using T = decltype(x);
+      // integers wrap, computed in uint64_t where overflow is defined (int8 * int8 would promote)
+      if constexpr (std::is_integral_v<T>) return T(uint64_t(x) * uint64_t(y));
+      else return x * y;
+    });
   }, self);
 }
 
@@ -405,10 +414,17 @@ M floor_div_float(M a, M b) {
   return fl;
 }
 
+// -x with two's-complement wrapping (-INT_MIN is INT_MIN), without signed overflow.
+template <typename T>
+T wrapping_neg(T x) {
+  using U = std::make_unsigned_t<T>;
+  return T(U(0) - U(x));
+}
+
 template <typename T>
 T int_floor_div(T a, T b) {
   if constexpr (std::is_signed_v<T>) {
-    if (b == -1) return T(-a);  // avoids the INT_MIN / -1 trap; wraps like PyTorch
+    if (b == -1) return wrapping_neg(a);  // avoids the INT_MIN / -1 trap; wraps like PyTorch
     T q = T(a / b);
     if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
     return q;
@@ -449,7 +465,7 @@ Tensor div_impl(std::string_view op, const Arg& a, const Arg& b, DivMode mode, T
         cpu::binary_loop<T, T, T>(it, [&](T x, T y) -> T {
           if (y == 0) { zd.seen.store(true, std::memory_order_relaxed); return 0; }
           if (mode == DivMode::Floor) return int_floor_div(x, y);
-          if constexpr (std::is_signed_v<T>) if (y == -1) return T(-x);
+          if constexpr (std::is_signed_v<T>) if (y == -1) return wrapping_neg(x);
           return T(x / y);
         });
       } else if (mode == DivMode::True) {

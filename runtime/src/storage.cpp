@@ -38,7 +38,9 @@ Cache& cache() {
 }
 
 void* system_large(size_t n) {
-  void* p = std::aligned_alloc(n >= kHugePage ? kHugePage : 4096, n);
+  // (aligned_alloc wants a size that is a multiple of the alignment; size classes need not be)
+  const size_t align = n >= kHugePage ? kHugePage : 4096;
+  void* p = std::aligned_alloc(align, (n + align - 1) / align * align);
   if (p && n >= kHugePage) madvise(p, n, MADV_HUGEPAGE);
   return p;
 }

@@ -14,6 +14,11 @@ struct ProgramRunner::Impl {
   std::vector<KernelImpl> impls;  // per kernel: a backend's compiled form, or empty
 };
 
+Tensor access_view(const Tensor& buffer, const Access& a) {
+  int64_t off = a.storage_relative ? a.offset : buffer.storage_offset() + a.offset;
+  return buffer.as_strided(a.sizes, a.strides, off);
+}
+
 ProgramRunner::ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> impls)
     : impl_(std::make_unique<Impl>(Impl{p, {}, {}, std::move(impls)})) {
   impl_->impls.resize(p.kernels.size());
@@ -62,11 +67,7 @@ std::vector<Tensor> ProgramRunner::run(std::span<const ir::Slot> inputs) const {
     }
   }
   // The view an access names: offsets count from the buffer's first element (or its storage).
-  auto view = [&](const Access& a) {
-    const Tensor& t = buf[size_t(a.buffer)];
-    int64_t off = a.storage_relative ? a.offset : t.storage_offset() + a.offset;
-    return t.as_strided(a.sizes, a.strides, off);
-  };
+  auto view = [&](const Access& a) { return access_view(buf[size_t(a.buffer)], a); };
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
     if (impl_->impls[i]) {

@@ -44,6 +44,18 @@ constexpr int64_t kKernelIrVersion = 1;
 // waking the other threads costs more than they save.
 constexpr int64_t kParallelMinElements = int64_t(1) << 15;
 
+// " same N" when operand j (loads, then stores) shares its buffer with an earlier operand N (the
+// first): what decides noalias, part of both key texts.
+std::string shared_with(const passes::Kernel& k, size_t j) {
+  const passes::Access& a = j < k.loads.size() ? k.loads[j] : k.stores[j - k.loads.size()];
+  if (a.buffer < 0) return "";
+  for (size_t n = 0; n < j; ++n) {
+    const passes::Access& b = n < k.loads.size() ? k.loads[n] : k.stores[n - k.loads.size()];
+    if (b.buffer == a.buffer) return " same " + std::to_string(n);
+  }
+  return "";
+}
+
 // The kernel exactly as code generation sees it: everything that changes the machine code.
 std::string kernel_text(const passes::Kernel& k) {
   std::ostringstream o;
@@ -56,17 +68,7 @@ std::string kernel_text(const passes::Kernel& k) {
     o << " strides";
     for (int64_t s : a.strides) o << " " << s;
     o << " offset " << a.offset << (a.storage_relative ? " storage" : "") << (a.buffer < 0 ? " arg" : "");
-    // which earlier operand shares its buffer (decides noalias)
-    size_t n = 0;
-    for (const auto* list : {&k.loads, &k.stores})
-      for (const passes::Access& b : *list) {
-        if (n < j && b.buffer == a.buffer && a.buffer >= 0) {
-          o << " same " << n;
-          break;
-        }
-        ++n;
-      }
-    o << "\n";
+    o << shared_with(k, j) << "\n";
   };
   size_t j = 0;
   for (const auto& a : k.loads) operand(a, j++);
@@ -95,12 +97,7 @@ std::string generic_text(const passes::Kernel& k) {
         bool moves = a.sizes[d] != 1 && a.strides[d] != 0;
         o << (!moves ? "b" : a.strides[d] == 1 ? "+" : a.strides[d] == -1 ? "-" : "s");
       }
-      size_t n = 0;
-      for (const auto* other : {&k.loads, &k.stores})
-        for (const passes::Access& b : *other) {
-          if (n < j && b.buffer == a.buffer && a.buffer >= 0) o << " same " << n;
-          ++n;
-        }
+      o << shared_with(k, j);
       // (an in-place pair reads through one pointer: only for sizes where it is one still)
       if (j < k.loads.size()) o << " inplace " << cpu::in_place_store(k, j);
       o << "\n";
@@ -261,7 +258,7 @@ struct Launch {
     for (size_t j = 0; j < kk.loads.size(); ++j) {
       const passes::Access& a = kk.loads[j];
       if (j == 0 && first) {
-        p[j] = static_cast<char*>(first->data_ptr());
+        p[j] = static_cast<char*>(first->storage()->data()) + first->storage_offset() * itemsize(first->dtype());
         continue;
       }
       if (a.buffer < 0) {
@@ -348,9 +345,7 @@ passes::KernelImpl make_split_impl(std::shared_ptr<SplitKernel> s, KernelFns fn,
         in[j] = inputs[size_t(a.arg)];
         continue;
       }
-      const Tensor& t = buffers[size_t(a.buffer)];
-      int64_t off = a.storage_relative ? a.offset : t.storage_offset() + a.offset;
-      in[j].tensor = t.as_strided(a.sizes, a.strides, off);
+      in[j].tensor = passes::access_view(buffers[size_t(a.buffer)], a);
     }
     Tensor result = s->op->run_slots(in)[0].tensor;
     // The epilogue reads the result as a contiguous array of the op's output space.
@@ -373,6 +368,15 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
   out->stats_.kernels = int(p.kernels.size());
   out->stats_.generic = opts.generic;
   out->impls_.resize(p.kernels.size());
+  // A kernel's entry points from the caches or the compiler, counted in the stats.
+  auto compiled = [&](const passes::Kernel& k, const KernelCode& code) {
+    Source src;
+    KernelFns fn = kernel_fn(k, code, opts.generic, &src);
+    out->stats_.compiled++;
+    out->stats_.memory_hits += src == Source::Memory;
+    out->stats_.disk_hits += src == Source::Disk;
+    return fn;
+  };
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
     if (k.kind == passes::KernelKind::Opaque) {
@@ -383,12 +387,8 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
           s->kernel = &k;
           s->split = std::move(*split);
           s->op = std::make_unique<ir::Executable>(s->split.op);
-          Source src;
-          KernelFns fn = kernel_fn(s->split.epilogue, *low.code, opts.generic, &src);
-          out->stats_.compiled++;
+          KernelFns fn = compiled(s->split.epilogue, *low.code);
           out->stats_.epilogues++;
-          out->stats_.memory_hits += src == Source::Memory;
-          out->stats_.disk_hits += src == Source::Disk;
           out->impls_[i] = make_split_impl(std::move(s), fn, *low.code, opts.generic);
           continue;
         }
@@ -402,11 +402,7 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
       if (k.kind != passes::KernelKind::Opaque && k.kind != passes::KernelKind::Control) warn_interpreted(low.why);
       continue;
     }
-    Source src;
-    KernelFns fn = kernel_fn(k, *low.code, opts.generic, &src);
-    out->stats_.compiled++;
-    out->stats_.memory_hits += src == Source::Memory;
-    out->stats_.disk_hits += src == Source::Disk;
+    KernelFns fn = compiled(k, *low.code);
     out->impls_[i] = make_impl(k, fn, *low.code, opts.generic);
   }
   out->runner_ = std::make_unique<passes::ProgramRunner>(p, out->impls_);

@@ -124,6 +124,9 @@ std::optional<std::string> verify_program(const KernelProgram& p);
 // interpreting their bodies. The buffers are every buffer of the program by id (inputs,
 // constants, outputs and the arena's temporaries as flat views); `inputs` gives host numbers.
 using KernelImpl = std::function<void(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs)>;
+// The view access `a` names in its buffer's tensor `buffer` (its offset counts from the
+// buffer's first element, or from the storage start when storage_relative).
+Tensor access_view(const Tensor& buffer, const Access& a);
 class ProgramRunner {
  public:
   explicit ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> impls = {});

@@ -1,12 +1,16 @@
 // Compiling a kernel program for the CPU: each kernel lowered (expr.h), emitted (emit.cpp),
 // optimised and compiled (jit.cpp), cached by its key in memory and on disk (cache.h), and run
 // through the kernel program runner with its outermost loop split across threads.
+// Built without LLVM (KILN_WITH_LLVM=0), the same API runs every kernel on the reference
+// executor and emit_cpu() offers the backend-neutral kernel code only.
 #include <omp.h>
 
+#if KILN_WITH_LLVM
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
+#endif
 
 #include <bit>
 #include <chrono>
@@ -17,10 +21,13 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "codegen_source_hash.h"
-#include "emit.h"
 #include "../epilogue.h"
+#include "../expr.h"
+#include "codegen_source_hash.h"
+#if KILN_WITH_LLVM
+#include "emit.h"
 #include "jit.h"
+#endif
 #include "kiln/codegen/cache.h"
 #include "kiln/codegen/cpu.h"
 #include "kiln/runtime/env.h"
@@ -28,6 +35,7 @@
 
 namespace kiln::codegen {
 
+#if KILN_WITH_LLVM
 namespace {
 
 // Bumped whenever the code this backend emits for the same kernel changes, so that stale
@@ -355,6 +363,7 @@ passes::KernelImpl make_split_impl(std::shared_ptr<SplitKernel> s, KernelFns fn,
 }
 
 }  // namespace
+#endif  // KILN_WITH_LLVM
 
 CompiledProgram::CompiledProgram(std::shared_ptr<const passes::KernelProgram> p, std::vector<ir::Type> input_types)
     : program_(std::move(p)), input_types_(std::move(input_types)) {}
@@ -368,6 +377,10 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
   out->stats_.kernels = int(p.kernels.size());
   out->stats_.generic = opts.generic;
   out->impls_.resize(p.kernels.size());
+#if !KILN_WITH_LLVM
+  for (size_t i = 0; i < p.kernels.size(); ++i)
+    out->stats_.interpreted.push_back("k" + std::to_string(i) + ": kiln built without LLVM");
+#else
   // A kernel's entry points from the caches or the compiler, counted in the stats.
   auto compiled = [&](const passes::Kernel& k, const KernelCode& code) {
     Source src;
@@ -405,6 +418,7 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
     KernelFns fn = compiled(k, *low.code);
     out->impls_[i] = make_impl(k, fn, *low.code, opts.generic);
   }
+#endif
   out->runner_ = std::make_unique<passes::ProgramRunner>(p, out->impls_);
   out->stats_.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;
@@ -461,6 +475,10 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic)
       o << low.code->str() << "\n";
       continue;
     }
+#if !KILN_WITH_LLVM
+    KILN_FAIL("codegen", "emit: LLVM IR and assembly need kiln built with LLVM (KILN_WITH_LLVM=ON); "
+                         "this build offers the kernel code only (--emit=code)");
+#else
     llvm::LLVMContext ctx;
     auto m = build_module(ctx, kc, *low.code, "kiln_k" + std::to_string(i), generic);
     if (what != CpuEmit::LlvmRaw) cpu::Jit::get().optimize(*m);
@@ -473,11 +491,19 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic)
       o << os.str();
     }
     o << "\n";
+#endif
   }
   return o.str();
 }
 
+#if KILN_WITH_LLVM
+bool has_cpu_codegen() { return true; }
 std::string cpu_name() { return cpu::Jit::get().cpu(); }
 std::string cpu_target_id() { return cpu::Jit::get().target_id(); }
+#else
+bool has_cpu_codegen() { return false; }
+std::string cpu_name() { return "none (built without LLVM)"; }
+std::string cpu_target_id() { return "none"; }
+#endif
 
 }  // namespace kiln::codegen

@@ -85,6 +85,11 @@ enum class CpuEmit {
 };
 std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic = false);
 
+// Whether this build has the LLVM code generator (KILN_WITH_LLVM). Without it compile_cpu()
+// runs every kernel on the reference executor (stats().interpreted says so per kernel) and
+// emit_cpu() offers CpuEmit::Code only.
+bool has_cpu_codegen();
+
 // The host CPU as LLVM names it, and the target string cache keys include.
 std::string cpu_name();
 std::string cpu_target_id();

@@ -1,0 +1,222 @@
+// The CUDA driver and NVRTC, loaded with dlopen (kiln/runtime/cuda.h). kiln declares the few
+// entry points it calls itself, with the C types of the driver and NVRTC ABIs (handles are
+// pointers, results are ints), so that building kiln needs neither cuda.h nor nvrtc.h.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "kiln/runtime/cuda.h"
+#include "kiln/runtime/error.h"
+
+namespace kiln {
+
+namespace {
+
+// Opens the first library of `names` that loads; `why` collects each failure.
+void* open_first(const std::vector<std::string>& names, std::string* why) {
+  for (const std::string& n : names) {
+    if (void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+    const char* e = dlerror();
+    *why += (why->empty() ? "" : "; ") + std::string(e ? e : n + ": cannot be loaded");
+  }
+  return nullptr;
+}
+
+template <typename F>
+F symbol(void* lib, const char* name, std::string* why) {
+  void* p = dlsym(lib, name);
+  if (!p && why->empty()) *why = std::string("missing symbol ") + name;
+  return reinterpret_cast<F>(p);
+}
+
+// ---------------------------------------------------------------- driver
+
+using CUresult = int;
+struct Driver {
+  CUresult (*cuInit)(unsigned) = nullptr;
+  CUresult (*cuDeviceGetCount)(int*) = nullptr;
+  CUresult (*cuDriverGetVersion)(int*) = nullptr;
+  CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;
+  CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+  int devices = 0;
+  int version = 0;
+  std::string why;  // empty: usable
+
+  // "cuInit: CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)"
+  std::string describe(const char* call, CUresult r) const {
+    const char *name = nullptr, *text = nullptr;
+    if (cuGetErrorName) cuGetErrorName(r, &name);
+    if (cuGetErrorString) cuGetErrorString(r, &text);
+    return std::string(call) + ": " + (name ? name : "CUDA error " + std::to_string(r)) + " (" +
+           (text ? text : "no description") + ")";
+  }
+};
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver d;
+    void* lib = open_first({"libcuda.so.1"}, &d.why);
+    if (!lib) {
+      d.why = "libcuda.so.1 cannot be loaded (no NVIDIA driver on this machine): " + d.why;
+      return d;
+    }
+    d.cuInit = symbol<decltype(d.cuInit)>(lib, "cuInit", &d.why);
+    d.cuDeviceGetCount = symbol<decltype(d.cuDeviceGetCount)>(lib, "cuDeviceGetCount", &d.why);
+    d.cuDriverGetVersion = symbol<decltype(d.cuDriverGetVersion)>(lib, "cuDriverGetVersion", &d.why);
+    d.cuGetErrorName = symbol<decltype(d.cuGetErrorName)>(lib, "cuGetErrorName", &d.why);
+    d.cuGetErrorString = symbol<decltype(d.cuGetErrorString)>(lib, "cuGetErrorString", &d.why);
+    if (!d.why.empty()) {
+      d.why = "libcuda.so.1 is not a usable CUDA driver: " + d.why;
+      return d;
+    }
+    if (CUresult r = d.cuInit(0); r != 0) {
+      d.why = d.describe("cuInit", r);
+      return d;
+    }
+    if (CUresult r = d.cuDriverGetVersion(&d.version); r != 0) d.version = 0;
+    if (CUresult r = d.cuDeviceGetCount(&d.devices); r != 0) {
+      d.why = d.describe("cuDeviceGetCount", r);
+      return d;
+    }
+    if (d.devices == 0) d.why = "the CUDA driver reports no device";
+    return d;
+  }();
+  return d;
+}
+
+// ---------------------------------------------------------------- NVRTC
+
+using nvrtcResult = int;
+using nvrtcProgram = void*;
+struct Nvrtc {
+  nvrtcResult (*nvrtcVersion)(int*, int*) = nullptr;
+  const char* (*nvrtcGetErrorString)(nvrtcResult) = nullptr;
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
+                                    const char* const*) = nullptr;
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*) = nullptr;
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*) = nullptr;
+  int major = 0, minor = 0;
+  std::string why;
+
+  void check(const char* call, nvrtcResult r) const {
+    KILN_CHECK(r == 0, "nvrtc", call, ": ", nvrtcGetErrorString ? nvrtcGetErrorString(r) : "error", " (", r, ")");
+  }
+};
+
+const Nvrtc& nvrtc() {
+  static const Nvrtc n = [] {
+    Nvrtc n;
+    // The loader's path first, then the toolkit's usual homes (CUDA_HOME / CUDA_PATH, then
+    // /usr/local/cuda), newest soname first.
+    std::vector<std::string> names;
+    std::vector<std::string> dirs = {""};
+    for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
+      if (const char* v = std::getenv(env); v && *v) dirs.push_back(std::string(v) + "/lib64/");
+    dirs.push_back("/usr/local/cuda/lib64/");
+    for (const std::string& d : dirs)
+      for (const char* so : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) names.push_back(d + so);
+    std::string tried;
+    void* lib = open_first(names, &tried);
+    if (!lib) {
+      n.why = "NVRTC (libnvrtc.so) cannot be loaded (no CUDA toolkit found): " + tried;
+      return n;
+    }
+#define KILN_NVRTC_SYM(f) n.f = symbol<decltype(n.f)>(lib, #f, &n.why)
+    KILN_NVRTC_SYM(nvrtcVersion);
+    KILN_NVRTC_SYM(nvrtcGetErrorString);
+    KILN_NVRTC_SYM(nvrtcCreateProgram);
+    KILN_NVRTC_SYM(nvrtcCompileProgram);
+    KILN_NVRTC_SYM(nvrtcGetProgramLogSize);
+    KILN_NVRTC_SYM(nvrtcGetProgramLog);
+    KILN_NVRTC_SYM(nvrtcGetCUBINSize);
+    KILN_NVRTC_SYM(nvrtcGetCUBIN);
+    KILN_NVRTC_SYM(nvrtcDestroyProgram);
+#undef KILN_NVRTC_SYM
+    if (!n.why.empty()) {
+      n.why = "libnvrtc.so is not a usable NVRTC (before CUDA 11.1 there is no CUBIN output): " + n.why;
+      return n;
+    }
+    if (n.nvrtcVersion(&n.major, &n.minor) != 0) n.why = "nvrtcVersion failed";
+    return n;
+  }();
+  return n;
+}
+
+// NVRTC's log with each line it blames ("name(3): error: ...") followed by that source line.
+std::string annotate_log(const std::string& log, const std::string& source, const std::string& name) {
+  std::vector<std::string> lines;
+  std::istringstream src(source);
+  for (std::string l; std::getline(src, l);) lines.push_back(l);
+  std::ostringstream out;
+  std::istringstream in(log);
+  const std::string prefix = name + "(";
+  for (std::string l; std::getline(in, l);) {
+    out << l << "\n";
+    if (l.rfind(prefix, 0) != 0) continue;
+    size_t close = l.find(')', prefix.size());
+    if (close == std::string::npos) continue;
+    int line = std::atoi(l.substr(prefix.size(), close - prefix.size()).c_str());
+    if (line >= 1 && size_t(line) <= lines.size()) out << "    " << line << " | " << lines[size_t(line) - 1] << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
+
+bool cuda_is_available() { return driver().why.empty(); }
+std::string cuda_unavailable_reason() { return driver().why; }
+
+namespace cuda {
+
+int device_count() { return cuda_is_available() ? driver().devices : 0; }
+int driver_version() { return driver().version; }
+
+bool nvrtc_is_available() { return nvrtc().why.empty(); }
+std::string nvrtc_unavailable_reason() { return nvrtc().why; }
+std::string nvrtc_version() {
+  const Nvrtc& n = nvrtc();
+  return n.why.empty() ? std::to_string(n.major) + "." + std::to_string(n.minor) : "";
+}
+
+std::string compile_cubin(const std::string& source, const std::string& name, int arch,
+                          const std::vector<std::string>& options) {
+  const Nvrtc& n = nvrtc();
+  KILN_CHECK(n.why.empty(), "nvrtc", "cannot compile ", name, ": ", n.why);
+  KILN_CHECK(arch >= 50 && arch < 1000, "nvrtc", "compile of ", name, ": architecture sm_", arch, " is not one NVRTC knows");
+  nvrtcProgram prog = nullptr;
+  n.check("nvrtcCreateProgram", n.nvrtcCreateProgram(&prog, source.c_str(), name.c_str(), 0, nullptr, nullptr));
+  // Destroys the program however this function leaves.
+  struct Guard {
+    const Nvrtc& n;
+    nvrtcProgram* p;
+    ~Guard() { n.nvrtcDestroyProgram(p); }
+  } guard{n, &prog};
+  std::vector<std::string> opts = {"-arch=sm_" + std::to_string(arch), "-std=c++17", "-default-device"};
+  opts.insert(opts.end(), options.begin(), options.end());
+  std::vector<const char*> argv;
+  for (const std::string& o : opts) argv.push_back(o.c_str());
+  nvrtcResult compiled = n.nvrtcCompileProgram(prog, int(argv.size()), argv.data());
+  size_t log_size = 0;
+  std::string log;
+  if (n.nvrtcGetProgramLogSize(prog, &log_size) == 0 && log_size > 1) {
+    log.resize(log_size);
+    n.nvrtcGetProgramLog(prog, log.data());
+    log.resize(log_size - 1);  // NVRTC counts the terminating NUL
+  }
+  KILN_CHECK(compiled == 0, "nvrtc", "nvrtcCompileProgram of ", name, " for sm_", arch, ": ", n.nvrtcGetErrorString(compiled),
+             "\n", annotate_log(log, source, name));
+  size_t size = 0;
+  n.check("nvrtcGetCUBINSize", n.nvrtcGetCUBINSize(prog, &size));
+  std::string cubin(size, '\0');
+  n.check("nvrtcGetCUBIN", n.nvrtcGetCUBIN(prog, cubin.data()));
+  return cubin;
+}
+
+}  // namespace cuda
+}  // namespace kiln

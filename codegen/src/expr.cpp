@@ -763,4 +763,82 @@ std::string KernelCode::str() const {
   return o.str();
 }
 
+// ---- facts about a kernel both backends use ----
+
+bool fits_index32(const passes::Kernel& k) {
+  const int64_t lim = int64_t(1) << 31;
+  for (int64_t e : k.loops)
+    if (e >= lim) return false;
+  auto fits = [&](const passes::Access& a) {
+    if (a.buffer < 0) return true;
+    int64_t hi = 0;  // from the access's first element, which the caller's address points at
+    for (size_t d = 0; d < a.sizes.size(); ++d) hi += (a.sizes[d] - 1) * std::abs(a.strides[d]);
+    return hi < lim;
+  };
+  for (const auto& a : k.loads)
+    if (!fits(a)) return false;
+  for (const auto& a : k.stores)
+    if (!fits(a)) return false;
+  return true;
+}
+
+int in_place_store(const passes::Kernel& k, size_t load) {
+  const passes::Access& a = k.loads[load];
+  if (a.buffer < 0) return -1;
+  for (size_t s = 0; s < k.stores.size(); ++s)
+    if (a.dtype == k.stores[s].dtype && a.same_index(k.stores[s])) return int(s);
+  return -1;
+}
+
+bool splits_reduction(const passes::Kernel& k, const KernelCode& code) {
+  if (k.reduce_from != 0 || k.loops.empty() || k.loops[0] < 2 || code.depth != 1) return false;
+  // Every store is a per-row value (one element: the reduction's result, or what follows it).
+  for (int id : code.stores)
+    if (code.code[size_t(id)].row) return false;
+  for (const passes::Access& s : k.stores)
+    for (int64_t e : s.sizes)
+      if (e != 1) return false;
+  return true;
+}
+
+std::vector<int> needed(const KernelCode& code, const std::vector<int>& roots) {
+  std::vector<bool> seen(code.code.size(), false);
+  std::vector<int> stack = roots;
+  while (!stack.empty()) {
+    int id = stack.back();
+    stack.pop_back();
+    if (seen[size_t(id)]) continue;
+    seen[size_t(id)] = true;
+    if (code.code[size_t(id)].op == EOp::Reduce) continue;
+    for (int a : code.code[size_t(id)].args) stack.push_back(a);
+  }
+  std::vector<int> out;
+  for (size_t i = 0; i < seen.size(); ++i)
+    if (seen[i]) out.push_back(int(i));
+  return out;
+}
+
+RowPlan row_plan(const passes::Kernel& k, const KernelCode& code) {
+  RowPlan p;
+  const int rank = int(k.loops.size()), from = std::min(k.reduce_from, rank);
+  for (size_t j = 0; j < k.stores.size(); ++j) {
+    int id = code.stores[j];
+    bool varies = code.code[size_t(id)].row;
+    for (int d = from; d < rank && d < int(k.stores[j].sizes.size()); ++d) varies |= k.stores[j].sizes[size_t(d)] != 1;
+    (varies ? p.in_row : p.per_row).push_back(j);
+  }
+  p.reduces.resize(size_t(code.depth) + 1);
+  for (size_t i = 0; i < code.code.size(); ++i)
+    if (code.code[i].op == EOp::Reduce) p.reduces[size_t(code.code[i].depth)].push_back(int(i));
+  for (int depth = 1; depth <= code.depth; ++depth) {
+    std::vector<int> roots;
+    for (int r : p.reduces[size_t(depth)]) roots.push_back(code.code[size_t(r)].args[0]);
+    p.needs.push_back(needed(code, roots));
+  }
+  std::vector<int> store_roots;
+  for (size_t j : p.in_row) store_roots.push_back(code.stores[j]);
+  p.needs.push_back(needed(code, store_roots));
+  return p;
+}
+
 }  // namespace kiln::codegen

@@ -100,4 +100,27 @@ struct Lowered {
 // library op or regions); an op or dtype without a scalar form is reported in `why`.
 Lowered lower_kernel(const passes::Kernel& k);
 
+// Facts about a kernel's loop space that both backends use.
+// Whether every index the kernel computes fits in 32 bits (its loops and operand offsets).
+bool fits_index32(const passes::Kernel& k);
+// The store whose elements load `load` reads exactly (an in-place update), or -1.
+int in_place_store(const passes::Kernel& k, size_t load);
+// Whether a full reduction splits into partial results per part of loop 0 and a finishing
+// step: every loop a reduction loop (two or more along loop 0), one reduction depth, and
+// single-element stores.
+bool splits_reduction(const passes::Kernel& k, const KernelCode& code);
+
+// How a kernel with reductions runs per outer index, the same in every backend: one pass over
+// the row per reduction depth (all reductions of that depth accumulate in it), then the stores:
+// per-row values once, row values (and values broadcast along the row) in a last pass.
+struct RowPlan {
+  std::vector<size_t> in_row, per_row;    // the stores written in the last pass / once per row
+  std::vector<std::vector<int>> reduces;  // the Reduce instructions by depth (0: none)
+  std::vector<std::vector<int>> needs;    // per depth from 1, what its pass computes; last: what
+                                          // the in-row stores need
+};
+RowPlan row_plan(const passes::Kernel& k, const KernelCode& code);
+// The instructions `roots` need, in order; Reduce instructions are leaves (computed earlier).
+std::vector<int> needed(const KernelCode& code, const std::vector<int>& roots);
+
 }  // namespace kiln::codegen

@@ -39,6 +39,7 @@
 // outputs differ from the reference executor's); files report FILE:LINE:COL.
 #include <CLI/CLI.hpp>
 #include <kiln/codegen/cpu.h>
+#include <kiln/codegen/cuda.h>
 #include <kiln/ir/exec.h>
 #include <kiln/ir/graph.h>
 #include <kiln/kiln.h>
@@ -118,7 +119,8 @@ struct Options {
   bool time_passes = false;
   bool verify_each = false;
   bool stats = false;
-  std::string emit;  // --emit: code, llvm-raw, llvm, asm (the CPU backend's output per kernel)
+  std::string emit;  // --emit: code, llvm-raw, llvm, asm (the CPU backend), cuda, ptx (the CUDA backend)
+  int arch = 90;     // --arch: the GPU architecture --emit=ptx compiles for
   bool size_generic = false;  // --size-generic: emit the kernels with sizes as arguments
   bool optimize = false;  // any of the optimizer's flags: the graphs go through the pipeline
 };
@@ -346,10 +348,12 @@ passes::Module optimize_graph(const ir::Graph& g, const Options& o, std::ostream
   return m;
 }
 
-// The optimized module as text: the graph and its kernel program, or with --emit what the CPU
-// backend makes of each kernel (its kernel code, LLVM IR before or after O3, or assembly).
+// The optimized module as text: the graph and its kernel program, or with --emit what a backend
+// makes of each kernel (the kernel code, LLVM IR before or after O3, assembly, CUDA C++, PTX).
 std::string module_text(const passes::Module& m, const Options& o) {
   if (o.emit.empty() || !m.program) return passes::print(m);
+  if (o.emit == "cuda" || o.emit == "ptx")
+    return codegen::emit_cuda(*m.program, o.emit == "cuda" ? codegen::CudaEmit::Source : codegen::CudaEmit::Ptx, o.arch);
   codegen::CpuEmit what = o.emit == "code"       ? codegen::CpuEmit::Code
                           : o.emit == "llvm-raw" ? codegen::CpuEmit::LlvmRaw
                           : o.emit == "llvm"     ? codegen::CpuEmit::Llvm
@@ -963,10 +967,14 @@ int run_main(int argc, char** argv) {
   app.add_flag("--verify-each", o.verify_each,
                "Verify the graph and the kernel program after every pass (debug builds always do)");
   app.add_option("--emit", o.emit,
-                 "Print what the CPU backend makes of each kernel instead of the kernel program: its scalar "
-                 "kernel code, the LLVM IR before (llvm-raw) or after O3 (llvm), or the host assembly. Implies -O")
-      ->check(CLI::IsMember({"code", "llvm-raw", "llvm", "asm"}))
+                 "Print what a backend makes of each kernel instead of the kernel program: its scalar "
+                 "kernel code, the LLVM IR before (llvm-raw) or after O3 (llvm), the host assembly, the CUDA C++ "
+                 "(cuda) or its PTX (ptx, compiled by NVRTC; no GPU needed). Implies -O")
+      ->check(CLI::IsMember({"code", "llvm-raw", "llvm", "asm", "cuda", "ptx"}))
       ->type_name("WHAT");
+  app.add_option("--arch", o.arch, "With --emit=ptx: the GPU architecture to compile for, as a number (90: sm_90)")
+      ->check(CLI::Range(50, 999))
+      ->type_name("SM");
   app.add_flag("--size-generic", o.size_generic,
                "With --emit: the size-generic kernels kiln compiles once a dim is dynamic (loop extents and "
                "strides read from the arguments) instead of kernels specialised on the sizes");

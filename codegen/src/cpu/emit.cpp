@@ -23,36 +23,11 @@ namespace kiln::codegen::cpu {
 using llvm::BasicBlock;
 using llvm::Value;
 
-bool fits_index32(const passes::Kernel& k) {
-  const int64_t lim = int64_t(1) << 31;
-  for (int64_t e : k.loops)
-    if (e >= lim) return false;
-  auto fits = [&](const passes::Access& a) {
-    if (a.buffer < 0) return true;
-    int64_t hi = 0;  // from the access's first element, which the caller's address points at
-    for (size_t d = 0; d < a.sizes.size(); ++d) hi += (a.sizes[d] - 1) * std::abs(a.strides[d]);
-    return hi < lim;
-  };
-  for (const auto& a : k.loads)
-    if (!fits(a)) return false;
-  for (const auto& a : k.stores)
-    if (!fits(a)) return false;
-  return true;
-}
-
 // Whether operand dim d is read at all (not broadcast along the loop) and, if so, whether its
 // stride is a run-time argument of a size-generic kernel (anything but +-1: unit strides stay
 // constants, so that contiguous operands still vectorise without gathers).
 static bool moves(const passes::Access& a, size_t d) { return a.sizes[d] != 1 && a.strides[d] != 0; }
 static bool stride_is_arg(const passes::Access& a, size_t d) { return moves(a, d) && std::abs(a.strides[d]) != 1; }
-
-int in_place_store(const passes::Kernel& k, size_t load) {
-  const passes::Access& a = k.loads[load];
-  if (a.buffer < 0) return -1;
-  for (size_t s = 0; s < k.stores.size(); ++s)
-    if (a.dtype == k.stores[s].dtype && a.same_index(k.stores[s])) return int(s);
-  return -1;
-}
 
 std::vector<int64_t> generic_args(const passes::Kernel& k) {
   std::vector<int64_t> out(k.loops.begin(), k.loops.end());
@@ -379,49 +354,12 @@ class Emitter {
          });
   }
 
-  // The instructions `roots` need, in order; Reduce instructions are leaves (computed earlier).
-  std::vector<int> needed(const std::vector<int>& roots) {
-    std::vector<bool> seen(code_.code.size(), false);
-    std::vector<int> stack = roots;
-    while (!stack.empty()) {
-      int id = stack.back();
-      stack.pop_back();
-      if (seen[size_t(id)]) continue;
-      seen[size_t(id)] = true;
-      if (code_.code[size_t(id)].op == EOp::Reduce) continue;
-      for (int a : code_.code[size_t(id)].args) stack.push_back(a);
-    }
-    std::vector<int> out;
-    for (size_t i = 0; i < seen.size(); ++i)
-      if (seen[i]) out.push_back(int(i));
-    return out;
-  }
-
   // Per outer index: one loop over the row per reduction depth, then the stores.
   void outer_body() {
     acc_.assign(code_.code.size(), nullptr);
-    // The stores: per-row values once, row values (and values broadcast along the row) in a
-    // last loop over the row.
-    std::vector<size_t> in_row, per_row;
-    for (size_t j = 0; j < k_.stores.size(); ++j) {
-      int id = code_.stores[j];
-      bool varies = code_.code[size_t(id)].row;
-      for (int d = reduce_from(); d < rank() && d < int(k_.stores[j].sizes.size()); ++d)
-        varies |= k_.stores[j].sizes[size_t(d)] != 1;
-      (varies ? in_row : per_row).push_back(j);
-    }
-    // What each row loop needs: one per reduction depth, then the row stores.
-    std::vector<std::vector<int>> reduces(size_t(code_.depth) + 1), needs;
-    for (size_t i = 0; i < code_.code.size(); ++i)
-      if (code_.code[i].op == EOp::Reduce) reduces[size_t(code_.code[i].depth)].push_back(int(i));
-    for (int depth = 1; depth <= code_.depth; ++depth) {
-      std::vector<int> roots;
-      for (int r : reduces[size_t(depth)]) roots.push_back(code_.code[size_t(r)].args[0]);
-      needs.push_back(needed(roots));
-    }
-    std::vector<int> store_roots;
-    for (size_t j : in_row) store_roots.push_back(code_.stores[j]);
-    needs.push_back(needed(store_roots));
+    RowPlan plan = row_plan(k_, code_);
+    const std::vector<size_t>&in_row = plan.in_row, &per_row = plan.per_row;
+    const std::vector<std::vector<int>>&reduces = plan.reduces, &needs = plan.needs;
     plan_stash(needs);
 
     // (a split reduction's finishing step has no row loops: it combines the parts instead)
@@ -898,17 +836,6 @@ class Emitter {
 };
 
 }  // namespace
-
-bool splits_reduction(const passes::Kernel& k, const KernelCode& code) {
-  if (k.reduce_from != 0 || k.loops.empty() || k.loops[0] < 2 || code.depth != 1) return false;
-  // Every store is a per-row value (one element: the reduction's result, or what follows it).
-  for (int id : code.stores)
-    if (code.code[size_t(id)].row) return false;
-  for (const passes::Access& s : k.stores)
-    for (int64_t e : s.sizes)
-      if (e != 1) return false;
-  return true;
-}
 
 void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code, bool generic) {
   Emitter(m, k, code, ReductionPart::Whole, generic).emit(name);

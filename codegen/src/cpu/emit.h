@@ -33,16 +33,8 @@ using KernelFn = void (*)(char* const*, const int64_t*, int64_t, int64_t, uint64
 enum class ReductionPart { Whole, Partial, Finish };
 inline constexpr const char* kPartialSuffix = ".partial";
 inline constexpr const char* kFinishSuffix = ".finish";
-// Whether emit_kernel adds the partial and finish functions: a kernel whose loops are all
-// reduction loops (two or more along loop 0), one reduction depth, and single-element stores.
-bool splits_reduction(const passes::Kernel& k, const KernelCode& code);
-
-// The store whose elements load `load` reads exactly (an in-place update), or -1. The kernel
-// then reads through that store's pointer.
-int in_place_store(const passes::Kernel& k, size_t load);
-
-// Whether every index the kernel computes fits in 32 bits (its loops and operand offsets).
-bool fits_index32(const passes::Kernel& k);
+// emit_kernel adds the partial and finish functions to kernels that splits_reduction()
+// (expr.h). A load that in_place_store() pairs with a store reads through the store's pointer.
 
 // A size-generic kernel reads its loop extents and every operand stride other than 0 and +-1
 // from `args`, after the host numbers (slot loads.size() on): the values generic_args(k)

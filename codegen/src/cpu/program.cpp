@@ -107,7 +107,7 @@ std::string generic_text(const passes::Kernel& k) {
       }
       o << shared_with(k, j);
       // (an in-place pair reads through one pointer: only for sizes where it is one still)
-      if (j < k.loads.size()) o << " inplace " << cpu::in_place_store(k, j);
+      if (j < k.loads.size()) o << " inplace " << in_place_store(k, j);
       o << "\n";
       ++j;
     }
@@ -194,7 +194,7 @@ KernelFns kernel_fn(const passes::Kernel& k, const KernelCode& code, bool generi
   }
   KernelFns fns;
   fns.whole = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol));
-  if (cpu::splits_reduction(k, code)) {
+  if (splits_reduction(k, code)) {
     fns.partial = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol + cpu::kPartialSuffix));
     fns.finish = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol + cpu::kFinishSuffix));
   }

@@ -100,6 +100,8 @@ struct Nvrtc {
   nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*) = nullptr;
   nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*) = nullptr;
   nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*nvrtcGetPTXSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetPTX)(nvrtcProgram, char*) = nullptr;
   nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*) = nullptr;
   int major = 0, minor = 0;
   std::string why;
@@ -136,6 +138,8 @@ const Nvrtc& nvrtc() {
     KILN_NVRTC_SYM(nvrtcGetProgramLog);
     KILN_NVRTC_SYM(nvrtcGetCUBINSize);
     KILN_NVRTC_SYM(nvrtcGetCUBIN);
+    KILN_NVRTC_SYM(nvrtcGetPTXSize);
+    KILN_NVRTC_SYM(nvrtcGetPTX);
     KILN_NVRTC_SYM(nvrtcDestroyProgram);
 #undef KILN_NVRTC_SYM
     if (!n.why.empty()) {
@@ -184,8 +188,11 @@ std::string nvrtc_version() {
   return n.why.empty() ? std::to_string(n.major) + "." + std::to_string(n.minor) : "";
 }
 
-std::string compile_cubin(const std::string& source, const std::string& name, int arch,
-                          const std::vector<std::string>& options) {
+namespace {
+
+// One NVRTC compile for sm_<arch> (a CUBIN) or compute_<arch> (PTX), with the log annotated.
+std::string compile(const std::string& source, const std::string& name, int arch, const std::vector<std::string>& options,
+                    bool ptx) {
   const Nvrtc& n = nvrtc();
   KILN_CHECK(n.why.empty(), "nvrtc", "cannot compile ", name, ": ", n.why);
   KILN_CHECK(arch >= 50 && arch < 1000, "nvrtc", "compile of ", name, ": architecture sm_", arch, " is not one NVRTC knows");
@@ -197,7 +204,8 @@ std::string compile_cubin(const std::string& source, const std::string& name, in
     nvrtcProgram* p;
     ~Guard() { n.nvrtcDestroyProgram(p); }
   } guard{n, &prog};
-  std::vector<std::string> opts = {"-arch=sm_" + std::to_string(arch), "-std=c++17", "-default-device"};
+  std::vector<std::string> opts = {std::string(ptx ? "-arch=compute_" : "-arch=sm_") + std::to_string(arch), "-std=c++17",
+                                   "-default-device"};
   opts.insert(opts.end(), options.begin(), options.end());
   std::vector<const char*> argv;
   for (const std::string& o : opts) argv.push_back(o.c_str());
@@ -212,10 +220,29 @@ std::string compile_cubin(const std::string& source, const std::string& name, in
   KILN_CHECK(compiled == 0, "nvrtc", "nvrtcCompileProgram of ", name, " for sm_", arch, ": ", n.nvrtcGetErrorString(compiled),
              "\n", annotate_log(log, source, name));
   size_t size = 0;
-  n.check("nvrtcGetCUBINSize", n.nvrtcGetCUBINSize(prog, &size));
-  std::string cubin(size, '\0');
-  n.check("nvrtcGetCUBIN", n.nvrtcGetCUBIN(prog, cubin.data()));
-  return cubin;
+  std::string out;
+  if (ptx) {
+    n.check("nvrtcGetPTXSize", n.nvrtcGetPTXSize(prog, &size));
+    out.assign(size, '\0');
+    n.check("nvrtcGetPTX", n.nvrtcGetPTX(prog, out.data()));
+    if (!out.empty() && out.back() == '\0') out.pop_back();
+  } else {
+    n.check("nvrtcGetCUBINSize", n.nvrtcGetCUBINSize(prog, &size));
+    out.assign(size, '\0');
+    n.check("nvrtcGetCUBIN", n.nvrtcGetCUBIN(prog, out.data()));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string compile_cubin(const std::string& source, const std::string& name, int arch,
+                          const std::vector<std::string>& options) {
+  return compile(source, name, arch, options, false);
+}
+
+std::string compile_ptx(const std::string& source, const std::string& name, int arch, const std::vector<std::string>& options) {
+  return compile(source, name, arch, options, true);
 }
 
 }  // namespace cuda

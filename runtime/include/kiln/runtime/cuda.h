@@ -33,6 +33,9 @@ std::string nvrtc_version();
 // line it blames followed by that source line, when the compile fails.
 std::string compile_cubin(const std::string& source, const std::string& name, int arch,
                           const std::vector<std::string>& options = {});
+// The same source as PTX for compute_<arch> (what dump-ir --emit=ptx shows).
+std::string compile_ptx(const std::string& source, const std::string& name, int arch,
+                        const std::vector<std::string>& options = {});
 
 }  // namespace cuda
 }  // namespace kiln

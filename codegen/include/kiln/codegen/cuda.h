@@ -1,0 +1,111 @@
+// The CUDA backend's code generator: the optimizer's kernel program rendered as CUDA C++.
+//
+// Each elementwise, reduction and row-wise kernel (and the elementwise epilogue after a library
+// op) becomes one `extern "C" __global__` function, written from the same backend-neutral
+// kernel code the CPU backend compiles (codegen/src/expr.h), so both backends compute the same
+// thing. NVRTC compiles it to a CUBIN for the device's architecture (kiln/runtime/cuda.h).
+//
+// How a kernel spreads over the GPU (its strategy):
+//   Elementwise  a grid-stride loop over the flattened loop space; where every operand is
+//                contiguous (or read at one element) 16-byte vector loads and stores, behind a
+//                run-time alignment check, with a scalar loop for the rest.
+//   BlockRow     one block per row of a reduction (softmax, layernorm, row sums of long rows):
+//                threads stride over the row, partial results meet through warp shuffles and
+//                shared memory, every thread gets the row's result for the work that follows.
+//   WarpRow      the same with one warp per row: rows of up to a few thousand elements.
+//   ThreadRow    one thread per row, walking it in order: reductions whose rows are strided
+//                in memory while neighbouring rows are adjacent (sums over dim 0), and running
+//                sums (cumsum), which must add in row order.
+//   Split        a full reduction of a large tensor: every block reduces its share into
+//                8-byte slots, then a one-block finishing kernel combines the slots in order.
+// Indices are 32-bit where the loop space and every operand's reach fit (most kernels).
+//
+// A kernel's parameters, in order: per load a pointer (`const T*`) to its first element, or
+// for a host number its value (`double` or `long long`); per store a pointer; then the status
+// word (`unsigned long long*`, device memory): bit k set means check k failed (an integer
+// division by zero), raised by the host after the kernel. Split kernels then take the slots
+// (`unsigned long long*`; the finishing kernel also their count, `long long`).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kiln/codegen/cache.h"
+#include "kiln/passes/kernel.h"
+
+namespace kiln::codegen {
+
+enum class CudaStrategy : uint8_t { Elementwise, BlockRow, WarpRow, ThreadRow, Split };
+std::string_view cuda_strategy_name(CudaStrategy s);
+
+// Threads per block every kernel is written for (at most; any multiple of 32 below works).
+inline constexpr int kCudaBlock = 256;
+
+struct CudaKernel {
+  int kernel = -1;        // its index in the program
+  bool epilogue = false;  // an opaque kernel's epilogue: load 0 is the library op's result
+  std::string name;       // the entry point (Split: the partial step)
+  std::string finish;     // Split: the finishing step's entry point
+  std::string body;       // the kernel's CUDA C++ (both entry points), to follow cuda_prelude()
+  CudaStrategy strategy = CudaStrategy::Elementwise;
+  int64_t items = 0;  // what the grid spreads over: elements (Elementwise, Split), rows (others)
+  int vector = 1;     // Elementwise: elements per vector access on the fast path (1: none)
+  bool index32 = true;
+  int slots = 0;      // Split: 8-byte accumulator slots each block writes
+  std::vector<passes::Access> operands;  // the loads, then the stores
+  size_t loads = 0;
+  std::vector<std::string> param_types;  // the C type of each operand parameter
+  std::vector<std::pair<std::string, std::string>> checks;  // per status bit: the op, the message
+  std::string source() const;  // prelude + body: one translation unit
+};
+
+// Helpers every kernel's source starts with (vector types, 16-bit float conversions, total
+// integer division, NaN-propagating max/min, warp and block reductions). Compiled as host C++
+// when KILN_CUDA_EMULATION is defined (with a header that supplies CUDA's built-ins), so the
+// rendered kernels can be tested on machines without a GPU.
+std::string cuda_prelude();
+
+// One kernel of a program rendered, or why not (opaque and control kernels without an
+// epilogue to compile; an op the kernel code cannot express).
+struct CudaRender {
+  std::optional<CudaKernel> kernel;
+  std::string why;
+};
+// Every kernel of the program, in order; entry points are named `<prefix><index>`.
+std::vector<CudaRender> render_cuda(const passes::KernelProgram& p, const std::string& prefix = "kiln_k");
+
+// The values of a kernel's operand parameters, 8 bytes each: device addresses of each buffer
+// operand's first element (buffers by id, as the program runner hands them; `first` replaces an
+// epilogue's load 0) and the bits of host numbers.
+std::vector<uint64_t> cuda_operand_params(const CudaKernel& k, std::span<const Tensor> buffers,
+                                          std::span<const ir::Slot> inputs, const Tensor* first = nullptr);
+
+// Grid and block for a launch on a device with `multiprocessors` SMs (Split: the partial step;
+// its finishing step runs one block).
+struct CudaLaunch {
+  unsigned grid = 1, block = kCudaBlock;
+};
+CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block = kCudaBlock);
+
+// What dump-ir --emit=cuda / --emit=ptx shows for every kernel of a program. PTX needs NVRTC
+// (no GPU); `arch` is the compute capability as a number (90: sm_90).
+enum class CudaEmit { Source, Ptx };
+std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch = 90);
+
+// A kernel's CUBIN for sm_<arch>, through the process's memory cache and the disk cache
+// (kiln/codegen/cache.h), compiled by NVRTC on a miss. The key holds the kernel's source, the
+// architecture, NVRTC's version, the driver's version (0 without one), the backend's version
+// and the SHA-256 of its sources. Throws kiln::Error when NVRTC is unavailable or fails.
+struct CudaBinary {
+  std::string cubin;
+  enum class From { Memory, Disk, Compiled } from = From::Compiled;
+  double ms = 0;  // wall time of this call
+};
+CudaBinary cuda_cubin(const CudaKernel& k, int arch);
+CacheKey cuda_kernel_key(const CudaKernel& k, int arch);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,129 @@
+// The CUDA backend around the rendered kernels: their parameters and launch geometry, their
+// CUBINs through the memory and disk caches, and what dump-ir --emit=cuda|ptx prints.
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "codegen_source_hash.h"
+#include "kiln/codegen/cuda.h"
+#include "kiln/runtime/cuda.h"
+#include "kiln/runtime/error.h"
+
+namespace kiln::codegen {
+
+namespace {
+// Bumped whenever the CUDA this backend renders for the same kernel changes meaning (the key
+// also holds the source itself and the SHA-256 of the backend's sources).
+constexpr int64_t kCudaCodegenVersion = 1;
+}  // namespace
+
+std::vector<uint64_t> cuda_operand_params(const CudaKernel& k, std::span<const Tensor> buffers,
+                                          std::span<const ir::Slot> inputs, const Tensor* first) {
+  std::vector<uint64_t> out(k.operands.size(), 0);
+  for (size_t j = 0; j < k.operands.size(); ++j) {
+    const passes::Access& a = k.operands[j];
+    if (j == 0 && first && k.epilogue) {
+      out[j] = uint64_t(reinterpret_cast<uintptr_t>(static_cast<const char*>(first->storage()->data()) +
+                                                    first->storage_offset() * itemsize(first->dtype())));
+      continue;
+    }
+    if (a.buffer < 0) {
+      KILN_CHECK(size_t(a.arg) < inputs.size(), "cuda", "kernel ", k.name, ": host number ", a.arg, " of ", inputs.size(),
+                 " inputs");
+      const Scalar& s = inputs[size_t(a.arg)].scalar;
+      if (is_floating(a.dtype)) {
+        double d = s.to_double();
+        std::memcpy(&out[j], &d, sizeof d);
+      } else {
+        out[j] = uint64_t(s.to_int());
+      }
+      continue;
+    }
+    KILN_CHECK(size_t(a.buffer) < buffers.size(), "cuda", "kernel ", k.name, ": buffer ", a.buffer, " of ", buffers.size());
+    const Tensor& t = buffers[size_t(a.buffer)];
+    int64_t at = a.storage_relative ? a.offset : t.storage_offset() + a.offset;
+    out[j] = uint64_t(reinterpret_cast<uintptr_t>(static_cast<const char*>(t.storage()->data()) + at * itemsize(a.dtype)));
+  }
+  return out;
+}
+
+CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block) {
+  KILN_CHECK(block >= 32 && block <= kCudaBlock && block % 32 == 0, "cuda", "launch of ", k.name, ": block of ", block,
+             " threads (a multiple of 32 up to ", kCudaBlock, ")");
+  const int64_t sms = std::max(1, multiprocessors);
+  // Enough blocks to fill every SM several times over; the kernels' loops cover the rest.
+  const int64_t most = sms * 8;
+  int64_t per_block = block;  // items one block takes per step
+  switch (k.strategy) {
+    case CudaStrategy::Elementwise: per_block = int64_t(block) * k.vector; break;
+    case CudaStrategy::BlockRow: per_block = 1; break;
+    case CudaStrategy::WarpRow: per_block = block / 32; break;
+    case CudaStrategy::ThreadRow:
+    case CudaStrategy::Split: per_block = block; break;
+  }
+  int64_t want = (std::max<int64_t>(k.items, 1) + per_block - 1) / per_block;
+  CudaLaunch l;
+  l.block = unsigned(block);
+  l.grid = unsigned(std::clamp<int64_t>(want, 1, k.strategy == CudaStrategy::Split ? sms * 4 : most));
+  return l;
+}
+
+CacheKey cuda_kernel_key(const CudaKernel& k, int arch) {
+  return KeyBuilder()
+      .add("kiln cuda kernel")
+      .add(kCudaCodegenVersion)
+      .add(KILN_CODEGEN_SOURCE_HASH)
+      .add(int64_t(arch))
+      .add(cuda::nvrtc_version())
+      .add(int64_t(cuda::driver_version()))
+      .add(k.source())
+      .finish();
+}
+
+CudaBinary cuda_cubin(const CudaKernel& k, int arch) {
+  auto t0 = std::chrono::steady_clock::now();
+  CudaBinary b;
+  CacheKey key = cuda_kernel_key(k, arch);
+  static std::mutex mu;
+  static std::unordered_map<CacheKey, std::string, CacheKeyHash> memory;
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = memory.find(key); it != memory.end()) {
+    b.cubin = it->second;
+    b.from = CudaBinary::From::Memory;
+  } else if (auto disk = DiskCache::global().load(key, "cubin")) {
+    b.cubin = std::move(*disk);
+    b.from = CudaBinary::From::Disk;
+  } else {
+    b.cubin = cuda::compile_cubin(k.source(), k.name + ".cu", arch);
+    DiskCache::global().store(key, "cubin", b.cubin);
+  }
+  if (b.from != CudaBinary::From::Memory) memory.emplace(key, b.cubin);
+  b.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return b;
+}
+
+std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch) {
+  std::ostringstream o;
+  auto rendered = render_cuda(p);
+  if (what == CudaEmit::Source) o << cuda_prelude();
+  for (size_t i = 0; i < rendered.size(); ++i) {
+    const passes::Kernel& k = p.kernels[i];
+    o << "// kernel k" << i << " (" << passes::kernel_kind_name(k.kind) << ")";
+    if (!rendered[i].kernel) {
+      o << ": not rendered: " << rendered[i].why << "\n\n";
+      continue;
+    }
+    const CudaKernel& ck = *rendered[i].kernel;
+    o << (ck.epilogue ? ", the epilogue after its library op" : "") << ": " << cuda_strategy_name(ck.strategy) << ", "
+      << ck.items << (ck.strategy == CudaStrategy::Elementwise || ck.strategy == CudaStrategy::Split ? " elements" : " rows")
+      << (ck.vector > 1 ? ", " + std::to_string(ck.vector) + "-wide vector accesses" : "")
+      << (ck.index32 ? ", 32-bit indices" : ", 64-bit indices") << "\n";
+    if (what == CudaEmit::Source) o << ck.body << "\n";
+    else o << cuda::compile_ptx(ck.source(), ck.name + ".cu", arch) << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace kiln::codegen

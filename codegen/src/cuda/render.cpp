@@ -1,0 +1,743 @@
+// CUDA C++ for one kernel: its loop space spread over the GPU by a strategy (kiln/codegen/cuda.h)
+// and its kernel code (expr.h) written instruction by instruction as C++ declarations.
+//
+// The structure follows the CPU backend's loop nest (cpu/emit.cpp): per row, one pass over the
+// row per reduction depth, then the stores; values that do not vary along the row are computed
+// once per row, row values inside each pass. What differs is who walks a row: a block, a warp or
+// one thread, and the partial results of a pass meet in a warp or block reduction.
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+
+#include "../epilogue.h"
+#include "../expr.h"
+#include "kiln/codegen/cuda.h"
+#include "kiln/runtime/error.h"
+
+namespace kiln::codegen {
+
+std::string_view cuda_strategy_name(CudaStrategy s) {
+  switch (s) {
+    case CudaStrategy::Elementwise: return "elementwise";
+    case CudaStrategy::BlockRow: return "block-per-row";
+    case CudaStrategy::WarpRow: return "warp-per-row";
+    case CudaStrategy::ThreadRow: return "thread-per-row";
+    case CudaStrategy::Split: return "split";
+  }
+  return "?";
+}
+
+std::string CudaKernel::source() const { return cuda_prelude() + body; }
+
+namespace {
+
+// Rows at most this long go to one warp each; longer ones to a block.
+constexpr int64_t kWarpRowMax = 2048;
+// A full reduction of at least this many elements is split across blocks.
+constexpr int64_t kSplitMin = int64_t(1) << 16;
+// Rows read with a stride (a column of the operand) go one per thread when there are this many.
+constexpr int64_t kThreadRowMin = 2048;
+
+const char* ctype(DType t) {
+  switch (t) {
+    case DType::Bool: return "bool";
+    case DType::UInt8: return "unsigned char";
+    case DType::Int8: return "signed char";
+    case DType::Int16: return "short";
+    case DType::Int32: return "int";
+    case DType::Int64: return "long long";
+    case DType::Float32: return "float";
+    case DType::Float64: return "double";
+    case DType::Float16:
+    case DType::BFloat16: return "float";
+  }
+  return "float";
+}
+// How an operand of dtype t is stored: 16-bit floats as their bits, bool as a byte.
+const char* storage_ctype(DType t) {
+  switch (t) {
+    case DType::Float16:
+    case DType::BFloat16: return "unsigned short";
+    case DType::Bool: return "unsigned char";
+    default: return ctype(t);
+  }
+}
+bool is_unsigned(DType t) { return t == DType::UInt8 || t == DType::Bool; }
+bool is_f32(DType t) { return t == DType::Float32; }
+
+std::string hexfloat(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);
+  return buf;
+}
+
+// A literal of compute type t.
+std::string literal(DType t, double f, int64_t i) {
+  if (t == DType::Bool) return i ? "true" : "false";
+  if (is_floating(t)) {
+    const char* T = ctype(t);
+    if (std::isnan(f)) return std::string("kiln_nan<") + T + ">()";
+    if (std::isinf(f)) return std::string(f < 0 ? "-" : "") + "kiln_inf<" + T + ">()";
+    if (is_f32(t)) return hexfloat(double(float(f))) + "f";
+    return hexfloat(f);
+  }
+  if (i == std::numeric_limits<int64_t>::min()) return std::string("(") + ctype(t) + ")(-9223372036854775807LL - 1)";
+  return std::string("(") + ctype(t) + ")" + std::to_string(i) + "LL";
+}
+
+std::string int_min(DType t) {
+  switch (t) {
+    case DType::Int8: return "(signed char)-128";
+    case DType::Int16: return "(short)-32768";
+    case DType::Int32: return "(-2147483647 - 1)";
+    case DType::Int64: return "(-9223372036854775807LL - 1)";
+    case DType::Bool: return "false";
+    default: return std::string("(") + ctype(t) + ")0";
+  }
+}
+std::string int_max(DType t) {
+  switch (t) {
+    case DType::Int8: return "(signed char)127";
+    case DType::Int16: return "(short)32767";
+    case DType::Int32: return "2147483647";
+    case DType::Int64: return "9223372036854775807LL";
+    case DType::UInt8: return "(unsigned char)255";
+    case DType::Bool: return "true";
+    default: return "0";
+  }
+}
+
+std::string identity(const Instr& in) {
+  const bool fl = is_floating(in.type);
+  const std::string T = ctype(in.type);
+  switch (in.reducer) {
+    case Reducer::Sum: return "(" + T + ")0";
+    case Reducer::Prod: return "(" + T + ")1";
+    case Reducer::Max: return fl ? "-kiln_inf<" + T + ">()" : int_min(in.type);
+    case Reducer::Min: return fl ? "kiln_inf<" + T + ">()" : int_max(in.type);
+    case Reducer::Any: return "false";
+    case Reducer::All: return "true";
+  }
+  return "0";
+}
+
+// The reducer as an expression of a and b (the combine step, and the lambda a warp or block
+// reduction takes).
+std::string combine(const Instr& in, const std::string& a, const std::string& b) {
+  const bool fl = is_floating(in.type);
+  const std::string T = ctype(in.type);
+  switch (in.reducer) {
+    case Reducer::Sum: return fl ? a + " + " + b : "kiln_add<" + T + ">(" + a + ", " + b + ")";
+    case Reducer::Prod: return fl ? a + " * " + b : "kiln_mul<" + T + ">(" + a + ", " + b + ")";
+    case Reducer::Max: return "kiln_max<" + T + ">(" + a + ", " + b + ")";
+    case Reducer::Min: return "kiln_min<" + T + ">(" + a + ", " + b + ")";
+    case Reducer::Any: return a + " || " + b;
+    case Reducer::All: return a + " && " + b;
+  }
+  return a;
+}
+
+class Renderer {
+ public:
+  Renderer(const passes::Kernel& k, const KernelCode& code, CudaKernel& out) : k_(k), code_(code), out_(out) {}
+
+  void render() {
+    plan();
+    std::string params = parameters();
+    if (out_.strategy == CudaStrategy::Elementwise) {
+      open_kernel(out_.name, params);
+      elementwise();
+      close_kernel();
+    } else if (out_.strategy == CudaStrategy::Split) {
+      open_kernel(out_.name, params + ",\n    unsigned long long* __restrict__ parts");
+      split_partial();
+      close_kernel();
+      o_ << "\n";
+      open_kernel(out_.finish, params + ",\n    const unsigned long long* __restrict__ parts, long long nparts");
+      split_finish();
+      close_kernel();
+    } else {
+      open_kernel(out_.name, params);
+      rows();
+      close_kernel();
+    }
+    out_.body = o_.str();
+  }
+
+ private:
+  const passes::Kernel& k_;
+  const KernelCode& code_;
+  CudaKernel& out_;
+  std::ostringstream o_;
+  int indent_ = 0;
+  std::string I_, S_;                 // index type (unsigned), offset type (signed)
+  std::vector<std::string> coord_;    // per loop: the variable holding its index, or "" (0)
+  std::vector<std::string> memo_;     // per instruction: its variable where the code is now
+  std::vector<bool> linear_;          // per operand: its offset is the flat index (Elementwise)
+  int vec_ = 0;                       // > 0 inside the vector path: loads and stores go via lanes
+  int tmp_ = 0;
+  int64_t rows_ = 1, row_len_ = 1;
+
+  int rank() const { return int(k_.loops.size()); }
+  int rf() const { return std::min(k_.reduce_from, rank()); }
+  const passes::Access& operand(size_t j) const {
+    return j < k_.loads.size() ? k_.loads[j] : k_.stores[j - k_.loads.size()];
+  }
+  size_t nops() const { return k_.loads.size() + k_.stores.size(); }
+  static bool moves(const passes::Access& a, size_t d) { return d < a.sizes.size() && a.sizes[d] != 1 && a.strides[d] != 0; }
+
+  std::ostream& line() {
+    for (int i = 0; i < indent_; ++i) o_ << "  ";
+    return o_;
+  }
+  std::string fresh(const char* stem) { return stem + std::to_string(tmp_++); }
+
+  // ---- the plan: strategy, index width, vector width ----
+
+  void plan() {
+    for (int d = 0; d < rank(); ++d) (d < rf() ? rows_ : row_len_) *= k_.loops[size_t(d)];
+    int64_t total = rows_ * row_len_;
+    out_.index32 = fits_index32(k_) && total < (int64_t(1) << 31);
+    I_ = out_.index32 ? "unsigned" : "unsigned long long";
+    S_ = out_.index32 ? "int" : "long long";
+    linear_.assign(nops(), false);
+    if (rf() == rank()) {
+      out_.strategy = CudaStrategy::Elementwise;
+      out_.items = total;
+      plan_vector();
+      return;
+    }
+    bool scan = false;
+    for (const Instr& in : code_.code) scan |= in.op == EOp::Scan;
+    if (scan) {
+      out_.strategy = CudaStrategy::ThreadRow;
+    } else if (rf() == 0 && row_len_ >= kSplitMin && splits_reduction(k_, code_)) {
+      out_.strategy = CudaStrategy::Split;
+      out_.finish = out_.name + "_finish";
+      for (const Instr& in : code_.code) out_.slots += in.op == EOp::Reduce;
+    } else if (!unit_stride_along_row() && rows_ >= kThreadRowMin) {
+      out_.strategy = CudaStrategy::ThreadRow;
+    } else {
+      out_.strategy = row_len_ <= kWarpRowMax ? CudaStrategy::WarpRow : CudaStrategy::BlockRow;
+    }
+    out_.items = out_.strategy == CudaStrategy::Split ? row_len_ : rows_;
+  }
+
+  // Whether some load walks the innermost reduction loop contiguously (threads of a warp or block
+  // striding over the row then read adjacent elements).
+  bool unit_stride_along_row() const {
+    const size_t last = size_t(rank() - 1);
+    for (const passes::Access& a : k_.loads)
+      if (a.buffer >= 0 && moves(a, last) && std::abs(a.strides[last]) == 1) return true;
+    return false;
+  }
+
+  // Elementwise: operands whose offset is the flat index; vector accesses when every buffer
+  // operand is either that or read at one element, VEC elements per 16 bytes (at most 8).
+  void plan_vector() {
+    bool all = true;
+    size_t widest = 0;
+    for (size_t j = 0; j < nops(); ++j) {
+      const passes::Access& a = operand(j);
+      if (a.buffer < 0) continue;
+      bool lin = true, invariant = true;
+      int64_t expect = 1;
+      for (int d = rank() - 1; d >= 0; --d) {
+        if (k_.loops[size_t(d)] == 1) continue;
+        if (moves(a, size_t(d))) invariant = false;
+        if (!moves(a, size_t(d)) || a.strides[size_t(d)] != expect) lin = false;
+        expect *= k_.loops[size_t(d)];
+      }
+      linear_[j] = lin && !invariant;
+      if (linear_[j]) widest = std::max<size_t>(widest, size_t(itemsize(a.dtype)));
+      else if (!invariant) all = false;
+      // a store written at one element from every index: leave it to the scalar loop
+      if (j >= k_.loads.size() && invariant && out_.items > 1) all = false;
+    }
+    if (all && widest > 0) out_.vector = int(std::min<size_t>(8, 16 / widest));
+    if (out_.vector < 2 || out_.items < 2 * out_.vector) out_.vector = 1;
+  }
+
+  // ---- the signature ----
+
+  // Whether operand j may overlap another operand's memory (then it is not __restrict__).
+  bool shares_buffer(size_t j) const {
+    const passes::Access& a = operand(j);
+    if (a.buffer < 0) return false;
+    for (size_t i = 0; i < nops(); ++i)
+      if (i != j && operand(i).buffer == a.buffer) return true;
+    return false;
+  }
+
+  std::string parameters() {
+    std::ostringstream p;
+    for (size_t j = 0; j < nops(); ++j) {
+      const passes::Access& a = operand(j);
+      bool load = j < k_.loads.size();
+      p << (j ? ",\n    " : "");
+      if (a.buffer < 0) {
+        out_.param_types.push_back(is_floating(a.dtype) ? "double" : "long long");
+        p << out_.param_types.back() << " a" << j;
+        continue;
+      }
+      out_.param_types.push_back(std::string(load ? "const " : "") + storage_ctype(a.dtype) + "*");
+      p << out_.param_types.back() << " " << (shares_buffer(j) ? "" : "__restrict__ ") << (load ? "p" : "s") << j;
+    }
+    p << (nops() ? ",\n    " : "") << "unsigned long long* __restrict__ status";
+    return p.str();
+  }
+
+  void open_kernel(const std::string& name, const std::string& params) {
+    o_ << "extern \"C\" __global__ void __launch_bounds__(" << kCudaBlock << ") " << name << "(\n    " << params << ") {\n";
+    indent_ = 1;
+    if (!code_.checks.empty()) line() << "unsigned long long kflags = 0;  // checks that failed (status bits)\n";
+  }
+  void close_kernel() {
+    if (!code_.checks.empty()) line() << "if (kflags) atomicOr(status, kflags);\n";
+    o_ << "}\n";
+    indent_ = 0;
+  }
+
+  // ---- indices ----
+
+  // Declares the coordinates of loops [lo, hi) from the flat index `var` (row-major).
+  void decompose(const std::string& var, int lo, int hi) {
+    std::vector<int> dims;
+    for (int d = lo; d < hi; ++d)
+      if (k_.loops[size_t(d)] > 1) dims.push_back(d);
+    for (int d = lo; d < hi; ++d) coord_[size_t(d)] = "";
+    if (dims.empty()) return;
+    if (dims.size() == 1) {
+      coord_[size_t(dims[0])] = var;
+      return;
+    }
+    std::string r = fresh("r");
+    line() << I_ << " " << r << " = " << var << ";\n";
+    for (size_t n = dims.size(); n-- > 0;) {
+      int d = dims[n];
+      std::string c = "c" + std::to_string(d);
+      if (n == 0) {
+        line() << "const " << I_ << " " << c << " = " << r << ";\n";
+      } else {
+        line() << "const " << I_ << " " << c << " = " << r << " % " << k_.loops[size_t(d)] << "u; " << r << " /= "
+               << k_.loops[size_t(d)] << "u;\n";
+      }
+      coord_[size_t(d)] = c;
+    }
+  }
+
+  // Operand j's element at the current coordinates.
+  std::string element(size_t j, const std::string& flat = "") {
+    const passes::Access& a = operand(j);
+    std::string base = std::string(j < k_.loads.size() ? "p" : "s") + std::to_string(j);
+    if (!flat.empty() && linear_[j]) return base + "[" + flat + "]";
+    std::string off;
+    for (size_t d = 0; d < a.sizes.size() && d < coord_.size(); ++d) {
+      if (!moves(a, d) || coord_[d].empty()) continue;
+      std::string term = "(" + S_ + ")" + coord_[d];
+      if (a.strides[d] != 1) term += " * " + std::to_string(a.strides[d]) + (out_.index32 ? "" : "LL");
+      off += (off.empty() ? "" : " + ") + term;
+    }
+    return base + "[" + (off.empty() ? "0" : off) + "]";
+  }
+
+  // ---- conversions ----
+
+  static std::string convert(const std::string& v, DType from, DType to) {
+    from = compute_dtype(from);
+    to = compute_dtype(to);
+    if (from == to) return v;
+    if (to == DType::Bool) return "(" + v + " != 0)";
+    if (is_floating(from) && !is_floating(to)) return std::string("(") + ctype(to) + ")kiln_f2ll(" + v + ")";
+    return std::string("(") + ctype(to) + ")(" + v + ")";
+  }
+
+  // The stored bits of operand j as its compute type.
+  static std::string widen(const std::string& raw, DType t) {
+    if (t == DType::Float16) return "kiln_h2f(" + raw + ")";
+    if (t == DType::BFloat16) return "kiln_bf2f(" + raw + ")";
+    if (t == DType::Bool) return "(" + raw + " != 0)";
+    return raw;
+  }
+  static std::string narrow(const std::string& v, DType t) {
+    if (t == DType::Float16) return "kiln_f2h(" + v + ")";
+    if (t == DType::BFloat16) return "kiln_f2bf(" + v + ")";
+    if (t == DType::Bool) return "(unsigned char)(" + v + ")";
+    return v;
+  }
+
+  std::string load(int j, DType to, const std::string& flat) {
+    const passes::Access& a = k_.loads[size_t(j)];
+    if (a.buffer < 0) return convert("a" + std::to_string(j), is_floating(a.dtype) ? DType::Float64 : DType::Int64, to);
+    std::string raw = vec_ && linear_[size_t(j)] ? "l" + std::to_string(j) + ".v[u]" : element(size_t(j), flat);
+    return convert(widen(raw, a.dtype), compute_dtype(a.dtype), to);
+  }
+
+  void store(size_t j, const std::string& flat) {
+    const passes::Access& a = k_.stores[j];
+    const size_t op = k_.loads.size() + j;
+    int id = code_.stores[j];
+    std::string v = narrow(convert(value(id, flat), code_.code[size_t(id)].type, a.dtype), a.dtype);
+    if (vec_ && linear_[op]) line() << "w" << op << ".v[u] = " << v << ";\n";
+    else line() << element(op, flat) << " = " << v << ";\n";
+  }
+
+  // ---- instructions ----
+
+  std::string fn(const char* base, DType t) { return std::string(base) + (is_f32(t) ? "f" : ""); }
+
+  // The variable holding instruction id, declared here if it is not in scope yet.
+  std::string value(int id, const std::string& flat = "") {
+    if (!memo_[size_t(id)].empty()) return memo_[size_t(id)];
+    const Instr& in = code_.code[size_t(id)];
+    auto a = [&](size_t i) { return value(in.args[i], flat); };
+    auto at = [&](size_t i) { return code_.code[size_t(in.args[i])].type; };
+    const std::string T = ctype(in.type);
+    const bool fl = is_floating(in.type);
+    auto call1 = [&](const char* f) { return fn(f, in.type) + "(" + a(0) + ")"; };
+    auto call2 = [&](const char* f) { return fn(f, in.type) + "(" + a(0) + ", " + a(1) + ")"; };
+    auto intop = [&](const char* f) { return std::string(f) + "<" + T + ">(" + a(0) + ", " + a(1) + ")"; };
+    std::string e;
+    switch (in.op) {
+      case EOp::Load:
+      case EOp::Arg: e = load(in.index, in.type, flat); break;
+      case EOp::Const: e = literal(in.type, in.f, in.i); break;
+      case EOp::RowCount: e = literal(in.type, double(row_len_), row_len_); break;
+      case EOp::RowIndex: e = "(long long)" + row_var_; break;
+      case EOp::Neg: e = fl ? "-" + a(0) : "kiln_neg<" + T + ">(" + a(0) + ")"; break;
+      case EOp::Abs:
+        e = fl ? call1("fabs") : is_unsigned(in.type) ? a(0) : "(" + a(0) + " < 0 ? kiln_neg<" + T + ">(" + a(0) + ") : " + a(0) + ")";
+        break;
+      case EOp::Sign: e = "(" + T + ")((" + a(0) + " > 0) - (" + a(0) + " < 0))"; break;
+      case EOp::Exp: e = call1("exp"); break;
+      case EOp::Exp2: e = call1("exp2"); break;
+      case EOp::Expm1: e = call1("expm1"); break;
+      case EOp::Log: e = call1("log"); break;
+      case EOp::Log2: e = call1("log2"); break;
+      case EOp::Log1p: e = call1("log1p"); break;
+      case EOp::Sqrt: e = call1("sqrt"); break;
+      case EOp::Recip: e = literal(in.type, 1.0, 1) + " / " + a(0); break;
+      case EOp::Sin: e = call1("sin"); break;
+      case EOp::Cos: e = call1("cos"); break;
+      case EOp::Tan: e = call1("tan"); break;
+      case EOp::Asin: e = call1("asin"); break;
+      case EOp::Acos: e = call1("acos"); break;
+      case EOp::Atan: e = call1("atan"); break;
+      case EOp::Sinh: e = call1("sinh"); break;
+      case EOp::Cosh: e = call1("cosh"); break;
+      case EOp::Tanh: e = call1("tanh"); break;
+      case EOp::Erf: e = call1("erf"); break;
+      case EOp::Floor: e = call1("floor"); break;
+      case EOp::Ceil: e = call1("ceil"); break;
+      case EOp::Round: e = call1("rint"); break;  // (ties to even in the default rounding mode)
+      case EOp::Trunc: e = call1("trunc"); break;
+      case EOp::IsNan: e = "(" + a(0) + " != " + a(0) + ")"; break;
+      case EOp::IsInf:
+      case EOp::IsFinite: {
+        DType t = at(0);
+        e = "(" + fn("fabs", t) + "(" + a(0) + (in.op == EOp::IsInf ? ") == " : ") < ") + "kiln_inf<" + ctype(t) + ">())";
+        break;
+      }
+      case EOp::Not: e = "!" + a(0); break;
+      case EOp::BitNot: e = "(" + T + ")~" + a(0); break;
+      case EOp::Convert: e = convert(a(0), at(0), in.type); break;
+      case EOp::RoundTo16:
+        e = DType(in.index) == DType::Float16 ? "kiln_h2f(kiln_f2h(" + a(0) + "))" : "kiln_bf2f(kiln_f2bf(" + a(0) + "))";
+        break;
+      case EOp::SignBit: e = "kiln_signbit(" + a(0) + ")"; break;
+      case EOp::Add: e = fl ? a(0) + " + " + a(1) : intop("kiln_add"); break;
+      case EOp::Sub: e = fl ? a(0) + " - " + a(1) : intop("kiln_sub"); break;
+      case EOp::Mul: e = fl ? a(0) + " * " + a(1) : intop("kiln_mul"); break;
+      case EOp::Div:
+      case EOp::Fmod:
+        if (fl) {
+          e = in.op == EOp::Div ? a(0) + " / " + a(1) : call2("fmod");
+        } else {
+          if (in.index >= 0) {
+            std::string y = a(1);
+            line() << "kflags |= (unsigned long long)(" << y << " == 0) << " << in.index << ";\n";
+          }
+          e = intop(in.op == EOp::Div ? "kiln_idiv" : "kiln_irem");
+        }
+        break;
+      case EOp::Pow: e = call2("pow"); break;
+      case EOp::Atan2: e = call2("atan2"); break;
+      case EOp::Max: e = intop("kiln_max"); break;
+      case EOp::Min: e = intop("kiln_min"); break;
+      case EOp::Eq: e = "(" + a(0) + " == " + a(1) + ")"; break;
+      case EOp::Ne: e = "(" + a(0) + " != " + a(1) + ")"; break;
+      case EOp::Lt: e = "(" + a(0) + " < " + a(1) + ")"; break;
+      case EOp::Le: e = "(" + a(0) + " <= " + a(1) + ")"; break;
+      case EOp::Gt: e = "(" + a(0) + " > " + a(1) + ")"; break;
+      case EOp::Ge: e = "(" + a(0) + " >= " + a(1) + ")"; break;
+      case EOp::And: e = in.type == DType::Bool ? "(" + a(0) + " && " + a(1) + ")" : "(" + T + ")(" + a(0) + " & " + a(1) + ")"; break;
+      case EOp::Or: e = in.type == DType::Bool ? "(" + a(0) + " || " + a(1) + ")" : "(" + T + ")(" + a(0) + " | " + a(1) + ")"; break;
+      case EOp::Xor: e = in.type == DType::Bool ? "(" + a(0) + " != " + a(1) + ")" : "(" + T + ")(" + a(0) + " ^ " + a(1) + ")"; break;
+      case EOp::Select: e = "(" + a(0) + " ? " + a(1) + " : " + a(2) + ")"; break;
+      case EOp::Fma: e = fn("fma", in.type) + "(" + a(0) + ", " + a(1) + ", " + a(2) + ")"; break;
+      case EOp::Reduce: throw std::logic_error("cuda render: a reduction used before its pass over the row");
+      case EOp::Scan: {
+        // the running sum, added in row order (ThreadRow walks the row itself)
+        std::string s = "scan" + std::to_string(id), x = a(0);
+        line() << s << " = " << (fl ? s + " + " + x : "kiln_add<" + T + ">(" + s + ", " + x + ")") << ";\n";
+        e = s;
+        break;
+      }
+    }
+    std::string v = "v" + std::to_string(id);
+    line() << "const " << T << " " << v << " = " << e << ";\n";
+    memo_[size_t(id)] = v;
+    return v;
+  }
+
+  void forget_rows() {
+    for (size_t i = 0; i < memo_.size(); ++i)
+      if (code_.code[i].row) memo_[i].clear();
+  }
+
+  // ---- Elementwise ----
+
+  void elementwise() {
+    coord_.assign(size_t(rank()), "");
+    line() << "const " << I_ << " n = " << out_.items << "u;\n";
+    line() << "const " << I_ << " g0 = (" << I_ << ")blockIdx.x * blockDim.x + threadIdx.x, gs = (" << I_
+           << ")gridDim.x * blockDim.x;\n";
+    line() << I_ << " i0 = 0;  // where the scalar loop starts\n";
+    if (out_.vector > 1) vector_loop();
+    line() << "for (" << I_ << " i = i0 + g0; i < n; i += gs) {\n";
+    ++indent_;
+    memo_.assign(code_.code.size(), "");
+    bool need_coords = false;
+    for (size_t j = 0; j < nops(); ++j) need_coords |= operand(j).buffer >= 0 && !linear_[j];
+    if (need_coords) decompose("i", 0, rank());
+    for (size_t j = 0; j < k_.stores.size(); ++j) store(j, "i");
+    --indent_;
+    line() << "}\n";
+  }
+
+  // Every operand contiguous (or read at one element): VEC elements per aligned access when
+  // all of their addresses allow it, the scalar loop for the tail.
+  void vector_loop() {
+    const int V = out_.vector;
+    std::string cond;
+    for (size_t j = 0; j < nops(); ++j) {
+      if (!linear_[j]) continue;
+      const passes::Access& a = operand(j);
+      cond += std::string(cond.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
+              std::to_string(j) + ", " + std::to_string(V * int(itemsize(a.dtype))) + ")";
+    }
+    line() << "if (" << cond << ") {\n";
+    ++indent_;
+    line() << "const " << I_ << " nv = n / " << V << "u;\n";
+    line() << "for (" << I_ << " q = g0; q < nv; q += gs) {\n";
+    ++indent_;
+    line() << "const " << I_ << " base = q * " << V << "u;\n";
+    auto vt = [&](const passes::Access& a) { return std::string("kiln_vec<") + storage_ctype(a.dtype) + ", " + std::to_string(V) + ">"; };
+    for (size_t j = 0; j < k_.loads.size(); ++j)
+      if (linear_[j])
+        line() << "const " << vt(k_.loads[j]) << " l" << j << " = *reinterpret_cast<const " << vt(k_.loads[j]) << "*>(p" << j
+               << " + base);\n";
+    for (size_t j = k_.loads.size(); j < nops(); ++j)
+      if (linear_[j]) line() << vt(operand(j)) << " w" << j << ";\n";
+    line() << "#pragma unroll\n";
+    line() << "for (int u = 0; u < " << V << "; ++u) {\n";
+    ++indent_;
+    memo_.assign(code_.code.size(), "");
+    vec_ = V;
+    line() << "const " << I_ << " i = base + u;\n";
+    line() << "(void)i;\n";
+    for (size_t j = 0; j < k_.stores.size(); ++j) store(j, "i");
+    vec_ = 0;
+    --indent_;
+    line() << "}\n";
+    for (size_t j = k_.loads.size(); j < nops(); ++j)
+      if (linear_[j]) line() << "*reinterpret_cast<" << vt(operand(j)) << "*>(s" << j << " + base) = w" << j << ";\n";
+    --indent_;
+    line() << "}\n";
+    line() << "i0 = nv * " << V << "u;\n";
+    --indent_;
+    line() << "}\n";
+  }
+
+  // ---- rows ----
+
+  std::string row_var_ = "e";  // the position in the row (RowIndex)
+
+  // Who walks a row: the group's first thread, its size, and how the group reduces.
+  std::string t0_, nt_;
+  std::string group_reduce(const Instr& in, const std::string& acc) {
+    std::string T = ctype(in.type);
+    std::string f = "[](" + T + " x, " + T + " y) { return " + combine(in, "x", "y") + "; }";
+    if (out_.strategy == CudaStrategy::WarpRow) return "kiln_warp_reduce(" + acc + ", " + f + ")";
+    if (out_.strategy == CudaStrategy::ThreadRow) return acc;
+    return "kiln_block_reduce(" + acc + ", " + f + ")";
+  }
+
+  // A pass over the row: `body` at each element this thread visits (coordinates declared).
+  template <class Body>
+  void row_loop(const std::string& from, const std::string& step, Body&& body) {
+    line() << "for (" << I_ << " e = " << from << "; e < " << row_len_ << "u; e += " << step << ") {\n";
+    ++indent_;
+    decompose("e", rf(), rank());
+    body();
+    forget_rows();
+    --indent_;
+    line() << "}\n";
+  }
+
+  void declare_scans(const std::vector<int>& need) {
+    for (int id : need) {
+      const Instr& in = code_.code[size_t(id)];
+      if (in.op == EOp::Scan) line() << ctype(in.type) << " scan" << id << " = " << identity(in) << ";\n";
+    }
+  }
+
+  // BlockRow, WarpRow, ThreadRow: rows spread over groups, each group walking its rows.
+  void rows() {
+    coord_.assign(size_t(rank()), "");
+    memo_.assign(code_.code.size(), "");
+    std::string group, groups;
+    if (out_.strategy == CudaStrategy::BlockRow) {
+      group = "(" + I_ + ")blockIdx.x", groups = "(" + I_ + ")gridDim.x", t0_ = "(" + I_ + ")threadIdx.x", nt_ = "blockDim.x";
+    } else if (out_.strategy == CudaStrategy::WarpRow) {
+      group = "(" + I_ + ")blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)";
+      groups = "(" + I_ + ")gridDim.x * (blockDim.x >> 5)", t0_ = "(" + I_ + ")(threadIdx.x & 31u)", nt_ = "32u";
+    } else {
+      group = "(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", groups = "(" + I_ + ")gridDim.x * blockDim.x";
+      t0_ = "0u", nt_ = "1u";
+    }
+    line() << "for (" << I_ << " row = " << group << "; row < " << rows_ << "u; row += " << groups << ") {\n";
+    ++indent_;
+    decompose("row", 0, rf());
+    RowPlan p = row_plan(k_, code_);
+    for (int depth = 1; depth <= code_.depth; ++depth) {
+      const std::vector<int>& need = p.needs[size_t(depth - 1)];
+      for (int id : need)
+        if (!code_.code[size_t(id)].row) value(id);
+      for (int r : p.reduces[size_t(depth)]) {
+        const Instr& in = code_.code[size_t(r)];
+        line() << ctype(in.type) << " acc" << r << " = " << identity(in) << ";\n";
+      }
+      declare_scans(need);
+      row_loop(t0_, nt_, [&] {
+        for (int id : need)
+          if (code_.code[size_t(id)].row) value(id);
+        for (int r : p.reduces[size_t(depth)]) {
+          const Instr& in = code_.code[size_t(r)];
+          std::string acc = "acc" + std::to_string(r), x = value(in.args[0]);
+          line() << acc << " = " << combine(in, acc, x) << ";\n";
+        }
+      });
+      for (int r : p.reduces[size_t(depth)]) {
+        const Instr& in = code_.code[size_t(r)];
+        line() << "const " << ctype(in.type) << " v" << r << " = " << group_reduce(in, "acc" + std::to_string(r)) << ";\n";
+        memo_[size_t(r)] = "v" + std::to_string(r);
+      }
+    }
+    if (!p.per_row.empty()) {
+      // every thread of the group holds the row's values; its first thread stores them
+      line() << "if (" << t0_ << " == 0u) {\n";
+      ++indent_;
+      auto saved = memo_;
+      for (size_t j : p.per_row) store(j, "");
+      memo_ = saved;  // (values declared inside the if are out of scope after it)
+      --indent_;
+      line() << "}\n";
+    }
+    if (!p.in_row.empty()) {
+      for (int id : p.needs.back())
+        if (!code_.code[size_t(id)].row) value(id);
+      declare_scans(p.needs.back());
+      row_loop(t0_, nt_, [&] {
+        for (size_t j : p.in_row) store(j, "");
+      });
+    }
+    --indent_;
+    line() << "}\n";
+  }
+
+  // ---- Split: a full reduction over blocks, then one block combining their slots ----
+
+  void split_partial() {
+    coord_.assign(size_t(rank()), "");
+    memo_.assign(code_.code.size(), "");
+    RowPlan p = row_plan(k_, code_);
+    const std::vector<int>& need = p.needs[0];
+    for (int id : need)
+      if (!code_.code[size_t(id)].row) value(id);
+    for (int r : p.reduces[1]) line() << ctype(code_.code[size_t(r)].type) << " acc" << r << " = " << identity(code_.code[size_t(r)]) << ";\n";
+    row_loop("(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", "(" + I_ + ")gridDim.x * blockDim.x", [&] {
+      for (int id : need)
+        if (code_.code[size_t(id)].row) value(id);
+      for (int r : p.reduces[1]) {
+        const Instr& in = code_.code[size_t(r)];
+        std::string x = value(in.args[0]);
+        line() << "acc" << r << " = " << combine(in, "acc" + std::to_string(r), x) << ";\n";
+      }
+    });
+    for (size_t q = 0; q < p.reduces[1].size(); ++q) {
+      int r = p.reduces[1][q];
+      const Instr& in = code_.code[size_t(r)];
+      std::string acc = "acc" + std::to_string(r);
+      line() << acc << " = " << group_reduce(in, acc) << ";\n";
+      line() << "if (threadIdx.x == 0) kiln_put(parts + (unsigned long long)blockIdx.x * " << out_.slots << " + " << q << ", "
+             << acc << ");\n";
+    }
+  }
+
+  void split_finish() {
+    coord_.assign(size_t(rank()), "");
+    memo_.assign(code_.code.size(), "");
+    RowPlan p = row_plan(k_, code_);
+    for (size_t q = 0; q < p.reduces[1].size(); ++q) {
+      int r = p.reduces[1][q];
+      const Instr& in = code_.code[size_t(r)];
+      std::string T = ctype(in.type), acc = "acc" + std::to_string(r);
+      line() << T << " " << acc << " = " << identity(in) << ";\n";
+      line() << "for (long long b = threadIdx.x; b < nparts; b += blockDim.x) " << acc << " = "
+             << combine(in, acc, "kiln_get<" + T + ">(parts + b * " + std::to_string(out_.slots) + " + " + std::to_string(q) + ")")
+             << ";\n";
+      line() << "const " << T << " v" << r << " = " << group_reduce(in, acc) << ";\n";
+      memo_[size_t(r)] = "v" + std::to_string(r);
+    }
+    line() << "if (threadIdx.x == 0) {\n";
+    ++indent_;
+    for (size_t j : p.per_row) store(j, "");
+    --indent_;
+    line() << "}\n";
+  }
+};
+
+}  // namespace
+
+std::vector<CudaRender> render_cuda(const passes::KernelProgram& p, const std::string& prefix) {
+  std::vector<CudaRender> out;
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    const passes::Kernel& k = p.kernels[i];
+    CudaRender r;
+    std::optional<EpilogueSplit> split;
+    if (k.kind == passes::KernelKind::Opaque) split = split_epilogue(k, int(p.buffers.size()));
+    const passes::Kernel& kc = split ? split->epilogue : k;
+    Lowered low = lower_kernel(kc);
+    if (!low.code) {
+      r.why = low.why;
+      out.push_back(std::move(r));
+      continue;
+    }
+    CudaKernel ck;
+    ck.kernel = int(i);
+    ck.epilogue = split.has_value();
+    ck.name = prefix + std::to_string(i);
+    ck.operands = kc.loads;
+    ck.operands.insert(ck.operands.end(), kc.stores.begin(), kc.stores.end());
+    ck.loads = kc.loads.size();
+    for (const Check& c : low.code->checks) ck.checks.emplace_back(c.op, c.message);
+    Renderer(kc, *low.code, ck).render();
+    r.kernel = std::move(ck);
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace kiln::codegen

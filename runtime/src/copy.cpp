@@ -163,10 +163,4 @@ Tensor Tensor::to(DType dt) const {
   return out;
 }
 
-Tensor Tensor::to(Device d) const {
-  if (d == device()) return *this;
-  KILN_FAIL("to", "cannot move a tensor from ", device().str(), " to ", d.str(),
-            ": this build has no ", d.str(), " support");
-}
-
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/runtime/cuda.h"
 #include "kiln/runtime/env.h"
 #include "kiln/runtime/error.h"
 
@@ -121,11 +122,23 @@ void empty_cache() {
 }  // namespace cpu_allocator
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
-  KILN_CHECK(device.is_cpu(), "alloc", "device ", device.str(),
-             " is not available: this build runs tensors on the cpu only");
+  if (device.is_cuda()) {
+    // The driver's stream-ordered pool (kiln/runtime/cuda.h); throws when CUDA is unavailable.
+    KILN_CHECK(cuda_is_available(), "alloc", "cannot allocate on ", device.str(), ": ", cuda_unavailable_reason());
+    int index = device.index;
+    void* p = cuda::allocate(nbytes, index);
+    return std::make_shared<Storage>(p, nbytes, device, [nbytes, index](void* q) { cuda::release(q, nbytes, index); });
+  }
   void* p = cpu_allocator::allocate(nbytes);
   return std::make_shared<Storage>(p, nbytes, device,
                                    [nbytes](void* q) { cpu_allocator::release(q, nbytes); });
+}
+
+std::shared_ptr<Storage> Storage::allocate_pinned(size_t nbytes) {
+  void* p = cuda::allocate_pinned(nbytes);
+  auto s = std::make_shared<Storage>(p, nbytes, Device::cpu(), [](void* q) { cuda::release_pinned(q); });
+  s->pinned_ = true;
+  return s;
 }
 
 std::shared_ptr<Storage> Storage::wrap(void* data, size_t nbytes, Device device, Deleter deleter) {

@@ -73,43 +73,19 @@ Case make_case(std::string name, ir::Graph g, const std::string& prefix) {
 
 // ---- the emulator: rendered kernels compiled as host code ----
 
-std::string wrapper(const codegen::CudaKernel& k, const std::string& entry, int extra) {
-  std::ostringstream o;
-  o << "extern \"C\" void " << entry << "_emu(const unsigned long long* v, unsigned grid, unsigned block) {\n"
-    << "  kiln_emu::launch(grid, block, [&] { " << entry << "(";
-  size_t n = k.param_types.size();
-  for (size_t j = 0; j < n; ++j) {
-    const std::string& t = k.param_types[j];
-    o << (j ? ", " : "");
-    if (t == "double") o << "kiln_as_double(v[" << j << "])";
-    else if (t == "long long") o << "(long long)v[" << j << "]";
-    else o << "(" << t << ")v[" << j << "]";
-  }
-  o << (n ? ", " : "") << "(unsigned long long*)v[" << n << "]";
-  if (extra == 1) o << ", (unsigned long long*)v[" << n + 1 << "]";
-  if (extra == 2) o << ", (const unsigned long long*)v[" << n + 1 << "], (long long)v[" << n + 2 << "]";
-  o << "); });\n}\n";
-  return o.str();
-}
-
 // A shared object of every rendered kernel of `cases`, built once per distinct source (kept
 // next to the kernel cache, so that each test process of a ctest run does not rebuild it).
 class Emulator {
  public:
   explicit Emulator(const std::vector<Case>& cases) {
     std::ostringstream src;
-    src << "#define KILN_CUDA_EMULATION 1\n#include \"" << KILN_TEST_SOURCE_DIR << "/codegen/cuda_emu.h\"\n"
+    src << "#define KILN_CUDA_EMULATION 1\n#include \"" << KILN_TEST_SOURCE_DIR << "/emulation/cuda_emu.h\"\n"
         << codegen::cuda_prelude();
     for (const Case& c : cases)
       for (const auto& r : c.kernels) {
         if (!r.kernel || r.kernel->epilogue) continue;
         const codegen::CudaKernel& k = *r.kernel;
-        src << k.body << "\n";
-        if (k.strategy == codegen::CudaStrategy::Split) {
-          src << wrapper(k, k.name, 1) << wrapper(k, k.finish, 2);
-        } else {
-          src << wrapper(k, k.name, 0);
-        }
+        src << k.body << "\n";  // (with its NAME_emu entry points)
       }
     std::string text = src.str();
     const char* cache = std::getenv("KILN_CACHE_DIR");
@@ -141,16 +117,18 @@ class Emulator {
   }
   const std::string& error() const { return error_; }
 
-  using Entry = void (*)(const unsigned long long*, unsigned, unsigned);
+  using Entry = void (*)(void**, unsigned, unsigned);
   Entry entry(const std::string& name) const {
     auto* f = reinterpret_cast<Entry>(dlsym(handle_, (name + "_emu").c_str()));
     if (!f) throw std::runtime_error("no emulated entry " + name);
     return f;
   }
 
-  static const unsigned long long* words(const std::vector<uint64_t>& v) {
-    static_assert(sizeof(uint64_t) == sizeof(unsigned long long));
-    return reinterpret_cast<const unsigned long long*>(v.data());
+  // cuLaunchKernel's convention: a pointer to each argument's value.
+  static std::vector<void*> words(std::vector<uint64_t>& v) {
+    std::vector<void*> p;
+    for (uint64_t& x : v) p.push_back(&x);
+    return p;
   }
 
   // The kernel implementations the program runner calls: each rendered kernel launched on
@@ -169,11 +147,11 @@ class Emulator {
         if (k.strategy == codegen::CudaStrategy::Split) {
           std::vector<uint64_t> parts(size_t(l.grid) * size_t(k.slots), 0xdeadbeefdeadbeefull);
           v.push_back(uint64_t(reinterpret_cast<uintptr_t>(parts.data())));
-          main(words(v), l.grid, l.block);
-          v.push_back(l.grid);
-          finish(words(v), 1, l.block);
+          main(words(v).data(), l.grid, l.block);
+          v.push_back(l.grid);  // the finishing step: the slots, then their count
+          finish(words(v).data(), 1, l.block);
         } else {
-          main(words(v), l.grid, l.block);
+          main(words(v).data(), l.grid, l.block);
         }
         if (status == 0) return;
         size_t bit = size_t(std::countr_zero(status));
@@ -437,8 +415,10 @@ TEST(CudaSource, ContiguousOperandsUseVectorAccessesAndThirtyTwoBitIndices) {
   EXPECT_NE(s.find("reinterpret_cast<const kiln_vec<float, 4>*>(p0 + base)"), std::string::npos) << s;
   EXPECT_NE(s.find("*reinterpret_cast<kiln_vec<float, 4>*>(s2 + base)"), std::string::npos) << s;
   EXPECT_NE(s.find("const unsigned n = 4096u;"), std::string::npos) << s;
-  // past the parameters (the status word is a 64-bit pointer), nothing 64-bit
+  // past the parameters (the status word is a 64-bit pointer) and before the host emulation's
+  // entry point, nothing 64-bit
   std::string body = s.substr(s.find("status) {"));
+  body = body.substr(0, body.find("#if defined(KILN_CUDA_EMULATION)"));
   EXPECT_EQ(body.find("long long"), std::string::npos) << "64-bit index math where 32 bits fit:\n" << body;
   // half storage: 8 elements per 16 bytes, computed in float
   std::string h = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0] * v[0]}; }, {randn({4096}).to(kFloat16)});

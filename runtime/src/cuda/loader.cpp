@@ -7,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "driver.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/runtime/error.h"
 
@@ -31,46 +32,78 @@ F symbol(void* lib, const char* name, std::string* why) {
   return reinterpret_cast<F>(p);
 }
 
+}  // namespace
+
 // ---------------------------------------------------------------- driver
 
-using CUresult = int;
-struct Driver {
-  CUresult (*cuInit)(unsigned) = nullptr;
-  CUresult (*cuDeviceGetCount)(int*) = nullptr;
-  CUresult (*cuDriverGetVersion)(int*) = nullptr;
-  CUresult (*cuGetErrorName)(CUresult, const char**) = nullptr;
-  CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
-  int devices = 0;
-  int version = 0;
-  std::string why;  // empty: usable
+namespace cuda::detail {
 
-  // "cuInit: CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)"
-  std::string describe(const char* call, CUresult r) const {
-    const char *name = nullptr, *text = nullptr;
-    if (cuGetErrorName) cuGetErrorName(r, &name);
-    if (cuGetErrorString) cuGetErrorString(r, &text);
-    return std::string(call) + ": " + (name ? name : "CUDA error " + std::to_string(r)) + " (" +
-           (text ? text : "no description") + ")";
-  }
-};
+std::string Driver::describe(const char* call, CUresult r) const {
+  const char *name = nullptr, *text = nullptr;
+  if (cuGetErrorName) cuGetErrorName(r, &name);
+  if (cuGetErrorString) cuGetErrorString(r, &text);
+  return std::string(call) + ": " + (name ? name : "CUDA error " + std::to_string(r)) + " (" +
+         (text ? text : "no description") + ")";
+}
+
+void Driver::check(const char* call, CUresult r) const {
+  if (r != 0) [[unlikely]]
+    KILN_FAIL("cuda", describe(call, r));
+}
 
 const Driver& driver() {
   static const Driver d = [] {
     Driver d;
-    void* lib = open_first({"libcuda.so.1"}, &d.why);
+    // KILN_CUDA_DRIVER names another driver library (kiln's host emulation in the tests).
+    const char* env = std::getenv("KILN_CUDA_DRIVER");
+    d.library = env && *env ? env : "libcuda.so.1";
+    void* lib = open_first({d.library}, &d.why);
     if (!lib) {
-      d.why = "libcuda.so.1 cannot be loaded (no NVIDIA driver on this machine): " + d.why;
+      d.why = d.library + " cannot be loaded" + (env && *env ? "" : " (no NVIDIA driver on this machine)") + ": " + d.why;
       return d;
     }
-    d.cuInit = symbol<decltype(d.cuInit)>(lib, "cuInit", &d.why);
-    d.cuDeviceGetCount = symbol<decltype(d.cuDeviceGetCount)>(lib, "cuDeviceGetCount", &d.why);
-    d.cuDriverGetVersion = symbol<decltype(d.cuDriverGetVersion)>(lib, "cuDriverGetVersion", &d.why);
-    d.cuGetErrorName = symbol<decltype(d.cuGetErrorName)>(lib, "cuGetErrorName", &d.why);
-    d.cuGetErrorString = symbol<decltype(d.cuGetErrorString)>(lib, "cuGetErrorString", &d.why);
+#define KILN_CU_SYM(f) d.f = symbol<decltype(d.f)>(lib, #f, &d.why)
+    KILN_CU_SYM(cuInit);
+    KILN_CU_SYM(cuDeviceGetCount);
+    KILN_CU_SYM(cuDriverGetVersion);
+    KILN_CU_SYM(cuGetErrorName);
+    KILN_CU_SYM(cuGetErrorString);
+    KILN_CU_SYM(cuDeviceGet);
+    KILN_CU_SYM(cuDeviceGetAttribute);
+    KILN_CU_SYM(cuDeviceGetName);
+    KILN_CU_SYM(cuDeviceTotalMem_v2);
+    KILN_CU_SYM(cuDevicePrimaryCtxRetain);
+    KILN_CU_SYM(cuCtxSetCurrent);
+    KILN_CU_SYM(cuCtxSynchronize);
+    KILN_CU_SYM(cuStreamCreate);
+    KILN_CU_SYM(cuStreamSynchronize);
+    KILN_CU_SYM(cuEventCreate);
+    KILN_CU_SYM(cuEventRecord);
+    KILN_CU_SYM(cuEventSynchronize);
+    KILN_CU_SYM(cuEventElapsedTime);
+    KILN_CU_SYM(cuEventDestroy_v2);
+    KILN_CU_SYM(cuDeviceGetDefaultMemPool);
+    KILN_CU_SYM(cuMemPoolSetAttribute);
+    KILN_CU_SYM(cuMemPoolGetAttribute);
+    KILN_CU_SYM(cuMemPoolTrimTo);
+    KILN_CU_SYM(cuMemAllocAsync);
+    KILN_CU_SYM(cuMemFreeAsync);
+    KILN_CU_SYM(cuMemcpyHtoDAsync_v2);
+    KILN_CU_SYM(cuMemcpyDtoHAsync_v2);
+    KILN_CU_SYM(cuMemcpyDtoDAsync_v2);
+    KILN_CU_SYM(cuMemsetD8Async);
+    KILN_CU_SYM(cuMemHostAlloc);
+    KILN_CU_SYM(cuMemFreeHost);
+    KILN_CU_SYM(cuModuleLoadData);
+    KILN_CU_SYM(cuModuleGetFunction);
+    KILN_CU_SYM(cuModuleUnload);
+    KILN_CU_SYM(cuLaunchKernel);
+#undef KILN_CU_SYM
     if (!d.why.empty()) {
-      d.why = "libcuda.so.1 is not a usable CUDA driver: " + d.why;
+      d.why = d.library + " is not a usable CUDA driver (11.2 or newer): " + d.why;
       return d;
     }
+    d.emulated = dlsym(lib, "kilnEmulatedDriver") != nullptr;
     if (CUresult r = d.cuInit(0); r != 0) {
       d.why = d.describe("cuInit", r);
       return d;
@@ -85,6 +118,17 @@ const Driver& driver() {
   }();
   return d;
 }
+
+const Driver& require(const char* op) {
+  const Driver& d = driver();
+  KILN_CHECK(d.why.empty(), op, "CUDA is not available: ", d.why);
+  return d;
+}
+
+}  // namespace cuda::detail
+
+namespace {
+using cuda::detail::driver;
 
 // ---------------------------------------------------------------- NVRTC
 

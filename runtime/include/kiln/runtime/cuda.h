@@ -4,6 +4,7 @@
 // failure raises kiln::Error naming the call and CUDA's error name and text (for NVRTC, the
 // compile log with the offending source lines).
 #pragma once
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,78 @@ namespace cuda {
 int device_count();
 // The driver's CUDA version as major * 1000 + minor * 10 (cuDriverGetVersion); 0 if unavailable.
 int driver_version();
+
+// ---- devices (each call below throws kiln::Error naming the op when CUDA is unavailable) ----
+
+struct DeviceInfo {
+  std::string name;
+  int multiprocessors = 0;
+  int arch = 0;  // compute capability as a number: 90 for sm_90
+  size_t total_memory = 0;
+};
+DeviceInfo device_info(int device = 0);
+// The driver is kiln's host emulation (KILN_CUDA_DRIVER in the tests): module images are CUDA
+// C++ source, which it compiles for the host, instead of CUBINs.
+bool emulated();
+// kiln's stream on the device (a CUstream): all of kiln's work on the device is ordered on it.
+void* stream(int device = 0);
+// Waits until the device's stream has run everything enqueued so far.
+void synchronize(int device = 0);
+
+// ---- memory: the driver's stream-ordered pool (cuMemAllocAsync), as PyTorch reports it ----
+
+void* allocate(size_t nbytes, int device = 0);
+void release(void* p, size_t nbytes, int device = 0) noexcept;
+size_t memory_allocated(int device = 0);      // bytes held by live tensors
+size_t max_memory_allocated(int device = 0);  // the most since the start (or the last reset)
+void reset_peak_memory_stats(int device = 0);
+size_t memory_reserved(int device = 0);       // bytes the pool holds, in use or cached
+void empty_cache(int device = 0);             // returns the cached bytes to the driver
+
+// Copies on the device's stream; the host waits only at synchronize() (or a copy to pageable
+// memory, which the driver completes before returning).
+void copy_to_device(void* dst, const void* src, size_t n, int device = 0);
+void copy_to_host(void* dst, const void* src, size_t n, int device = 0);
+void copy_on_device(void* dst, const void* src, size_t n, int device = 0);
+void fill_bytes(void* dst, unsigned char value, size_t n, int device = 0);
+// Page-locked host memory: copies from it are asynchronous.
+void* allocate_pinned(size_t nbytes);
+void release_pinned(void* p) noexcept;
+
+// ---- modules, launches, events ----
+
+// A loaded module (a CUBIN; CUDA C++ source for the emulated driver).
+class Module {
+ public:
+  Module(const std::string& image, int device = 0);
+  ~Module();
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  void* function(const std::string& name) const;  // a CUfunction
+  int device() const { return device_; }
+
+ private:
+  void* module_ = nullptr;
+  int device_ = 0;
+};
+// Enqueues a kernel on the device's stream; `params` as cuLaunchKernel takes them (a pointer to
+// each argument's value).
+void launch(void* function, unsigned grid, unsigned block, void** params, int device = 0);
+
+class Event {
+ public:
+  explicit Event(int device = 0);
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record();       // on the device's stream
+  void synchronize();  // waits for the work before record()
+  float elapsed_ms(const Event& later) const;
+
+ private:
+  void* event_ = nullptr;
+  int device_ = 0;
+};
 
 // NVRTC, the run-time CUDA C++ compiler (it needs no GPU).
 bool nvrtc_is_available();

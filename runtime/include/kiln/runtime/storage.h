@@ -15,6 +15,8 @@ class Storage {
   static std::shared_ptr<Storage> allocate(size_t nbytes, Device device = Device::cpu());
   // Wraps memory owned elsewhere; `deleter` (may be empty) runs when the last tensor goes.
   static std::shared_ptr<Storage> wrap(void* data, size_t nbytes, Device device, Deleter deleter);
+  // Page-locked host memory (the CUDA driver's), for asynchronous copies to and from a GPU.
+  static std::shared_ptr<Storage> allocate_pinned(size_t nbytes);
 
   Storage(void* data, size_t nbytes, Device device, Deleter deleter)
       : data_(data), nbytes_(nbytes), device_(device), deleter_(std::move(deleter)) {}
@@ -25,12 +27,14 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool is_pinned() const { return pinned_; }
 
  private:
   void* data_;
   size_t nbytes_;
   Device device_;
   Deleter deleter_;
+  bool pinned_ = false;
 };
 
 // The CPU caching allocator. Fresh pages cost a page fault per 4 KiB on first write (2-5 GB/s

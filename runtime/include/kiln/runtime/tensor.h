@@ -116,6 +116,7 @@ class Tensor {
   bool is_contiguous() const { return impl().contiguous; }
   bool is_floating_point() const { return is_floating(dtype()); }
   bool is_cpu() const { return device().is_cpu(); }
+  bool is_cuda() const { return device().is_cuda(); }
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
   // True when both views read the same storage.
   bool is_alias_of(const Tensor& o) const { return impl().storage == o.impl().storage; }
@@ -178,7 +179,13 @@ class Tensor {
   Tensor contiguous() const;
   Tensor clone() const;
   Tensor to(DType dt) const;  // returns *this when already of that dtype
-  Tensor to(Device d) const;
+  // To another device. A copy to a GPU is enqueued on the device's stream; with non_blocking
+  // the host does not wait (the source must then be pinned for the copy to overlap; kiln keeps
+  // it alive until the copy has run). A copy to the cpu waits for the GPU, unless non_blocking:
+  // then the result is pinned memory that holds the values after kiln::cuda::synchronize().
+  Tensor to(Device d, bool non_blocking = false) const;
+  Tensor pin_memory() const;  // a copy in page-locked host memory (CUDA's driver must load)
+  bool is_pinned() const;
   Tensor& copy_(const Tensor& src);  // broadcasts src, converts dtype
   Tensor& fill_(const Scalar& v);
   Tensor& zero_();

@@ -1,0 +1,92 @@
+// Tensors between the host and a GPU (Tensor::to(Device), pin_memory): copies of the bytes a
+// tensor spans, on the device's stream (kiln/runtime/cuda.h).
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "kiln/runtime/cuda.h"
+#include "kiln/runtime/error.h"
+#include "kiln/runtime/factories.h"
+#include "kiln/runtime/tensor.h"
+
+namespace kiln {
+
+namespace {
+
+// Sources of asynchronous copies from pinned memory, kept alive until the copy has run: the
+// copies before the next synchronize() of the device.
+std::mutex pending_mu;
+std::vector<std::shared_ptr<Storage>>& pending() {
+  static auto* p = new std::vector<std::shared_ptr<Storage>>();
+  return *p;
+}
+
+// The elements [lo, hi] (offsets in the storage) the view reaches.
+std::pair<int64_t, int64_t> span(const Tensor& t) {
+  int64_t lo = t.storage_offset(), hi = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return {lo, lo - 1};
+    int64_t reach = (t.size(d) - 1) * t.stride(d);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  return {lo, hi};
+}
+
+char* at(const Tensor& t, int64_t element) {
+  return static_cast<char*>(t.storage()->data()) + element * t.element_size();
+}
+
+}  // namespace
+
+Tensor Tensor::to(Device d, bool non_blocking) const {
+  if (d == device()) return *this;
+  KILN_CHECK(!(is_cuda() && d.is_cuda()), "to", "copies between two GPUs (", device().str(), " to ", d.str(),
+             ") are not supported; go through the cpu");
+  if (d.is_cuda()) {
+    // host -> device: the dense bytes of a contiguous copy
+    Tensor src = contiguous();
+    if (non_blocking && !src.is_pinned()) non_blocking = false;  // pageable memory is staged by the driver anyway
+    Tensor out = empty(sizes(), TensorOptions(dtype()).device(d));
+    if (numel() == 0) return out;
+    cuda::copy_to_device(at(out, out.storage_offset()), at(src, src.storage_offset()), size_t(nbytes()), d.index);
+    if (non_blocking) {
+      std::lock_guard<std::mutex> lock(pending_mu);
+      pending().push_back(src.storage());
+    } else {
+      cuda::synchronize(d.index);
+    }
+    return out;
+  }
+  // device -> host: the span the view reaches, then the view of it on the host
+  auto [lo, hi] = span(*this);
+  int64_t n = std::max<int64_t>(hi - lo + 1, 0);
+  TensorOptions o = TensorOptions(dtype());
+  Tensor flat = non_blocking ? empty({n}, o).pin_memory() : empty({n}, o);
+  if (n > 0) cuda::copy_to_host(at(flat, flat.storage_offset()), at(*this, lo), size_t(n * element_size()), device().index);
+  if (!non_blocking) {
+    cuda::synchronize(device().index);
+    std::lock_guard<std::mutex> lock(pending_mu);
+    pending().clear();
+  }
+  Tensor view = flat.as_strided(sizes(), strides(), storage_offset() - lo + flat.storage_offset());
+  return is_contiguous() && lo == storage_offset() ? view : view.contiguous();
+}
+
+Tensor Tensor::pin_memory() const {
+  KILN_CHECK(is_cpu(), "pin_memory", "only cpu tensors can be pinned, not ", device().str());
+  if (is_pinned()) return *this;
+  Tensor src = contiguous();
+  auto impl = std::make_shared<TensorImpl>();
+  impl->dtype = dtype();
+  impl->sizes = sizes().vec();
+  impl->strides = shape::contiguous_strides(sizes());
+  impl->refresh();
+  impl->storage = Storage::allocate_pinned(size_t(nbytes()));
+  Tensor out(std::move(impl));
+  if (numel() > 0) std::copy_n(at(src, src.storage_offset()), nbytes(), at(out, 0));
+  return out;
+}
+
+bool Tensor::is_pinned() const { return storage() && storage()->is_pinned(); }
+
+}  // namespace kiln

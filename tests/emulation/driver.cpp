@@ -1,0 +1,252 @@
+// A CUDA driver for machines without a GPU: the entry points kiln calls (runtime/src/cuda/
+// driver.h), implemented on the host, so that the CUDA runtime and backend run end to end in
+// CI. Tests load it instead of libcuda.so.1 with KILN_CUDA_DRIVER=<this library>.
+//
+// One device, "kiln emulated CUDA device", 1 multiprocessor, sm_90. Device memory is host
+// memory (a device pointer is a host address), filled with 0xff bytes when allocated (NaN in
+// every float type, -1 in every integer type), so a kernel that leaves an output element
+// unwritten shows. Work runs when enqueued: streams and events order nothing. A module image is
+// CUDA C++ source (kiln checks for the exported kilnEmulatedDriver and hands over the source
+// instead of a CUBIN): it is compiled with the host compiler against cuda_emu.h, and a launch
+// calls the kernel's NAME_emu entry point, which runs the grid on host threads.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace {
+
+enum : int {
+  kSuccess = 0,
+  kInvalidValue = 1,
+  kOutOfMemory = 2,
+  kInvalidImage = 200,
+  kNotFound = 500,
+};
+
+struct State {
+  std::mutex mu;
+  std::map<void*, size_t> device_blocks;  // live allocations
+  size_t cached = 0;                      // freed bytes the "pool" still counts as reserved
+  size_t live = 0;
+  uint64_t release_threshold = 0;
+};
+State& st() {
+  static State* s = new State();
+  return *s;
+}
+
+struct Event {
+  std::chrono::steady_clock::time_point at;
+};
+
+using Entry = void (*)(void**, unsigned, unsigned);
+
+std::string compile_module(const std::string& source, std::string* log) {
+  namespace fs = std::filesystem;
+  std::string text = "#define KILN_CUDA_EMULATION 1\n#include \"" KILN_EMULATION_DIR "/cuda_emu.h\"\n" + source;
+  const char* cache = std::getenv("KILN_CACHE_DIR");
+  fs::path dir = fs::path(cache && *cache ? cache : fs::temp_directory_path().string()) / "cuda-emulation";
+  fs::create_directories(dir);
+  std::string stem = (dir / ("module-" + std::to_string(std::hash<std::string>{}(text)))).string();
+  std::string so = stem + ".so";
+  if (fs::exists(so)) return so;
+  std::string tag = "." + std::to_string(getpid()), cpp = stem + tag + ".cpp", tmp = stem + tag + ".so";
+  std::ofstream(cpp) << text;
+  std::string cmd = std::string(KILN_EMULATION_CXX) + " -std=c++20 -O1 -w -shared -fPIC -pthread -o " + tmp + " " + cpp + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (p && std::fgets(buf, sizeof buf, p)) *log += buf;
+  int rc = p ? pclose(p) : -1;
+  fs::remove(cpp);
+  if (rc != 0) return "";
+  fs::rename(tmp, so);
+  return so;
+}
+
+}  // namespace
+
+extern "C" {
+
+int kilnEmulatedDriver = 1;
+
+int cuInit(unsigned) { return kSuccess; }
+int cuDeviceGetCount(int* n) {
+  *n = 1;
+  return kSuccess;
+}
+int cuDriverGetVersion(int* v) {
+  *v = 13000;
+  return kSuccess;
+}
+int cuGetErrorName(int r, const char** s) {
+  *s = r == kInvalidValue    ? "CUDA_ERROR_INVALID_VALUE"
+       : r == kOutOfMemory   ? "CUDA_ERROR_OUT_OF_MEMORY"
+       : r == kInvalidImage  ? "CUDA_ERROR_INVALID_IMAGE"
+       : r == kNotFound      ? "CUDA_ERROR_NOT_FOUND"
+                             : "CUDA_ERROR_UNKNOWN";
+  return kSuccess;
+}
+int cuGetErrorString(int r, const char** s) {
+  *s = r == kInvalidValue    ? "invalid argument"
+       : r == kOutOfMemory   ? "out of memory"
+       : r == kInvalidImage  ? "device kernel image is invalid"
+       : r == kNotFound      ? "named symbol not found"
+                             : "unknown error";
+  return kSuccess;
+}
+int cuDeviceGet(int* d, int i) {
+  if (i != 0) return kInvalidValue;
+  *d = 0;
+  return kSuccess;
+}
+int cuDeviceGetAttribute(int* v, int attr, int) {
+  switch (attr) {
+    case 16: *v = 1; return kSuccess;    // multiprocessors (few: every block is host threads)
+    case 75: *v = 9; return kSuccess;    // compute capability 9.0
+    case 76: *v = 0; return kSuccess;
+    case 115: *v = 1; return kSuccess;   // memory pools
+    default: return kInvalidValue;
+  }
+}
+int cuDeviceGetName(char* name, int len, int) {
+  std::snprintf(name, size_t(len), "%s", "kiln emulated CUDA device");
+  return kSuccess;
+}
+int cuDeviceTotalMem_v2(size_t* bytes, int) {
+  *bytes = size_t(4) << 30;
+  return kSuccess;
+}
+int cuDevicePrimaryCtxRetain(void** ctx, int) {
+  static int context;
+  *ctx = &context;
+  return kSuccess;
+}
+int cuCtxSetCurrent(void*) { return kSuccess; }
+int cuCtxSynchronize() { return kSuccess; }
+int cuStreamCreate(void** s, unsigned) {
+  static int stream;
+  *s = &stream;
+  return kSuccess;
+}
+int cuStreamSynchronize(void*) { return kSuccess; }
+int cuEventCreate(void** e, unsigned) {
+  *e = new Event();
+  return kSuccess;
+}
+int cuEventRecord(void* e, void*) {
+  static_cast<Event*>(e)->at = std::chrono::steady_clock::now();
+  return kSuccess;
+}
+int cuEventSynchronize(void*) { return kSuccess; }
+int cuEventElapsedTime(float* ms, void* a, void* b) {
+  *ms = std::chrono::duration<float, std::milli>(static_cast<Event*>(b)->at - static_cast<Event*>(a)->at).count();
+  return kSuccess;
+}
+int cuEventDestroy_v2(void* e) {
+  delete static_cast<Event*>(e);
+  return kSuccess;
+}
+int cuDeviceGetDefaultMemPool(void** pool, int) {
+  static int p;
+  *pool = &p;
+  return kSuccess;
+}
+int cuMemPoolSetAttribute(void*, int attr, void* v) {
+  if (attr != 4) return kInvalidValue;
+  st().release_threshold = *static_cast<uint64_t*>(v);
+  return kSuccess;
+}
+int cuMemPoolGetAttribute(void*, int attr, void* v) {
+  std::lock_guard<std::mutex> lock(st().mu);
+  if (attr == 5) *static_cast<uint64_t*>(v) = st().live + st().cached;  // reserved
+  else if (attr == 7) *static_cast<uint64_t*>(v) = st().live;           // used
+  else return kInvalidValue;
+  return kSuccess;
+}
+int cuMemPoolTrimTo(void*, size_t keep) {
+  std::lock_guard<std::mutex> lock(st().mu);
+  if (st().cached > keep) st().cached = keep;
+  return kSuccess;
+}
+int cuMemAllocAsync(unsigned long long* p, size_t n, void*) {
+  void* m = std::aligned_alloc(256, (n + 255) / 256 * 256);
+  if (!m) return kOutOfMemory;
+  std::memset(m, 0xff, n);
+  std::lock_guard<std::mutex> lock(st().mu);
+  st().device_blocks[m] = n;
+  st().live += n;
+  st().cached -= std::min(st().cached, n);  // (the pool reuses what it holds)
+  *p = reinterpret_cast<uintptr_t>(m);
+  return kSuccess;
+}
+int cuMemFreeAsync(unsigned long long p, void*) {
+  void* m = reinterpret_cast<void*>(uintptr_t(p));
+  std::lock_guard<std::mutex> lock(st().mu);
+  auto it = st().device_blocks.find(m);
+  if (it == st().device_blocks.end()) return kInvalidValue;
+  st().live -= it->second;
+  st().cached += it->second;
+  st().device_blocks.erase(it);
+  std::free(m);
+  return kSuccess;
+}
+int cuMemcpyHtoDAsync_v2(unsigned long long d, const void* s, size_t n, void*) {
+  std::memcpy(reinterpret_cast<void*>(uintptr_t(d)), s, n);
+  return kSuccess;
+}
+int cuMemcpyDtoHAsync_v2(void* d, unsigned long long s, size_t n, void*) {
+  std::memcpy(d, reinterpret_cast<const void*>(uintptr_t(s)), n);
+  return kSuccess;
+}
+int cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void*) {
+  std::memmove(reinterpret_cast<void*>(uintptr_t(d)), reinterpret_cast<const void*>(uintptr_t(s)), n);
+  return kSuccess;
+}
+int cuMemsetD8Async(unsigned long long d, unsigned char v, size_t n, void*) {
+  std::memset(reinterpret_cast<void*>(uintptr_t(d)), v, n);
+  return kSuccess;
+}
+int cuMemHostAlloc(void** p, size_t n, unsigned) {
+  *p = std::aligned_alloc(4096, (n + 4095) / 4096 * 4096);
+  return *p ? kSuccess : kOutOfMemory;
+}
+int cuMemFreeHost(void* p) {
+  std::free(p);
+  return kSuccess;
+}
+int cuModuleLoadData(void** module, const void* image) {
+  std::string log;
+  std::string so = compile_module(static_cast<const char*>(image), &log);
+  if (so.empty()) {
+    std::fprintf(stderr, "kiln emulated driver: host compile failed:\n%s\n", log.c_str());
+    return kInvalidImage;
+  }
+  void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) return kInvalidImage;
+  *module = h;
+  return kSuccess;
+}
+int cuModuleGetFunction(void** f, void* module, const char* name) {
+  *f = dlsym(module, (std::string(name) + "_emu").c_str());
+  return *f ? kSuccess : kNotFound;
+}
+int cuModuleUnload(void* module) { return dlclose(module) == 0 ? kSuccess : kInvalidValue; }
+int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned,
+                   void*, void** params, void**) {
+  if (gy != 1 || gz != 1 || by != 1 || bz != 1 || bx == 0 || bx % 32 != 0 || gx == 0) return kInvalidValue;
+  reinterpret_cast<Entry>(f)(params, gx, bx);
+  return kSuccess;
+}
+
+}  // extern "C"

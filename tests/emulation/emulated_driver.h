@@ -1,0 +1,26 @@
+// Makes a test binary use kiln's emulated CUDA driver (tests/emulation/driver.cpp): a global
+// test environment sets KILN_CUDA_DRIVER before any test touches CUDA (kiln loads the driver
+// on first use). Unless KILN_TEST_REAL_CUDA=1: then the machine's own driver is used, and the
+// same tests run on a GPU.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace kiln::testing {
+
+inline bool use_real_cuda() {
+  const char* v = std::getenv("KILN_TEST_REAL_CUDA");
+  return v && std::string(v) == "1";
+}
+
+class EmulatedCuda : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (!use_real_cuda()) setenv("KILN_CUDA_DRIVER", KILN_EMULATED_DRIVER, 1);
+  }
+};
+inline ::testing::Environment* const emulated_cuda_env = ::testing::AddGlobalTestEnvironment(new EmulatedCuda);
+
+}  // namespace kiln::testing

@@ -1,15 +1,15 @@
 // The CUDA backend's rendered kernels, checked without a GPU.
 //
-// Emulation: every kernel of a program is rendered, the sources are compiled with the host
-// compiler against cuda_emu.h (CUDA's built-ins on host threads: real barriers for
-// __syncthreads, real lanes for the warp shuffles), and the program runs through the kernel
-// program runner with each kernel launched on the emulator, on small grids so that the
+// Emulation: every kernel of a program is rendered and loaded as a module of kiln's emulated
+// CUDA driver (tests/emulation: the source compiled for the host against cuda_emu.h, CUDA's
+// built-ins on host threads: real barriers for __syncthreads, real lanes for the warp
+// shuffles), and the program runs through the kernel program runner with each kernel
+// launched through the driver API, on small grids so that the
 // grid-stride and row loops go round more than once. Results are compared with the reference
 // executor on the same inputs: every workload, ops across dtypes and layouts, every strategy.
 // Golden checks read the rendered source for the properties the issue asks for (vector accesses
 // on contiguous data, 32-bit indices where they fit), and NVRTC compiles every workload's
 // kernels for sm_90 when it is installed (it needs no GPU).
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <kiln/codegen/cuda.h>
 #include <kiln/ir/exec.h>
@@ -17,12 +17,9 @@
 #include <kiln/passes/kernel.h>
 #include <kiln/passes/pass.h>
 #include <kiln/runtime/cuda.h>
-#include <unistd.h>
 
 #include <bit>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -30,12 +27,12 @@
 #include <vector>
 
 #include "../common/close.h"
+#include "../emulation/emulated_driver.h"
 #include "../passes/check_program.h"
 #include "workloads.h"
 
 using namespace kiln;
 namespace wl = kiln::workloads;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -73,55 +70,33 @@ Case make_case(std::string name, ir::Graph g, const std::string& prefix) {
 
 // ---- the emulator: rendered kernels compiled as host code ----
 
-// A shared object of every rendered kernel of `cases`, built once per distinct source (kept
-// next to the kernel cache, so that each test process of a ctest run does not rebuild it).
+// Every rendered kernel of `cases` in one module of the emulated driver (tests/emulation: it
+// compiles the source for the host, once per distinct source, and launches run on host
+// threads; device pointers are host addresses, so kernels work on the runner's cpu buffers).
 class Emulator {
  public:
   explicit Emulator(const std::vector<Case>& cases) {
-    std::ostringstream src;
-    src << "#define KILN_CUDA_EMULATION 1\n#include \"" << KILN_TEST_SOURCE_DIR << "/emulation/cuda_emu.h\"\n"
-        << codegen::cuda_prelude();
-    for (const Case& c : cases)
-      for (const auto& r : c.kernels) {
-        if (!r.kernel || r.kernel->epilogue) continue;
-        const codegen::CudaKernel& k = *r.kernel;
-        src << k.body << "\n";  // (with its NAME_emu entry points)
-      }
-    std::string text = src.str();
-    const char* cache = std::getenv("KILN_CACHE_DIR");
-    fs::path dir = fs::path(cache && *cache ? cache : fs::temp_directory_path().string()) / "cuda-emulation";
-    fs::create_directories(dir);
-    std::string stem = (dir / ("emu-" + std::to_string(std::hash<std::string>{}(text)))).string();
-    std::string so = stem + ".so";
-    if (!fs::exists(so)) {
-      std::string cpp = stem + "." + std::to_string(getpid()) + ".cpp", tmp = stem + "." + std::to_string(getpid()) + ".so";
-      std::ofstream(cpp) << text;
-      std::string cmd = std::string(KILN_TEST_CXX) + " -std=c++20 -O1 -w -shared -fPIC -pthread -o " + tmp + " " + cpp + " 2>&1";
-      FILE* p = popen(cmd.c_str(), "r");
-      std::string log;
-      char buf[4096];
-      while (p && std::fgets(buf, sizeof buf, p)) log += buf;
-      int rc = p ? pclose(p) : -1;
-      if (rc != 0) {
-        error_ = "host compile of the rendered kernels failed (" + cmd + "):\n" + log.substr(0, 20000);
-        return;
-      }
-      fs::rename(tmp, so);  // atomic: a concurrent test process sees the whole file or none
-      fs::remove(cpp);
+    if (!cuda::emulated()) {
+      error_ = "the emulated CUDA driver is not loaded: " + cuda_unavailable_reason();
+      return;
     }
-    handle_ = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle_) error_ = std::string("dlopen: ") + dlerror();
-  }
-  ~Emulator() {
-    if (handle_) dlclose(handle_);
+    std::ostringstream src;
+    src << codegen::cuda_prelude();
+    for (const Case& c : cases)
+      for (const auto& r : c.kernels)
+        if (r.kernel && !r.kernel->epilogue) src << r.kernel->body << "\n";  // (with its NAME_emu entry points)
+    try {
+      module_ = std::make_unique<cuda::Module>(src.str());
+    } catch (const Error& e) {
+      error_ = e.what();
+    }
   }
   const std::string& error() const { return error_; }
 
-  using Entry = void (*)(void**, unsigned, unsigned);
+  using Entry = std::function<void(void**, unsigned, unsigned)>;
   Entry entry(const std::string& name) const {
-    auto* f = reinterpret_cast<Entry>(dlsym(handle_, (name + "_emu").c_str()));
-    if (!f) throw std::runtime_error("no emulated entry " + name);
-    return f;
+    void* f = module_->function(name);
+    return [f](void** params, unsigned grid, unsigned block) { cuda::launch(f, grid, block, params); };
   }
 
   // cuLaunchKernel's convention: a pointer to each argument's value.
@@ -163,7 +138,7 @@ class Emulator {
   }
 
  private:
-  void* handle_ = nullptr;
+  std::unique_ptr<cuda::Module> module_;
   std::string error_;
 };
 

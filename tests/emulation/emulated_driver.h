@@ -10,9 +10,15 @@
 
 namespace kiln::testing {
 
+// (KILN_TEST_ALWAYS_EMULATE: the binary's tests run kernels on host memory, e.g. the cpu
+// buffers of the kernel program runner, which only the emulation can)
 inline bool use_real_cuda() {
+#if defined(KILN_TEST_ALWAYS_EMULATE)
+  return false;
+#else
   const char* v = std::getenv("KILN_TEST_REAL_CUDA");
   return v && std::string(v) == "1";
+#endif
 }
 
 class EmulatedCuda : public ::testing::Environment {

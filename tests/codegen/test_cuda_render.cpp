@@ -440,4 +440,20 @@ TEST(CudaNvrtc, EveryWorkloadsKernelsCompileForSm90) {
   EXPECT_EQ(strategies.size(), 5u) << "every strategy compiled";
 }
 
+// dump-ir --emit=ptx: NVRTC's PTX for compute_90, one entry per rendered kernel; a kernel
+// asked for twice comes from the process's memory cache.
+TEST(CudaNvrtc, PtxAndTheMemoryCache) {
+  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  auto graphs = trace([](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {{randn({8, 40})}});
+  passes::Module m = passes::optimize(graphs[0], {});
+  std::string ptx = codegen::emit_cuda(*m.program, codegen::CudaEmit::Ptx, 90);
+  EXPECT_NE(ptx.find(".target sm_90"), std::string::npos) << ptx.substr(0, 2000);
+  EXPECT_NE(ptx.find(".visible .entry kiln_k0("), std::string::npos) << ptx.substr(0, 2000);
+  EXPECT_NE(ptx.find("shfl.sync.bfly"), std::string::npos) << "the warp butterfly";
+  auto rendered = codegen::render_cuda(*m.program, "cache_probe_k");
+  ASSERT_TRUE(rendered[0].kernel);
+  codegen::cuda_cubin(*rendered[0].kernel, 90);
+  EXPECT_EQ(int(codegen::cuda_cubin(*rendered[0].kernel, 90).from), int(codegen::CudaBinary::From::Memory));
+}
+
 }  // namespace

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "kiln/codegen/cuda.h"
 #include "kiln/compile.h"
 #include "kiln/passes/kernel.h"
 #include "kiln/ir/infer.h"
@@ -182,7 +183,19 @@ size_t count_ops(const ir::Graph& g) {
 
 // ---- the backend ----
 
-// Optimizes a traced graph and compiles its kernel program for the CPU. Never throws: a graph
+// The device a graph's tensors live on: a GPU when any input or constant is there (one op
+// never mixes devices; a graph that does is refused by the CUDA backend's runner and runs on the
+// reference executor), else the cpu.
+static Device graph_device(const ir::Graph& g) {
+  for (const ir::Value* v : g.inputs())
+    if (!v->type.is_scalar() && v->type.device.is_cuda()) return v->type.device;
+  for (const auto& n : g.nodes())
+    for (const ir::Value* v : n->outputs)
+      if (!v->type.is_scalar() && v->type.device.is_cuda()) return v->type.device;
+  return Device::cpu();
+}
+
+// Optimizes a traced graph and compiles its kernel program for its device. Never throws: a graph
 // the optimizer or the backend fails on runs on the reference executor, with a warning.
 static void compile_node(TreeNode& n, const CompileOptions& opts) {
   if (opts.backend == CompileOptions::Backend::Reference) {
@@ -197,9 +210,11 @@ static void compile_node(TreeNode& n, const CompileOptions& opts) {
     passes::Module m = passes::optimize(n.graph);
     std::vector<ir::Type> types;
     for (const ir::Value* v : n.graph.inputs()) types.push_back(v->type);
-    n.compiled = codegen::compile_cpu(m.program, std::move(types));
-    const codegen::CpuCompileStats& st = n.compiled->stats();
-    n.backend_note = "cpu: " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
+    const Device dev = graph_device(n.graph);
+    n.compiled = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev)
+                               : codegen::compile_cpu(m.program, std::move(types));
+    const codegen::CompileStats& st = n.compiled->stats();
+    n.backend_note = dev.str() + ": " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
                      " kernels compiled (" + std::to_string(st.memory_hits) + " from memory, " +
                      std::to_string(st.disk_hits) + " from disk) in " + std::to_string(int(st.compile_ms)) + " ms";
     if (st.epilogues > 0)
@@ -276,7 +291,9 @@ static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>
           passes::Module m = passes::optimize(*g);
           std::vector<ir::Type> types;
           for (const ir::Value* v : g->inputs()) types.push_back(v->type);
-          variant = codegen::compile_cpu(m.program, std::move(types), {.generic = true});
+          const Device dev = graph_device(*g);
+          variant = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev)
+                                  : codegen::compile_cpu(m.program, std::move(types), {.generic = true});
         }
       } catch (const Error&) {
         variant.reset();

@@ -61,12 +61,12 @@ const Value* alias_root(const Value* v) {
   return v;
 }
 
-Tensor decode_constant(const Node& n) {
+Tensor decode_constant(const Node& n, bool on_host) {
   KILN_CHECK(n.op == OpId::Constant && n.attr("data"), "exec", "decode_constant: not a tensor constant");
   const Type& t = n.outputs[0]->type;
   const auto* hex = std::get_if<std::string>(&n.attr("data")->value);
   KILN_CHECK(hex, "exec", "constant: data is not a string");
-  Tensor out = empty(t.sizes, TensorOptions(t.dtype).device(t.device));
+  Tensor out = empty(t.sizes, TensorOptions(t.dtype));  // (decoded on the host, then moved to its device)
   KILN_CHECK(int64_t(hex->size()) == 2 * out.nbytes(), "exec", "constant: data has ", hex->size() / 2,
              " bytes but ", t.str(), " needs ", out.nbytes());
   auto nib = [](char c) -> int {
@@ -76,11 +76,11 @@ Tensor decode_constant(const Node& n) {
   };
   auto* p = static_cast<uint8_t*>(out.data_ptr());
   for (size_t k = 0; k < hex->size() / 2; ++k) p[k] = uint8_t(nib((*hex)[2 * k]) * 16 + nib((*hex)[2 * k + 1]));
-  return out;
+  return on_host ? out : out.to(t.device);
 }
 
 std::string encode_constant(const Tensor& t) {
-  Tensor c = t.contiguous();
+  Tensor c = t.to(Device::cpu()).contiguous();
   static const char* digits = "0123456789abcdef";
   const auto* p = static_cast<const uint8_t*>(c.data_ptr());
   std::string s(size_t(c.nbytes()) * 2, '0');

@@ -12,6 +12,8 @@ struct ProgramRunner::Impl {
   std::vector<std::unique_ptr<ir::Executable>> bodies;  // per interpreted kernel (null: a backend runs it)
   std::vector<bool> written;  // per buffer: some kernel stores into it
   std::vector<KernelImpl> impls;  // per kernel: a backend's compiled form, or empty
+  Device device;
+  std::vector<Tensor> constants;  // per buffer: a Constant's data on the device
 };
 
 Tensor access_view(const Tensor& buffer, const Access& a) {
@@ -19,8 +21,8 @@ Tensor access_view(const Tensor& buffer, const Access& a) {
   return buffer.as_strided(a.sizes, a.strides, off);
 }
 
-ProgramRunner::ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> impls)
-    : impl_(std::make_unique<Impl>(Impl{p, {}, {}, std::move(impls)})) {
+ProgramRunner::ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> impls, Device device)
+    : impl_(std::make_unique<Impl>(Impl{p, {}, {}, std::move(impls), device, {}})) {
   impl_->impls.resize(p.kernels.size());
   impl_->written.assign(p.buffers.size(), false);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
@@ -29,6 +31,9 @@ ProgramRunner::ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> imp
     for (const Access& a : k.stores)
       if (a.buffer >= 0) impl_->written[size_t(a.buffer)] = true;
   }
+  impl_->constants.resize(p.buffers.size());
+  for (const Buffer& b : p.buffers)
+    if (b.kind == BufferKind::Constant) impl_->constants[size_t(b.id)] = b.constant.to(device);
 }
 ProgramRunner::~ProgramRunner() = default;
 ProgramRunner::ProgramRunner(ProgramRunner&&) noexcept = default;
@@ -41,8 +46,10 @@ std::vector<Tensor> ProgramRunner::run(std::span<const Tensor> inputs) const {
 
 std::vector<Tensor> ProgramRunner::run(std::span<const ir::Slot> inputs) const {
   const KernelProgram& p = impl_->p;
+  const Device dev = impl_->device;
+  const bool host = dev.is_cpu();
   // One arena for every temporary, as the plan lays them out.
-  std::shared_ptr<Storage> arena = Storage::allocate(size_t(std::max<int64_t>(p.arena_bytes, 64)));
+  std::shared_ptr<Storage> arena = Storage::allocate(size_t(std::max<int64_t>(p.arena_bytes, 64)), dev);
   std::vector<Tensor> buf(p.buffers.size());
   for (const Buffer& b : p.buffers) {
     switch (b.kind) {
@@ -50,18 +57,29 @@ std::vector<Tensor> ProgramRunner::run(std::span<const ir::Slot> inputs) const {
         KILN_CHECK(b.input >= 0 && size_t(b.input) < inputs.size() && !inputs[size_t(b.input)].is_scalar, "passes",
                    "run: input ", b.input, " must be a tensor");
         buf[size_t(b.id)] = inputs[size_t(b.input)].tensor;
+        KILN_CHECK(buf[size_t(b.id)].device() == dev, "passes", "run: input ", b.input, " is on ",
+                   buf[size_t(b.id)].device().str(), " but the program runs on ", dev.str());
         break;
       }
-      case BufferKind::Constant:
-        buf[size_t(b.id)] = impl_->written[size_t(b.id)] ? b.constant.clone() : b.constant;
+      case BufferKind::Constant: {
+        const Tensor& c = impl_->constants[size_t(b.id)];
+        buf[size_t(b.id)] = impl_->written[size_t(b.id)] ? c.clone() : c;
         break;
+      }
       case BufferKind::Output:
-        buf[size_t(b.id)] = empty_strided(b.sizes, b.strides, TensorOptions(b.dtype));
+        buf[size_t(b.id)] = empty_strided(b.sizes, b.strides, TensorOptions(b.dtype).device(dev));
         break;
       case BufferKind::Temp: {
+        // A flat typed tensor over its bytes of the arena (which it keeps alive); its storage
+        // starts at its first byte, as as_strided offsets into it expect.
+        auto impl = std::make_shared<TensorImpl>();
+        impl->dtype = b.dtype;
+        impl->sizes = {std::max<int64_t>(b.numel, 0)};
+        impl->strides = {1};
+        impl->refresh();
         auto* base = static_cast<uint8_t*>(arena->data()) + b.arena_offset;
-        buf[size_t(b.id)] = from_blob(base, {std::max<int64_t>(b.numel, 0)}, TensorOptions(b.dtype),
-                                      [keep = arena](void*) {});
+        impl->storage = Storage::wrap(base, size_t(std::max<int64_t>(b.bytes(), 0)), dev, [keep = arena](void*) {});
+        buf[size_t(b.id)] = Tensor(std::move(impl));
         break;
       }
     }
@@ -82,6 +100,7 @@ std::vector<Tensor> ProgramRunner::run(std::span<const ir::Slot> inputs) const {
         continue;
       }
       Tensor t = view(a);
+      if (!host) t = t.to(Device::cpu());  // staged: the eager ops run on the host
       if (k.body.inputs()[j]->type.sizes.empty() && t.dim() > 0) t = t.reshape({});
       in[j].tensor = t;
     }

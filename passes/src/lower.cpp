@@ -135,7 +135,7 @@ class Lowerer {
     b.kind = BufferKind::Constant;
     b.dtype = root->type.dtype;
     b.value = root->id;
-    b.constant = ir::decode_constant(*root->producer);
+    b.constant = ir::decode_constant(*root->producer, /*on_host=*/true);  // (the runner moves it to the device)
     b.sizes = root->type.sizes;
     b.strides = root->type.strides;
     b.numel = span(b.sizes, b.strides);

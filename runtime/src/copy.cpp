@@ -55,7 +55,7 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     r->write_back(*this, src_in);
     return *this;
   }
-  check_cpu("copy_", {*this, src_in});
+  if (!is_cpu() || !src_in.is_cpu()) return copy_across_devices(*this, src_in);
   broadcast_shapes(sizes(), src_in.sizes(), "copy_");
   KILN_CHECK(src_in.dim() <= dim(), "copy_", "source of shape ", src_in.sizes().vec(),
              " cannot be broadcast to destination of shape ", sizes().vec());
@@ -125,7 +125,10 @@ Tensor& Tensor::fill_(const Scalar& v) {
     r->write_back(*this, filled);
     return *this;
   }
-  check_cpu("fill_", {*this});
+  if (!is_cpu()) {
+    // The value is checked and converted by the host fill, then the elements go over.
+    return copy_across_devices(*this, empty(sizes(), TensorOptions(dtype())).fill_(v));
+  }
   // No overlap check: writing one value through a stride-0 view is well defined.
   KILN_DISPATCH_ALL(dtype(), "fill_", [&](auto scalar_tag_) {
     using scalar_t = decltype(scalar_tag_);

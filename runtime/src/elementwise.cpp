@@ -887,28 +887,38 @@ std::optional<Arg> opt_arg(const std::optional<Tensor>& t) {
 }  // namespace
 
 namespace {
-// clamp's operands are x and the bounds that are present (attributes has_min, has_max).
+// clamp's operands are x and the bounds that are present (attributes has_min, has_max). Traced,
+// or on a GPU, clamp reports itself (or runs on the device) with those operands; nullopt else.
 template <typename B>
-Tensor traced_clamp(trace::Recorder* r, const Tensor& x, const std::optional<B>& lo, const std::optional<B>& hi) {
+std::optional<Tensor> clamp_hooks(const Tensor& x, const std::optional<B>& lo, const std::optional<B>& hi) {
+  trace::Recorder* r = trace::active();
+  std::vector<trace::Operand> in{x};
+  if (lo) in.emplace_back(*lo);
+  if (hi) in.emplace_back(*hi);
+  bool on_device = false;
+  for (const trace::Operand& o : in) on_device |= o.tensor && !o.tensor->device().is_cpu();
+  if (!r && !on_device) [[likely]]
+    return std::nullopt;
+  std::vector<Attr> attrs{{"has_max", bool(hi)}, {"has_min", bool(lo)}};
+  if (!r) return device_ops::run(OpId::Clamp, in, std::move(attrs));
   Tensor out;
   {
     trace::Pause p;
     out = clamp(x, lo, hi);
   }
-  std::vector<trace::Operand> in{x};
-  if (lo) in.emplace_back(*lo);
-  if (hi) in.emplace_back(*hi);
-  r->record(OpId::Clamp, in, {{"has_max", bool(hi)}, {"has_min", bool(lo)}}, {&out, 1});
+  r->record(OpId::Clamp, in, std::move(attrs), {&out, 1});
   return out;
 }
 }  // namespace
 
 Tensor clamp(const Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
-  if (trace::Recorder* r = trace::active()) [[unlikely]] return traced_clamp(r, x, lo, hi);
+  if (auto out = clamp_hooks(x, lo, hi)) [[unlikely]]
+    return *out;
   return clamp_impl("clamp", x, opt_arg(lo), opt_arg(hi), nullptr);
 }
 Tensor clamp(const Tensor& x, const std::optional<Tensor>& lo, const std::optional<Tensor>& hi) {
-  if (trace::Recorder* r = trace::active()) [[unlikely]] return traced_clamp(r, x, lo, hi);
+  if (auto out = clamp_hooks(x, lo, hi)) [[unlikely]]
+    return *out;
   return clamp_impl("clamp", x, opt_arg(lo), opt_arg(hi), nullptr);
 }
 Tensor& clamp_(Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {

@@ -52,6 +52,10 @@ inline Arg kept(const Tensor& t) {
 // Checks that the CPU eager path can run the op on these tensors.
 void check_cpu(std::string_view op, std::initializer_list<Arg> args);
 
+// copy_ where either tensor is on a GPU (runtime/src/cuda/transfer.cpp): the values are
+// converted and broadcast on the host and written through dst's strides.
+Tensor& copy_across_devices(Tensor& dst, const Tensor& src);
+
 // The in-place protocol: `self` receives a result computed in dtype `compute` with broadcast
 // shape `shape`. Checks the cast and the shape; returns whether `self` can be written directly.
 bool check_inplace(std::string_view op, const Tensor& self, DType compute, IntArrayRef shape);

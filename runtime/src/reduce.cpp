@@ -356,6 +356,8 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
     r->record(OpId::MaxDim, in, {{"dim", dim}, {"keepdim", keepdim}}, out);
     return {out[0], out[1]};
   }
+  if (!x.device().is_cpu()) [[unlikely]]  // on a GPU: the values and their first index, as two kernels
+    return {amax(x, {dim}, keepdim), argmax(x, dim, keepdim)};
   return arg_extremum("max", x, dim, keepdim, true);
 }
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
@@ -369,6 +371,8 @@ std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
     r->record(OpId::MinDim, in, {{"dim", dim}, {"keepdim", keepdim}}, out);
     return {out[0], out[1]};
   }
+  if (!x.device().is_cpu()) [[unlikely]]  // on a GPU: the values and their first index, as two kernels
+    return {amin(x, {dim}, keepdim), argmin(x, dim, keepdim)};
   return arg_extremum("min", x, dim, keepdim, false);
 }
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {

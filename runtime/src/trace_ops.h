@@ -1,7 +1,9 @@
 // Tracing entry points of the eager ops (internal). Each public op starts with one of these:
 // when the thread is tracing, the op calls itself again with recording paused (so it computes
-// exactly what eager computes), reports the result as one node, and returns it.
+// exactly what eager computes), reports the result as one node, and returns it. Then, traced or
+// not, an op with an operand on a GPU goes to that device's handler (device_ops.h).
 #pragma once
+#include "kiln/runtime/device_ops.h"
 #include "kiln/runtime/trace.h"
 
 #define KILN_UNPACK(...) __VA_ARGS__
@@ -14,6 +16,15 @@
     kiln_out_ = __VA_ARGS__;                                                                 \
   }
 
+// An op with an operand on a GPU runs through the device's handler. (View ops never do: their
+// attributes may name kiln_out_, declared here only so that they compile.)
+#define KILN_ON_DEVICE(id, in, attrs)                                                         \
+  if (::kiln::device_ops::dispatched(::kiln::OpId::id) && ::kiln::device_ops::any_on_device(in)) [[unlikely]] { \
+    [[maybe_unused]] ::kiln::Tensor kiln_out_;                                               \
+    return ::kiln::device_ops::run(::kiln::OpId::id, {in.begin(), in.size()},                \
+                                   std::vector<::kiln::Attr>{KILN_UNPACK attrs});            \
+  }
+
 // KILN_TRACE(OpId, (operands...), (attrs...), call): a functional op with one output.
 #define KILN_TRACE(id, operands, attrs, ...)                                                  \
   if (::kiln::trace::Recorder* kiln_rec_ = ::kiln::trace::active()) [[unlikely]] {           \
@@ -22,11 +33,16 @@
     kiln_rec_->record(::kiln::OpId::id, {kiln_in_.begin(), kiln_in_.size()},                 \
                       std::vector<::kiln::Attr>{KILN_UNPACK attrs}, {&kiln_out_, 1});        \
     return kiln_out_;                                                                        \
+  }                                                                                          \
+  {                                                                                          \
+    std::initializer_list<::kiln::trace::Operand> kiln_dev_in_{KILN_UNPACK operands};        \
+    KILN_ON_DEVICE(id, kiln_dev_in_, attrs)                                                  \
   }
 
 // KILN_TRACE_INPLACE(self, functional, call): an in-place op on `self`. Records the functional
 // form, then runs the eager in-place op unrecorded (its checks, casts and errors are eager's)
 // and records the write-back. On a failing functional form the eager op's own error wins.
+// (Used where ops_common.h is included: a GPU `self` takes eager's checks from it.)
 #define KILN_TRACE_INPLACE(self, functional, ...)                                             \
   if (::kiln::trace::Recorder* kiln_rec_ = ::kiln::trace::active()) [[unlikely]] {           \
     ::kiln::Tensor kiln_res_;                                                                \
@@ -43,6 +59,13 @@
     }                                                                                        \
     kiln_rec_->write_back(self, kiln_res_);                                                  \
     return self;                                                                             \
+  }                                                                                          \
+  if (!(self).device().is_cpu()) [[unlikely]] {                                              \
+    /* on a GPU: the functional form on the device, eager's in-place checks, the write */    \
+    ::kiln::Tensor kiln_res_ = functional;                                                   \
+    ::kiln::detail::check_inplace(__func__, self, kiln_res_.dtype(), kiln_res_.sizes());     \
+    (self).copy_(kiln_res_);                                                                 \
+    return self;                                                                             \
   }
 
 // KILN_TRACE_LIST(OpId, tensors, (attrs...), call): a functional op over a list of tensors.
@@ -53,6 +76,13 @@
     kiln_rec_->record(::kiln::OpId::id, kiln_in_, std::vector<::kiln::Attr>{KILN_UNPACK attrs}, \
                       {&kiln_out_, 1});                                                      \
     return kiln_out_;                                                                        \
+  }                                                                                          \
+  {                                                                                          \
+    std::vector<::kiln::trace::Operand> kiln_dev_in_(tensors.begin(), tensors.end());        \
+    bool kiln_dev_any_ = false;                                                              \
+    for (const auto& o : kiln_dev_in_) kiln_dev_any_ |= !o.tensor->device().is_cpu();        \
+    if (kiln_dev_any_) [[unlikely]]                                                          \
+      return ::kiln::device_ops::run(::kiln::OpId::id, kiln_dev_in_, std::vector<::kiln::Attr>{KILN_UNPACK attrs}); \
   }
 
 // KILN_TRACE_FACTORY("name", call): a factory made a tensor while tracing; the recorder turns

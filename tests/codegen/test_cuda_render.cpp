@@ -29,6 +29,7 @@
 #include "../common/close.h"
 #include "../emulation/emulated_driver.h"
 #include "../passes/check_program.h"
+#include "traced.h"
 #include "workloads.h"
 
 using namespace kiln;
@@ -36,18 +37,9 @@ namespace wl = kiln::workloads;
 
 namespace {
 
-using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
+using kiln::testing::Fn;
 
-// The graphs `fn` traces into on `inputs` (each input set once: one path each).
-std::vector<ir::Graph> trace(const Fn& fn, const std::vector<std::vector<Tensor>>& inputs) {
-  CompileOptions o;
-  o.backend = CompileOptions::Backend::Reference;
-  auto f = compile(fn, o);
-  for (const auto& in : inputs) f(in);
-  std::vector<ir::Graph> out;
-  for (const auto& gi : f.explain(inputs.back()).graphs) out.push_back(ir::parse(gi.text));
-  return out;
-}
+using kiln::testing::trace;
 
 struct Case {
   std::string name;
@@ -192,17 +184,8 @@ void expect_cases_match(const std::vector<Case>& cases, uint64_t seed = 7) {
 
 std::vector<Case> workload_cases() {
   std::vector<Case> cases;
-  for (const wl::Workload& w : wl::all_workloads()) {
-    std::vector<std::vector<Tensor>> ins;
-    for (int path = 0; path < w.paths; ++path) {
-      ins.push_back(w.make_inputs(wl::Tier::Small, 1));
-      if (w.steer) w.steer(ins.back(), path);
-    }
-    auto graphs = trace([&w](const std::vector<Tensor>& v) { return w.run(v); }, ins);
-    for (size_t i = 0; i < graphs.size(); ++i)
-      cases.push_back(make_case(w.name + " graph " + std::to_string(i), std::move(graphs[i]),
-                                "w" + std::to_string(cases.size()) + "_k"));
-  }
+  for (auto& [name, g] : kiln::testing::workload_graphs())
+    cases.push_back(make_case(name, std::move(g), "w" + std::to_string(cases.size()) + "_k"));
   return cases;
 }
 

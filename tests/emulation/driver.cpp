@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -52,24 +53,57 @@ struct Event {
 
 using Entry = void (*)(void**, unsigned, unsigned);
 
+constexpr const char* kFlags = " -std=c++20 -O1 -w -fPIC -pthread";
+
+// What a compiled module depends on besides its source: the header's text and the flags.
+const std::string& header_tag() {
+  static const std::string tag = [] {
+    std::ifstream in(KILN_EMULATION_DIR "/cuda_emu.h");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return std::to_string(std::hash<std::string>{}(text + kFlags + KILN_EMULATION_CXX));
+  }();
+  return tag;
+}
+
+// Runs a shell command, appending its output to *log; true when it succeeded.
+bool shell(const std::string& cmd, std::string* log) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (p && std::fgets(buf, sizeof buf, p)) *log += buf;
+  return p && pclose(p) == 0;
+}
+
+// cuda_emu.h precompiled once per cache directory (parsing it is most of a module's compile
+// time): the path to pass to -include, or "" to include the header itself.
+std::string precompiled_header(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::string h = (dir / ("emu-" + header_tag() + ".h")).string();
+  if (fs::exists(h + ".gch")) return h;
+  std::string tag = "." + std::to_string(getpid()), log;
+  std::ofstream(h) << "#define KILN_CUDA_EMULATION 1\n#include \"" KILN_EMULATION_DIR "/cuda_emu.h\"\n";
+  if (!shell(std::string(KILN_EMULATION_CXX) + kFlags + " -x c++-header -o " + h + ".gch" + tag + " " + h, &log)) return "";
+  fs::rename(h + ".gch" + tag, h + ".gch");
+  return h;
+}
+
 std::string compile_module(const std::string& source, std::string* log) {
   namespace fs = std::filesystem;
-  std::string text = "#define KILN_CUDA_EMULATION 1\n#include \"" KILN_EMULATION_DIR "/cuda_emu.h\"\n" + source;
   const char* cache = std::getenv("KILN_CACHE_DIR");
   fs::path dir = fs::path(cache && *cache ? cache : fs::temp_directory_path().string()) / "cuda-emulation";
   fs::create_directories(dir);
-  std::string stem = (dir / ("module-" + std::to_string(std::hash<std::string>{}(text)))).string();
+  std::string stem = (dir / ("module-" + std::to_string(std::hash<std::string>{}(header_tag() + source)))).string();
   std::string so = stem + ".so";
   if (fs::exists(so)) return so;
+  std::string pch = precompiled_header(dir);
+  std::string text = pch.empty() ? "#define KILN_CUDA_EMULATION 1\n#include \"" KILN_EMULATION_DIR "/cuda_emu.h\"\n" + source : source;
   std::string tag = "." + std::to_string(getpid()), cpp = stem + tag + ".cpp", tmp = stem + tag + ".so";
   std::ofstream(cpp) << text;
-  std::string cmd = std::string(KILN_EMULATION_CXX) + " -std=c++20 -O1 -w -shared -fPIC -pthread -o " + tmp + " " + cpp + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (p && std::fgets(buf, sizeof buf, p)) *log += buf;
-  int rc = p ? pclose(p) : -1;
+  bool ok = shell(std::string(KILN_EMULATION_CXX) + kFlags + " -shared" + (pch.empty() ? "" : " -include " + pch) + " -o " +
+                  tmp + " " + cpp, log);
   fs::remove(cpp);
-  if (rc != 0) return "";
+  if (!ok) return "";
   fs::rename(tmp, so);
   return so;
 }

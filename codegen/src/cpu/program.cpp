@@ -365,29 +365,25 @@ passes::KernelImpl make_split_impl(std::shared_ptr<SplitKernel> s, KernelFns fn,
 }  // namespace
 #endif  // KILN_WITH_LLVM
 
-CompiledProgram::CompiledProgram(std::shared_ptr<const passes::KernelProgram> p, std::vector<ir::Type> input_types)
-    : program_(std::move(p)), input_types_(std::move(input_types)) {}
-CompiledProgram::~CompiledProgram() = default;
-
 std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram> program,
                                              std::vector<ir::Type> input_types, CpuCompileOptions opts) {
   auto t0 = std::chrono::steady_clock::now();
-  auto out = std::make_shared<CompiledProgram>(program, std::move(input_types));
   const passes::KernelProgram& p = *program;
-  out->stats_.kernels = int(p.kernels.size());
-  out->stats_.generic = opts.generic;
-  out->impls_.resize(p.kernels.size());
+  CompileStats stats;
+  stats.kernels = int(p.kernels.size());
+  stats.generic = opts.generic;
+  std::vector<passes::KernelImpl> impls(p.kernels.size());
 #if !KILN_WITH_LLVM
   for (size_t i = 0; i < p.kernels.size(); ++i)
-    out->stats_.interpreted.push_back("k" + std::to_string(i) + ": kiln built without LLVM");
+    stats.interpreted.push_back("k" + std::to_string(i) + ": kiln built without LLVM");
 #else
   // A kernel's entry points from the caches or the compiler, counted in the stats.
   auto compiled = [&](const passes::Kernel& k, const KernelCode& code) {
     Source src;
     KernelFns fn = kernel_fn(k, code, opts.generic, &src);
-    out->stats_.compiled++;
-    out->stats_.memory_hits += src == Source::Memory;
-    out->stats_.disk_hits += src == Source::Disk;
+    stats.compiled++;
+    stats.memory_hits += src == Source::Memory;
+    stats.disk_hits += src == Source::Disk;
     return fn;
   };
   for (size_t i = 0; i < p.kernels.size(); ++i) {
@@ -401,8 +397,8 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
           s->split = std::move(*split);
           s->op = std::make_unique<ir::Executable>(s->split.op);
           KernelFns fn = compiled(s->split.epilogue, *low.code);
-          out->stats_.epilogues++;
-          out->impls_[i] = make_split_impl(std::move(s), fn, *low.code, opts.generic);
+          stats.epilogues++;
+          impls[i] = make_split_impl(std::move(s), fn, *low.code, opts.generic);
           continue;
         }
         warn_interpreted(low.why);
@@ -410,50 +406,18 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
     }
     Lowered low = lower_kernel(k);
     if (!low.code) {
-      out->stats_.interpreted.push_back("k" + std::to_string(i) + ": " + low.why);
+      stats.interpreted.push_back("k" + std::to_string(i) + ": " + low.why);
       // Library ops and control flow run their eager forms by design; anything else is a gap.
       if (k.kind != passes::KernelKind::Opaque && k.kind != passes::KernelKind::Control) warn_interpreted(low.why);
       continue;
     }
     KernelFns fn = compiled(k, *low.code);
-    out->impls_[i] = make_impl(k, fn, *low.code, opts.generic);
+    impls[i] = make_impl(k, fn, *low.code, opts.generic);
   }
 #endif
-  out->runner_ = std::make_unique<passes::ProgramRunner>(p, out->impls_);
-  out->stats_.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return out;
-}
-
-bool CompiledProgram::accepts(std::span<const ir::Slot> inputs) const {
-  if (inputs.size() != input_types_.size()) return false;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const ir::Type& t = input_types_[i];
-    if (t.is_scalar() != inputs[i].is_scalar) return false;
-    if (t.is_scalar()) continue;
-    const Tensor& x = inputs[i].tensor;
-    if (x.dtype() != t.dtype || !x.device().is_cpu()) return false;
-    auto sz = x.sizes(), st = x.strides();
-    if (!std::equal(sz.begin(), sz.end(), t.sizes.begin(), t.sizes.end())) return false;
-    for (size_t d = 0; d < t.sizes.size(); ++d)
-      if (t.sizes[d] > 1 && st[d] != t.strides[d]) return false;
-  }
-  return true;
-}
-
-std::vector<Tensor> CompiledProgram::run(std::span<const ir::Slot> inputs) const {
-  KILN_CHECK(accepts(inputs), "codegen", "run: the inputs' sizes or strides differ from those the program was compiled for");
-  return runner_->run(inputs);
-}
-
-std::optional<std::vector<Tensor>> CompiledProgram::try_run(std::span<const ir::Slot> inputs) const {
-  if (!accepts(inputs)) return std::nullopt;
-  return runner_->run(inputs);
-}
-
-std::vector<Tensor> CompiledProgram::run(std::span<const Tensor> inputs) const {
-  std::vector<ir::Slot> slots(inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) slots[i].tensor = inputs[i];
-  return run(slots);
+  stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return std::make_shared<CompiledProgram>(std::move(program), std::move(input_types), Device::cpu(), std::move(stats),
+                                           std::move(impls));
 }
 
 std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic) {

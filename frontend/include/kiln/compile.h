@@ -44,11 +44,13 @@ struct CompileOptions {
   int recompile_limit = 8;
   // A name for messages and explain(); default "compiled function".
   std::string name;
-  // What runs the traced graphs: Cpu optimizes them (kiln/passes) and compiles their kernels
-  // with the LLVM backend (kiln/codegen/cpu.h); Reference runs them op by op on the reference
-  // executor (the eager kernels), for comparison and debugging.
-  enum class Backend { Cpu, Reference };
-  Backend backend = Backend::Cpu;
+  // What runs the traced graphs. Compiled optimizes them (kiln/passes) and compiles their
+  // kernels for the device their tensors live on: the LLVM backend for cpu tensors
+  // (kiln/codegen/cpu.h), the CUDA backend for tensors on a GPU (kiln/codegen/cuda.h).
+  // Reference runs them op by op on the reference executor (the eager ops), for comparison
+  // and debugging. (Cpu is the old name of Compiled.)
+  enum class Backend { Compiled, Cpu = Compiled, Reference };
+  Backend backend = Backend::Compiled;
 };
 
 struct CompileStats {
@@ -66,7 +68,7 @@ struct Explanation {
   struct GraphInfo {
     std::string text;  // the graph in kiln's text form
     size_t ops = 0;    // nodes other than constants
-    std::string backend;  // what runs it: "cpu: 1 of 1 kernels compiled ..." or the reference executor and why
+    std::string backend;  // what runs it: "cpu: 1 of 1 kernels compiled ...", "cuda:0: ...", or the reference executor and why
   };
   struct BreakInfo {
     std::string reason;  // e.g. "operator bool on a traced tensor"

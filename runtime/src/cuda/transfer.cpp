@@ -8,6 +8,7 @@
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/tensor.h"
+#include "../ops_common.h"
 
 namespace kiln {
 
@@ -86,6 +87,47 @@ Tensor Tensor::pin_memory() const {
   if (numel() > 0) std::copy_n(at(src, src.storage_offset()), nbytes(), at(out, 0));
   return out;
 }
+
+namespace detail {
+
+Tensor& copy_across_devices(Tensor& dst, const Tensor& src) {
+  KILN_CHECK(!(dst.is_cuda() && src.is_cuda() && dst.device() != src.device()), "copy_",
+             "copies between two GPUs (", src.device().str(), " to ", dst.device().str(), ") are not supported");
+  broadcast_shapes(dst.sizes(), src.sizes(), "copy_");
+  KILN_CHECK(src.dim() <= dst.dim(), "copy_", "source of shape ", src.sizes().vec(),
+             " cannot be broadcast to destination of shape ", dst.sizes().vec());
+  check_no_internal_overlap("copy_", dst);
+  if (dst.numel() == 0) return dst;
+  if (dst.is_cuda() && src.is_cuda() && src.dtype() == dst.dtype() && src.sizes() == dst.sizes() &&
+      src.is_contiguous() && dst.is_contiguous() && (!src.is_alias_of(dst) || src.storage_offset() == dst.storage_offset())) {
+    if (!src.is_alias_of(dst))  // (overlapping device copies are undefined: those go through the host)
+      cuda::copy_on_device(at(dst, dst.storage_offset()), at(src, src.storage_offset()), size_t(dst.nbytes()),
+                           dst.device().index);
+    return dst;
+  }
+  Tensor host = src.is_cuda() ? src.to(Device::cpu()) : src;
+  if (dst.is_cpu()) return dst.copy_(host);
+  // The values as dst stores them, dense in dst's logical order.
+  Tensor vals = empty(dst.sizes(), TensorOptions(dst.dtype()));
+  vals.copy_(host);
+  const int dev = dst.device().index;
+  if (dst.is_contiguous()) {
+    cuda::copy_to_device(at(dst, dst.storage_offset()), at(vals, vals.storage_offset()), size_t(vals.nbytes()), dev);
+  } else {
+    // A strided destination: the span it reaches comes to the host, takes the values through
+    // dst's strides and goes back whole (the elements between keep what they held).
+    auto [lo, hi] = span(dst);
+    Tensor flat = empty({hi - lo + 1}, TensorOptions(dst.dtype()));
+    cuda::copy_to_host(at(flat, 0), at(dst, lo), size_t(flat.nbytes()), dev);
+    cuda::synchronize(dev);
+    flat.as_strided(dst.sizes(), dst.strides(), dst.storage_offset() - lo).copy_(vals);
+    cuda::copy_to_device(at(dst, lo), at(flat, 0), size_t(flat.nbytes()), dev);
+  }
+  cuda::synchronize(dev);  // the host values go away with this frame
+  return dst;
+}
+
+}  // namespace detail
 
 bool Tensor::is_pinned() const { return storage() && storage()->is_pinned(); }
 

@@ -19,47 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "kiln/passes/kernel.h"
+#include "kiln/codegen/program.h"
 
 namespace kiln::codegen {
-
-struct CpuCompileStats {
-  int kernels = 0;          // in the program
-  int compiled = 0;         // running as machine code
-  int epilogues = 0;        // of those, epilogues compiled after a library call (matmul, einsum)
-  bool generic = false;     // size-generic kernels (CpuCompileOptions::generic)
-  int memory_hits = 0;      // of those, found in this process's cache
-  int disk_hits = 0;        // of those, loaded from the disk cache
-  double compile_ms = 0;    // wall time of compile_cpu
-  std::vector<std::string> interpreted;  // per interpreted kernel: "k2: opaque kernel", ...
-};
-
-class CompiledProgram {
- public:
-  // Runs the program: inputs in graph input order (host numbers as scalar slots). The inputs
-  // must have the sizes and strides the program was compiled for (accepts()).
-  std::vector<Tensor> run(std::span<const ir::Slot> inputs) const;
-  std::vector<Tensor> run(std::span<const Tensor> inputs) const;
-  // Whether `inputs` have the sizes and strides the kernels were specialised on.
-  bool accepts(std::span<const ir::Slot> inputs) const;
-  // run() when the inputs are accepted, else nullopt (one check, for callers with a fallback).
-  std::optional<std::vector<Tensor>> try_run(std::span<const ir::Slot> inputs) const;
-  const passes::KernelProgram& program() const { return *program_; }
-  const CpuCompileStats& stats() const { return stats_; }
-
-  struct Impl;
-  CompiledProgram(std::shared_ptr<const passes::KernelProgram> p, std::vector<ir::Type> input_types);
-  ~CompiledProgram();
-
- private:
-  std::shared_ptr<const passes::KernelProgram> program_;
-  std::vector<ir::Type> input_types_;
-  CpuCompileStats stats_;
-  std::vector<passes::KernelImpl> impls_;
-  std::unique_ptr<passes::ProgramRunner> runner_;
-  friend std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram>,
-                                                      std::vector<ir::Type>, struct CpuCompileOptions);
-};
 
 struct CpuCompileOptions {
   // Size-generic kernels: loop extents and strides are run-time arguments, so that one compiled

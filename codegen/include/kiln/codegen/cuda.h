@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "kiln/codegen/cache.h"
+#include "kiln/codegen/program.h"
 #include "kiln/passes/kernel.h"
 
 namespace kiln::codegen {
@@ -107,5 +108,26 @@ struct CudaBinary {
 };
 CudaBinary cuda_cubin(const CudaKernel& k, int arch);
 CacheKey cuda_kernel_key(const CudaKernel& k, int arch);
+
+// Compiles a kernel program for a GPU. Every rendered kernel is named by its content, loaded
+// as its own module (CUBIN for the device's architecture through the caches; on the emulated
+// driver its source) and launched on the device's stream with the launch geometry from the
+// device's multiprocessor count. The program's buffers live on `device`: inputs must be there,
+// outputs are made there. A library op (matmul, cat, ...) runs on the host's eager kernels on
+// copies of its operands, and its fused epilogue on the GPU; a cond runs on the host. Kernels
+// with checks (integer division by zero) make the host wait for their status word; everything
+// else is asynchronous. stats().interpreted names each kernel that runs on the host. Throws
+// kiln::Error when CUDA is unavailable or NVRTC fails.
+struct CudaCompileOptions {
+  int block = 0;  // threads per block, a multiple of 32 up to kCudaBlock (0: kCudaBlock; 64 on the emulator)
+};
+std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,
+                                              std::vector<ir::Type> input_types, Device device = Device::cuda(),
+                                              CudaCompileOptions opts = {});
+
+// Eager ops on GPU tensors (a + b with a, b on cuda:0) run as one-node programs of this backend,
+// cached by the op, its attributes and its operands' dtypes, sizes and strides (host numbers
+// are arguments: x * 0.5 and x * 0.25 share one). How many such programs this process holds.
+size_t cuda_eager_programs();
 
 }  // namespace kiln::codegen

@@ -46,7 +46,8 @@ class Executable {
 
 // A tensor `constant` node's value (its hex `data`), and the hex data of a tensor (row-major
 // bytes): the one codec of tensor constants, shared by the tracer, the executor and the passes.
-Tensor decode_constant(const Node& n);
+// A constant typed for a GPU is decoded on the host and copied there (unless `on_host`).
+Tensor decode_constant(const Node& n, bool on_host = false);
 std::string encode_constant(const Tensor& t);
 // The value whose memory `v` views: follows views and write-backs (`copy`) up to their source.
 const Value* alias_root(const Value* v);

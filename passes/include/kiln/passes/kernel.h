@@ -127,9 +127,15 @@ using KernelImpl = std::function<void(std::span<const Tensor> buffers, std::span
 // The view access `a` names in its buffer's tensor `buffer` (its offset counts from the
 // buffer's first element, or from the storage start when storage_relative).
 Tensor access_view(const Tensor& buffer, const Access& a);
+//
+// On a GPU (`device` cuda:N) the buffers live in device memory: the arena and the outputs are
+// allocated there, constants are copied there once, the inputs must be there. The backend's
+// kernels take device buffers; a kernel it left to the runner (a library op it has no device
+// form of, a cond) runs on the eager CPU ops, its operands copied to the host and its results
+// copied back.
 class ProgramRunner {
  public:
-  explicit ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> impls = {});
+  explicit ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> impls = {}, Device device = Device::cpu());
   ~ProgramRunner();
   ProgramRunner(ProgramRunner&&) noexcept;
   std::vector<Tensor> run(std::span<const ir::Slot> inputs) const;

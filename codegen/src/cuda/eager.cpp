@@ -1,0 +1,124 @@
+// Eager ops on GPU tensors (kiln/runtime/device_ops.h): each op call becomes a one-node graph
+// (its operands as inputs, host numbers as scalar inputs so that x * 0.5 and x * 0.25 share a
+// kernel), optimized and compiled by compile_cuda, and cached by the op, its attributes and
+// its operands' dtypes, devices, sizes and strides. A cache hit costs a hash lookup and the
+// launch; the compiled kernels themselves also sit in the CUBIN caches, so a new size of an
+// op seen before reruns the passes and loads, but compiles nothing it has compiled before.
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "eager.h"
+#include "kiln/codegen/cuda.h"
+#include "kiln/ir/infer.h"
+#include "kiln/passes/pass.h"
+#include "kiln/runtime/device_ops.h"
+#include "kiln/runtime/error.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+std::string signature(OpId op, std::span<const trace::Operand> in, const std::vector<Attr>& attrs) {
+  std::ostringstream o;
+  o << int(op);
+  for (const Attr& a : attrs) o << ' ' << a.name << '=' << ir::attr_str(a.value);
+  for (const trace::Operand& x : in) {
+    if (!x.tensor) {
+      o << (x.scalar.is_bool() ? " b" : x.scalar.is_integral() ? " i" : " f");
+      continue;
+    }
+    const Tensor& t = *x.tensor;
+    o << " t" << int(t.dtype()) << '@' << t.device().str() << '[';
+    for (int64_t d = 0; d < t.dim(); ++d) o << t.sizes()[size_t(d)] << ':' << t.strides()[size_t(d)] << ',';
+    o << ']';
+  }
+  return o.str();
+}
+
+// An inference error as the op's own: "[infer] add: what" becomes "[add] what".
+[[noreturn]] void rethrow_as_op(const Error& e) {
+  std::string m = e.what();
+  const std::string prefix = "[infer] ";
+  size_t colon = m.find(": ", prefix.size());
+  if (m.rfind(prefix, 0) == 0 && colon != std::string::npos)
+    throw Error("[" + m.substr(prefix.size(), colon - prefix.size()) + "] " + m.substr(colon + 2));
+  throw e;
+}
+
+std::shared_ptr<CompiledProgram> build(OpId op, std::span<const trace::Operand> in, const std::vector<Attr>& attrs) {
+  Device dev = Device::cpu();
+  for (const trace::Operand& x : in)
+    if (x.tensor && !x.tensor->device().is_cpu()) {
+      dev = x.tensor->device();
+      break;
+    }
+  ir::Graph g("eager");
+  std::vector<ir::Value*> values;
+  std::vector<ir::Type> types;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const trace::Operand& x = in[i];
+    if (x.tensor) {
+      const Tensor& t = *x.tensor;
+      types.push_back(ir::Type::tensor(t.dtype(), t.sizes().vec(), t.strides().vec(), t.device()));
+    } else {
+      const Scalar& s = x.scalar;
+      types.push_back(ir::Type::scalar(s.is_bool() ? kBool : s.is_integral() ? kInt64 : kFloat64));
+    }
+    values.push_back(g.add_input("x" + std::to_string(i), types.back()));
+  }
+  std::vector<ir::Type> outs;
+  try {
+    outs = ir::infer_types(op, types, attrs);
+  } catch (const Error& e) {
+    rethrow_as_op(e);
+  }
+  KILN_CHECK(outs.size() == 1, "cuda", "op ", int(op), " has ", outs.size(), " results; eager ops have one");
+  ir::Node* n = g.add_node(op, values, attrs, outs);
+  g.set_outputs({n->outputs[0]});
+  passes::Module m = passes::optimize(g);
+  return compile_cuda(std::shared_ptr<const passes::KernelProgram>(std::move(m.program)), std::move(types), dev);
+}
+
+struct Programs {
+  std::mutex mu;
+  std::unordered_map<std::string, std::shared_ptr<CompiledProgram>> by_signature;
+};
+Programs& programs() {
+  static auto* p = new Programs();  // (never destroyed: device memory outlives static destruction order)
+  return *p;
+}
+
+}  // namespace
+
+size_t cuda_eager_programs() {
+  std::lock_guard<std::mutex> lock(programs().mu);
+  return programs().by_signature.size();
+}
+
+Tensor run_eager_on_cuda(OpId op, std::span<const trace::Operand> in, std::vector<Attr> attrs) {
+  auto& [mu, cache] = programs();
+  std::string key = signature(op, in, attrs);
+  std::shared_ptr<CompiledProgram> program;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = cache.find(key); it != cache.end()) program = it->second;
+  }
+  if (!program) {
+    program = build(op, in, attrs);  // (outside the lock: compiling may take a while)
+    std::lock_guard<std::mutex> lock(mu);
+    program = cache.emplace(key, program).first->second;
+  }
+  std::vector<ir::Slot> slots(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].tensor) {
+      slots[i].tensor = *in[i].tensor;
+    } else {
+      slots[i].scalar = in[i].scalar;
+      slots[i].is_scalar = true;
+    }
+  }
+  return program->run(slots)[0];
+}
+
+}  // namespace kiln::codegen

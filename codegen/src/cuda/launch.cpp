@@ -1,0 +1,216 @@
+// Compiling a kernel program for a GPU (compile_cuda): each rendered kernel loaded as a module
+// (its CUBIN from the caches or NVRTC; CUDA source on the emulated driver) and launched on the
+// device's stream over the program's device buffers, which the kernel program runner sets up.
+// A library op runs on the host on copies of its operands; its fused epilogue runs on the GPU.
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "../epilogue.h"
+#include "eager.h"
+#include "kiln/codegen/cuda.h"
+#include "kiln/ir/exec.h"
+#include "kiln/runtime/cuda.h"
+#include "kiln/runtime/device_ops.h"
+#include "kiln/runtime/error.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+// The kernel named after what it computes: identical kernels of different programs (and the
+// single-op kernels of eager calls) share one cache entry and one loaded module.
+void name_by_content(CudaKernel& k) {
+  auto replace_all = [](std::string& s, const std::string& from, const std::string& to) {
+    for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  };
+  std::string neutral = k.body;
+  replace_all(neutral, k.name, "kiln_kernel");
+  std::string name = "kiln_" + KeyBuilder().add(neutral).finish().hex().substr(0, 20);
+  replace_all(k.body, k.name, name);
+  if (!k.finish.empty()) k.finish = name + k.finish.substr(k.name.size());
+  k.name = name;
+}
+
+// Loaded modules, one per kernel and device, for the life of the process.
+struct LoadedKernel {
+  std::shared_ptr<cuda::Module> module;
+  void* main = nullptr;
+  void* finish = nullptr;
+  CudaBinary::From from = CudaBinary::From::Memory;
+};
+
+LoadedKernel load(const CudaKernel& k, int device, int arch) {
+  static std::mutex mu;
+  // (never destroyed: unloading modules during static destruction would race the driver's own)
+  static auto& modules = *new std::map<std::pair<std::string, int>, std::shared_ptr<cuda::Module>>();
+  const bool emulated = cuda::emulated();
+  LoadedKernel out;
+  std::string key = emulated ? "emulated " + k.name : cuda_kernel_key(k, arch).hex();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = modules.find({key, device});
+    if (it != modules.end()) out.module = it->second;
+  }
+  if (!out.module) {
+    // The emulated driver takes CUDA C++ (it compiles the host entry points); a GPU a CUBIN.
+    out.from = CudaBinary::From::Compiled;
+    std::string image = emulated ? k.source() : [&] {
+      CudaBinary b = cuda_cubin(k, arch);
+      out.from = b.from;
+      return std::move(b.cubin);
+    }();
+    auto m = std::make_shared<cuda::Module>(image, device);
+    std::lock_guard<std::mutex> lock(mu);
+    out.module = modules.emplace(std::pair{key, device}, std::move(m)).first->second;
+  }
+  out.main = out.module->function(k.name);
+  if (!k.finish.empty()) out.finish = out.module->function(k.finish);
+  return out;
+}
+
+// The status word of kernels without checks: written never, read never, one per device.
+void* sink_word(int device) {
+  static std::mutex mu;
+  static std::map<int, void*> words;
+  std::lock_guard<std::mutex> lock(mu);
+  void*& w = words[device];
+  if (!w) w = cuda::allocate(sizeof(uint64_t), device);
+  return w;
+}
+
+// A device allocation for the length of one launch (freed in stream order after it).
+struct DeviceScratch {
+  void* p;
+  size_t n;
+  int device;
+  DeviceScratch(size_t bytes, int dev) : p(cuda::allocate(bytes, dev)), n(bytes), device(dev) {}
+  ~DeviceScratch() { cuda::release(p, n, device); }
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+};
+
+struct Launch {
+  CudaKernel k;
+  LoadedKernel fn;
+  CudaLaunch dims;
+  int device = 0;
+
+  void operator()(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs, const Tensor* first = nullptr) const {
+    std::vector<uint64_t> v = cuda_operand_params(k, buffers, inputs, first);
+    const bool checked = !k.checks.empty();
+    std::optional<DeviceScratch> status;
+    if (checked) {
+      status.emplace(sizeof(uint64_t), device);
+      cuda::fill_bytes(status->p, 0, sizeof(uint64_t), device);
+    }
+    v.push_back(uint64_t(reinterpret_cast<uintptr_t>(checked ? status->p : sink_word(device))));
+    auto params = [&] {
+      std::vector<void*> p;
+      for (uint64_t& x : v) p.push_back(&x);
+      return p;
+    };
+    if (k.strategy == CudaStrategy::Split) {
+      DeviceScratch parts(size_t(dims.grid) * size_t(k.slots) * sizeof(uint64_t), device);
+      v.push_back(uint64_t(reinterpret_cast<uintptr_t>(parts.p)));
+      cuda::launch(fn.main, dims.grid, dims.block, params().data(), device);
+      v.push_back(dims.grid);  // the finishing step: the slots, then their count
+      cuda::launch(fn.finish, 1, dims.block, params().data(), device);
+    } else {
+      cuda::launch(fn.main, dims.grid, dims.block, params().data(), device);
+    }
+    if (!checked) return;
+    // A kernel with checks (integer division) is a point where the host waits: eager raises
+    // ZeroDivisionError at this op, and so does the compiled program.
+    uint64_t word = 0;
+    cuda::copy_to_host(&word, status->p, sizeof word, device);
+    cuda::synchronize(device);
+    if (word == 0) [[likely]]
+      return;
+    size_t bit = size_t(std::countr_zero(word));
+    KILN_CHECK(bit < k.checks.size(), "codegen", "kernel ", k.name, " reported an unknown check (status ", word, ")");
+    KILN_FAIL(k.checks[bit].first, k.checks[bit].second);
+  }
+};
+
+// An opaque kernel split into its library op and the rendered epilogue: the op runs on the
+// host's eager kernels on copies of its operands, its result goes to the device, the epilogue
+// reads it there.
+struct SplitLaunch {
+  const passes::Kernel* kernel = nullptr;
+  std::shared_ptr<EpilogueSplit> split;
+  std::shared_ptr<ir::Executable> op;
+  Launch epilogue;
+
+  void operator()(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) const {
+    std::vector<ir::Slot> in(split->op_loads.size());
+    for (size_t j = 0; j < in.size(); ++j) {
+      const passes::Access& a = kernel->loads[size_t(split->op_loads[j])];
+      if (a.buffer < 0) {
+        in[j] = inputs[size_t(a.arg)];
+        continue;
+      }
+      in[j].tensor = passes::access_view(buffers[size_t(a.buffer)], a).to(Device::cpu());
+    }
+    Tensor result = op->run_slots(in)[0].tensor.contiguous().to(Device::cuda(epilogue.device));
+    epilogue(buffers, inputs, &result);
+  }
+};
+
+// Eager ops on GPU tensors run as single-op programs of this backend.
+[[maybe_unused]] const bool eager_installed = (device_ops::install(&run_eager_on_cuda), true);
+
+}  // namespace
+
+std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,
+                                              std::vector<ir::Type> input_types, Device device, CudaCompileOptions opts) {
+  auto t0 = std::chrono::steady_clock::now();
+  KILN_CHECK(device.is_cuda(), "compile_cuda", "the device must be a GPU, not ", device.str());
+  const cuda::DeviceInfo info = cuda::device_info(device.index);  // (raises the reason CUDA is unavailable)
+  const passes::KernelProgram& p = *program;
+  CompileStats stats;
+  stats.kernels = int(p.kernels.size());
+  std::vector<passes::KernelImpl> impls(p.kernels.size());
+  // The emulator runs each block's threads as host threads: smaller blocks keep them few.
+  const int block = opts.block > 0 ? opts.block : cuda::emulated() ? 64 : kCudaBlock;
+  std::vector<CudaRender> rendered = render_cuda(p, "kiln_cuda_k");
+  for (size_t i = 0; i < rendered.size(); ++i) {
+    const passes::Kernel& k = p.kernels[i];
+    if (!rendered[i].kernel) {
+      stats.interpreted.push_back("k" + std::to_string(i) + ": " + rendered[i].why + " (on the host)");
+      if (k.kind != passes::KernelKind::Opaque && k.kind != passes::KernelKind::Control)
+        std::fprintf(stderr, "kiln: warning: a kernel runs on the host, not the GPU: %s\n", rendered[i].why.c_str());
+      continue;
+    }
+    CudaKernel ck = std::move(*rendered[i].kernel);
+    name_by_content(ck);
+    Launch l;
+    l.fn = load(ck, device.index, info.arch);
+    l.dims = cuda_launch_dims(ck, info.multiprocessors, block);
+    l.device = device.index;
+    stats.compiled++;
+    stats.memory_hits += l.fn.from == CudaBinary::From::Memory;
+    stats.disk_hits += l.fn.from == CudaBinary::From::Disk;
+    const bool epilogue = ck.epilogue;
+    l.k = std::move(ck);
+    if (!epilogue) {
+      impls[i] = [l = std::move(l)](std::span<const Tensor> b, std::span<const ir::Slot> in) { l(b, in); };
+      continue;
+    }
+    auto s = std::make_shared<SplitLaunch>();
+    s->kernel = &k;
+    s->split = std::make_shared<EpilogueSplit>(*split_epilogue(k, int(p.buffers.size())));
+    s->op = std::make_shared<ir::Executable>(s->split->op);
+    s->epilogue = std::move(l);
+    stats.epilogues++;
+    impls[i] = [s](std::span<const Tensor> b, std::span<const ir::Slot> in) { (*s)(b, in); };
+  }
+  stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return std::make_shared<CompiledProgram>(std::move(program), std::move(input_types), device, std::move(stats),
+                                           std::move(impls));
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,44 @@
+// The handler of eager ops on GPU tensors (kiln/runtime/device_ops.h).
+#include "kiln/runtime/device_ops.h"
+
+#include <atomic>
+#include <string_view>
+
+#include "kiln/runtime/error.h"
+
+namespace kiln::device_ops {
+
+namespace {
+enum class Cat : uint8_t { Elementwise, Reduction, View, Opaque, Control };
+struct Row {
+  std::string_view name;
+  Cat cat;
+};
+constexpr Row kOps[] = {
+#define KILN_OP(id, name, category, operands) {name, Cat::category},
+#include "kiln/runtime/ops.def"
+#undef KILN_OP
+};
+std::atomic<Handler> handler{nullptr};
+}  // namespace
+
+void install(Handler h) { handler.store(h); }
+
+bool dispatched(OpId op) {
+  Cat c = kOps[size_t(op)].cat;
+  return c != Cat::View && c != Cat::Control;
+}
+
+Tensor run(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs) {
+  Handler h = handler.load();
+  if (!h) {
+    Device d = Device::cpu();
+    for (const trace::Operand& o : inputs)
+      if (o.tensor && !o.tensor->device().is_cpu()) d = o.tensor->device();
+    KILN_FAIL(kOps[size_t(op)].name, "an operand is on ", d.str(), " and no backend for it is loaded (ops on GPU "
+              "tensors run through kiln's CUDA backend, in the kiln_codegen library: link kiln::kiln)");
+  }
+  return h(op, inputs, std::move(attrs));
+}
+
+}  // namespace kiln::device_ops

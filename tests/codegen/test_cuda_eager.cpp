@@ -1,0 +1,211 @@
+// Eager ops on GPU tensors (single-op programs of the CUDA backend) and kiln::compile with GPU
+// inputs, on kiln's emulated CUDA driver in CI (tests/emulation) and on a real GPU with
+// KILN_TEST_REAL_CUDA=1. Everything is compared with kiln's CPU eager ops on the same values.
+#include <gtest/gtest.h>
+#include <kiln/codegen/cuda.h>
+#include <kiln/kiln.h>
+#include <kiln/runtime/cuda.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "../common/close.h"
+#include "../emulation/emulated_driver.h"
+#include "workloads.h"
+
+using namespace kiln;
+namespace wl = kiln::workloads;
+
+namespace {
+
+const Device kGpu = Device::cuda();
+Tensor cpu(const Tensor& t) { return t.to(Device::cpu()); }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct EagerCase {
+  std::string name;
+  std::function<Tensor(const std::vector<Tensor>&)> fn;
+  std::vector<Tensor> inputs;
+};
+
+Tensor values(DType dt, std::vector<int64_t> sizes) {
+  if (is_floating(dt)) return (randn(sizes) * 3).to(dt);
+  if (dt == kBool) return randint(0, 2, sizes).to(kBool);
+  return randint(dt == kUInt8 ? 0 : -9, 10, sizes).to(dt);
+}
+
+TEST(CudaEager, OpsOnGpuTensorsMatchTheCpu) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(11);
+  std::vector<EagerCase> cases;
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8}) {
+    std::string d(name(dt));
+    bool fl = is_floating(dt);
+    cases.push_back({"add " + d, [](auto& v) { return v[0] + v[1]; }, {values(dt, {37, 5}), values(dt, {5})}});
+    cases.push_back({"mul_number " + d, [](auto& v) { return v[0] * 3; }, {values(dt, {100})}});
+    cases.push_back({"sum_rows " + d, [](auto& v) { return v[0].sum(1); }, {values(dt, {9, 70})}});
+    cases.push_back({"amax_all " + d, [](auto& v) { return v[0].amax(); }, {values(dt, {333})}});
+    cases.push_back({"compare " + d, [](auto& v) { return v[0].gt(v[1]); }, {values(dt, {64}), values(dt, {64})}});
+    cases.push_back({"transposed_clone " + d, [](auto& v) { return v[0].t().contiguous(); }, {values(dt, {13, 7})}});
+    cases.push_back({"cast " + d, [](auto& v) { return v[0].to(kFloat32) + 0.5; }, {values(dt, {50})}});
+    if (fl) {
+      cases.push_back({"exp " + d, [](auto& v) { return v[0].exp(); }, {values(dt, {1000})}});
+      cases.push_back({"softmax " + d, [](auto& v) { return softmax(v[0], 1); }, {values(dt, {6, 300})}});
+      cases.push_back({"where " + d, [](auto& v) { return where(v[0].gt(0), v[0], v[1]); }, {values(dt, {77}), values(dt, {77})}});
+    }
+  }
+  cases.push_back({"matmul (a library op, on the host)", [](auto& v) { return matmul(v[0], v[1]); },
+                   {values(kFloat32, {8, 16}), values(kFloat32, {16, 4})}});
+  cases.push_back({"cat (a list op)", [](auto& v) { return cat({v[0], v[1]}, 0); }, {values(kFloat32, {3, 4}), values(kFloat32, {2, 4})}});
+  for (const EagerCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<Tensor> dev;
+    for (const Tensor& t : c.inputs) dev.push_back(t.to(kGpu));
+    Tensor want = c.fn(c.inputs);
+    Tensor got;
+    try {
+      got = c.fn(dev);
+    } catch (const Error& e) {
+      ADD_FAILURE() << c.name << ": " << e.what();
+      continue;
+    }
+    EXPECT_TRUE(got.is_cuda()) << c.name;
+    EXPECT_EQ(got.dtype(), want.dtype()) << c.name;
+    EXPECT_TRUE(kiln::testing::close(cpu(got), want)) << c.name;
+  }
+}
+
+TEST(CudaEager, InPlaceOpsWriteTheDeviceTensor) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  Tensor a = randn({40, 3}), b = randn({3});
+  Tensor da = a.to(kGpu), db = b.to(kGpu);
+  Tensor alias = da;  // (the same tensor: in-place ops write its memory)
+  da.add_(db).mul_(2).relu_();
+  a.add_(b).mul_(2).relu_();
+  EXPECT_TRUE(kiln::testing::close(cpu(alias), a));
+  // A strided destination: the transpose's elements are written in place.
+  Tensor x = randn({5, 6}), dx = x.to(kGpu);
+  dx.t().add_(1.5);
+  x.t().add_(1.5);
+  EXPECT_TRUE(kiln::testing::close(cpu(dx), x));
+  // Fill and copy between devices.
+  Tensor z = zeros({4, 4}, TensorOptions(kInt32).device(kGpu));
+  EXPECT_TRUE(z.is_cuda());
+  z.narrow(0, 1, 2).fill_(7);
+  EXPECT_EQ(cpu(z).sum().item<int64_t>(), 56);
+  z.copy_(arange(16).reshape({4, 4}));
+  EXPECT_EQ(cpu(z).to_vector<int32_t>()[15], 15);
+  EXPECT_EQ(z.sum().item<int64_t>(), 120);  // (item() of a device result)
+}
+
+TEST(CudaEager, ErrorsAreEagersOwn) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  Tensor a = randn({3, 4}), b = randn({5});
+  // Shapes: the op is named with both shapes, as on the cpu.
+  std::string err = error_of([&] { a.to(kGpu) + b.to(kGpu); });
+  EXPECT_NE(err.find("[add]"), std::string::npos) << err;
+  EXPECT_NE(err.find("[3, 4]"), std::string::npos) << err;
+  EXPECT_NE(err.find("[5]"), std::string::npos) << err;
+  // Devices: one op never mixes them.
+  err = error_of([&] { a.to(kGpu) + a; });
+  EXPECT_NE(err.find("device"), std::string::npos) << err;
+  // In-place casts: eager's message, word for word.
+  Tensor i = zeros({4}, kInt64);
+  std::string host = error_of([&] { i.add_(randn({4})); });
+  ASSERT_FALSE(host.empty());
+  EXPECT_EQ(error_of([&] { Tensor di = i.to(kGpu); di.add_(randn({4}).to(kGpu)); }), host);
+  // Integer division by zero: ZeroDivisionError from the kernel's status word.
+  Tensor n = full({8}, 6, kInt64).to(kGpu), d = zeros({8}, kInt64).to(kGpu);
+  EXPECT_EQ(error_of([&] { div(n, d, "floor"); }), error_of([&] { div(cpu(n), cpu(d), "floor"); }));
+}
+
+TEST(CudaEager, HostNumbersAreArgumentsNotConstants) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  Tensor x = randn({256}).to(kGpu);
+  (x * 0.5).sum();  // (both programs cached)
+  size_t before = codegen::cuda_eager_programs();
+  Tensor y = x * 0.25, z = x * -3.0;
+  y.sum();
+  EXPECT_EQ(codegen::cuda_eager_programs(), before) << "a new number compiled a new program";
+  EXPECT_TRUE(kiln::testing::close(cpu(z), cpu(x) * -3.0));
+  // A new size is a new program.
+  Tensor w = randn({257}).to(kGpu) * 0.5;
+  EXPECT_EQ(codegen::cuda_eager_programs(), before + 1);
+}
+
+TEST(CudaEager, ViewsCostNoKernel) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  Tensor x = randn({6, 8}).to(kGpu);
+  size_t before = codegen::cuda_eager_programs();
+  Tensor v = x.t().reshape({8, 6}).narrow(0, 1, 3).unsqueeze(0);
+  EXPECT_TRUE(v.is_cuda());
+  EXPECT_EQ(v.storage(), x.storage());
+  EXPECT_EQ(codegen::cuda_eager_programs(), before);
+}
+
+// ---- kiln::compile with GPU inputs ----
+
+TEST(CudaCompiledFunction, RunsOnTheGpuAndMatchesEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto fn = [](const std::vector<Tensor>& v) { return std::vector{softmax(v[0] * 2 + v[1], 1).sum(0) + 1}; };
+  auto f = compile(fn);
+  Tensor a = randn({33, 40}), b = randn({40});
+  std::vector<Tensor> in{a.to(kGpu), b.to(kGpu)};
+  for (int call = 0; call < 3; ++call) {
+    std::vector<Tensor> out = f(in);
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_TRUE(out[0].is_cuda());
+    EXPECT_TRUE(kiln::testing::close(cpu(out[0]), fn({a, b})[0]));
+  }
+  EXPECT_EQ(f.stats().hits, 2u);
+  Explanation e = f.explain(in);
+  ASSERT_EQ(e.graphs.size(), 1u);
+  EXPECT_EQ(e.graphs[0].backend.rfind("cuda:0: ", 0), 0u) << e.graphs[0].backend;
+  // The same function on cpu tensors is another signature, compiled for the cpu.
+  std::vector<Tensor> host{a, b};
+  EXPECT_TRUE(kiln::testing::close(f(host)[0], fn(host)[0]));
+  EXPECT_EQ(f.explain(host).graphs[0].backend.rfind("cpu: ", 0), 0u);
+}
+
+// Every workload, compiled for the GPU, against kiln's cpu eager ops on the same values: two
+// rounds of fresh inputs (one set per path each), outputs and mutated inputs compared.
+TEST(CudaCompiledFunction, EveryWorkloadMatchesCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  for (const wl::Workload& w : wl::all_workloads()) {
+    SCOPED_TRACE(w.name);
+    auto f = compile([&w](const std::vector<Tensor>& in) { return w.run(in); });
+    for (int round = 0; round < 2; ++round) {
+      for (std::vector<Tensor>& host : w.path_inputs(wl::Tier::Small, 40 + uint64_t(round))) {
+        std::vector<Tensor> dev, want_in;
+        for (const Tensor& t : host) dev.push_back(t.to(kGpu)), want_in.push_back(t.clone());
+        std::vector<Tensor> want = w.run(want_in), got;
+        try {
+          got = f(dev);
+        } catch (const Error& e) {
+          ADD_FAILURE() << w.name << ": " << e.what();
+          continue;
+        }
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_TRUE(got[i].is_cuda()) << w.name << " output " << i;
+          EXPECT_TRUE(kiln::testing::close(cpu(got[i]), want[i])) << w.name << " output " << i;
+        }
+        for (size_t i = 0; i < dev.size(); ++i)
+          EXPECT_TRUE(kiln::testing::close(cpu(dev[i]), want_in[i])) << w.name << " input " << i;
+      }
+    }
+    for (const auto& g : f.explain(w.path_inputs(wl::Tier::Small, 40)[0]).graphs)
+      EXPECT_EQ(g.backend.find("reference executor"), std::string::npos) << w.name << ": " << g.backend;
+  }
+}
+
+}  // namespace

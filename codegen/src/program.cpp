@@ -35,12 +35,17 @@ bool CompiledProgram::accepts(std::span<const ir::Slot> inputs) const {
 std::vector<Tensor> CompiledProgram::run(std::span<const ir::Slot> inputs) const {
   KILN_CHECK(accepts(inputs), "codegen", "run: the inputs' sizes, strides or device differ from those the program was "
              "compiled for (", device_.str(), ")");
-  return runner_.run(inputs);
+  return replay_ ? replay_(runner_, inputs) : runner_.run(inputs);
 }
 
 std::optional<std::vector<Tensor>> CompiledProgram::try_run(std::span<const ir::Slot> inputs) const {
   if (!accepts(inputs)) return std::nullopt;
-  return runner_.run(inputs);
+  return replay_ ? replay_(runner_, inputs) : runner_.run(inputs);
+}
+
+void CompiledProgram::set_replay(Replay r, std::string note) {
+  replay_ = std::move(r);
+  stats_.graphs = std::move(note);
 }
 
 std::vector<Tensor> CompiledProgram::run(std::span<const Tensor> inputs) const {

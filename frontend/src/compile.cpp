@@ -195,6 +195,12 @@ static Device graph_device(const ir::Graph& g) {
   return Device::cpu();
 }
 
+static codegen::CudaCompileOptions cuda_options(const CompileOptions& opts) {
+  codegen::CudaCompileOptions o;
+  o.graphs = opts.mode == CompileOptions::Mode::ReduceOverhead;
+  return o;
+}
+
 // Optimizes a traced graph and compiles its kernel program for its device. Never throws: a graph
 // the optimizer or the backend fails on runs on the reference executor, with a warning.
 static void compile_node(TreeNode& n, const CompileOptions& opts) {
@@ -211,7 +217,7 @@ static void compile_node(TreeNode& n, const CompileOptions& opts) {
     std::vector<ir::Type> types;
     for (const ir::Value* v : n.graph.inputs()) types.push_back(v->type);
     const Device dev = graph_device(n.graph);
-    n.compiled = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev)
+    n.compiled = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev, cuda_options(opts))
                                : codegen::compile_cpu(m.program, std::move(types));
     const codegen::CompileStats& st = n.compiled->stats();
     n.backend_note = dev.str() + ": " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
@@ -221,6 +227,7 @@ static void compile_node(TreeNode& n, const CompileOptions& opts) {
       n.backend_note += "; " + std::to_string(st.epilogues) + " library op" + (st.epilogues > 1 ? "s" : "") +
                         " with a compiled epilogue";
     for (const std::string& why : st.interpreted) n.backend_note += "; interpreted " + why;
+    if (!st.graphs.empty()) n.backend_note += "; " + st.graphs;
   } catch (const Error& e) {
     n.compiled.reset();
     n.backend_note = std::string("reference executor: the backend failed: ") + e.what();

@@ -45,9 +45,15 @@ std::vector<Tensor> ProgramRunner::run(std::span<const Tensor> inputs) const {
 }
 
 std::vector<Tensor> ProgramRunner::run(std::span<const ir::Slot> inputs) const {
+  std::vector<Tensor> buf = buffers(inputs);
+  return run_on(buf, inputs);
+}
+
+bool ProgramRunner::written(int buffer) const { return impl_->written.at(size_t(buffer)); }
+
+std::vector<Tensor> ProgramRunner::buffers(std::span<const ir::Slot> inputs) const {
   const KernelProgram& p = impl_->p;
   const Device dev = impl_->device;
-  const bool host = dev.is_cpu();
   // One arena for every temporary, as the plan lays them out.
   std::shared_ptr<Storage> arena = Storage::allocate(size_t(std::max<int64_t>(p.arena_bytes, 64)), dev);
   std::vector<Tensor> buf(p.buffers.size());
@@ -84,6 +90,12 @@ std::vector<Tensor> ProgramRunner::run(std::span<const ir::Slot> inputs) const {
       }
     }
   }
+  return buf;
+}
+
+std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buf, std::span<const ir::Slot> inputs) const {
+  const KernelProgram& p = impl_->p;
+  const bool host = impl_->device.is_cpu();
   // The view an access names: offsets count from the buffer's first element (or its storage).
   auto view = [&](const Access& a) { return access_view(buf[size_t(a.buffer)], a); };
   for (size_t i = 0; i < p.kernels.size(); ++i) {

@@ -30,7 +30,7 @@ struct Compiled {
   ir::Graph graph{"g"};
 };
 
-Compiled compile_graph(ir::Graph g) {
+Compiled compile_graph(ir::Graph g, codegen::CudaCompileOptions opts = {}) {
   Compiled c;
   passes::Module m = passes::optimize(g, {});
   std::vector<ir::Type> types;
@@ -38,7 +38,8 @@ Compiled compile_graph(ir::Graph g) {
     types.push_back(v->type);
     if (!types.back().is_scalar()) types.back().device = Device::cuda();
   }
-  c.program = codegen::compile_cuda(std::shared_ptr<const passes::KernelProgram>(std::move(m.program)), types);
+  c.program = codegen::compile_cuda(std::shared_ptr<const passes::KernelProgram>(std::move(m.program)), types,
+                                    Device::cuda(), opts);
   c.graph = std::move(g);
   return c;
 }
@@ -175,6 +176,54 @@ TEST(CudaCompile, TemporariesAndScratchGoBackToThePool) {
   }
   cuda::synchronize();
   EXPECT_EQ(cuda::memory_allocated(), before);
+}
+
+// ---- CUDA graphs ----
+
+TEST(CudaGraphs, EveryWorkloadReplaysAndMatches) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  int replayed = 0;
+  for (auto& [name, g] : kiln::testing::workload_graphs()) {
+    Compiled c = compile_graph(std::move(g), {.graphs = true});
+    const std::string& note = c.program->stats().graphs;
+    ASSERT_FALSE(note.empty()) << name;
+    replayed += note == "replayed as a CUDA graph";
+    if (note != "replayed as a CUDA graph")  // (only library ops and conds keep a program off a graph)
+      EXPECT_TRUE(note.find("on the host") != std::string::npos) << name << ": " << note;
+    for (uint64_t seed : {3, 4, 5}) expect_matches(name, c, seed);  // capture, then two replays
+  }
+  EXPECT_GT(replayed, 10);
+}
+
+TEST(CudaGraphs, AReplayNeverOverwritesAnEarlierOutput) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  // A split full reduction (its slots stay put too) and an elementwise output.
+  auto fn = [](const std::vector<Tensor>& v) { return std::vector{(v[0] * 2).sum(), v[0].exp()}; };
+  Tensor a = randn({70000}), b = randn({70000});
+  Compiled c = compile_graph(traced_one(fn, {a}), {.graphs = true});
+  ASSERT_EQ(c.program->stats().graphs, "replayed as a CUDA graph");
+  std::vector<Tensor> first = c.program->run(std::vector<Tensor>{a.to(Device::cuda())});
+  std::vector<Tensor> second = c.program->run(std::vector<Tensor>{b.to(Device::cuda())});
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(kiln::testing::close(first[i].to(Device::cpu()), fn({a})[i])) << "output " << i << " of the first call";
+    EXPECT_TRUE(kiln::testing::close(second[i].to(Device::cpu()), fn({b})[i])) << "output " << i << " of the second call";
+  }
+  EXPECT_NE(first[1].storage(), second[1].storage());
+}
+
+TEST(CudaGraphs, ProgramsWithHostWorkRunWithoutAGraph) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  Tensor a = randn({8, 16}), w = randn({16, 4});
+  Compiled c = compile_graph(traced_one([](const std::vector<Tensor>& v) { return std::vector{matmul(v[0], v[1]).relu()}; },
+                                        {a, w}),
+                             {.graphs = true});
+  EXPECT_EQ(c.program->stats().graphs.rfind("no CUDA graph: ", 0), 0u) << c.program->stats().graphs;
+  expect_matches("matmul_relu", c, 6);
+  Tensor n = randint(-9, 10, {64}, kInt64), d = randint(1, 10, {64}, kInt64);
+  Compiled q = compile_graph(traced_one([](const std::vector<Tensor>& v) { return std::vector{div(v[0], v[1], "floor")}; },
+                                        {n, d}),
+                             {.graphs = true});
+  EXPECT_NE(q.program->stats().graphs.find("division by zero"), std::string::npos) << q.program->stats().graphs;
 }
 
 TEST(CudaCompile, RefusesAHostDevice) {

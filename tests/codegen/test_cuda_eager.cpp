@@ -178,11 +178,10 @@ TEST(CudaCompiledFunction, RunsOnTheGpuAndMatchesEager) {
 
 // Every workload, compiled for the GPU, against kiln's cpu eager ops on the same values: two
 // rounds of fresh inputs (one set per path each), outputs and mutated inputs compared.
-TEST(CudaCompiledFunction, EveryWorkloadMatchesCpuEager) {
-  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+void expect_workloads_match_cpu_eager(const CompileOptions& opts) {
   for (const wl::Workload& w : wl::all_workloads()) {
     SCOPED_TRACE(w.name);
-    auto f = compile([&w](const std::vector<Tensor>& in) { return w.run(in); });
+    auto f = compile([&w](const std::vector<Tensor>& in) { return w.run(in); }, opts);
     for (int round = 0; round < 2; ++round) {
       for (std::vector<Tensor>& host : w.path_inputs(wl::Tier::Small, 40 + uint64_t(round))) {
         std::vector<Tensor> dev, want_in;
@@ -203,9 +202,29 @@ TEST(CudaCompiledFunction, EveryWorkloadMatchesCpuEager) {
           EXPECT_TRUE(kiln::testing::close(cpu(dev[i]), want_in[i])) << w.name << " input " << i;
       }
     }
-    for (const auto& g : f.explain(w.path_inputs(wl::Tier::Small, 40)[0]).graphs)
+    std::vector<Tensor> first;
+    auto sets = w.path_inputs(wl::Tier::Small, 40);
+    for (const Tensor& t : sets[0]) first.push_back(t.to(kGpu));
+    for (const auto& g : f.explain(first).graphs) {
+      EXPECT_EQ(g.backend.rfind("cuda:0: ", 0), 0u) << w.name << ": " << g.backend;
       EXPECT_EQ(g.backend.find("reference executor"), std::string::npos) << w.name << ": " << g.backend;
+      if (opts.mode == CompileOptions::Mode::ReduceOverhead)
+        EXPECT_NE(g.backend.find("CUDA graph"), std::string::npos) << w.name << ": " << g.backend;
+    }
   }
+}
+
+TEST(CudaCompiledFunction, EveryWorkloadMatchesCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  expect_workloads_match_cpu_eager({});
+}
+
+// reduce_overhead: the graphs replay as CUDA graphs (those with host work say why not).
+TEST(CudaCompiledFunction, EveryWorkloadMatchesCpuEagerWithCudaGraphs) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  CompileOptions o;
+  o.mode = CompileOptions::Mode::ReduceOverhead;
+  expect_workloads_match_cpu_eager(o);
 }
 
 }  // namespace

@@ -18,10 +18,16 @@
 #include <kiln/passes/pass.h>
 #include <kiln/runtime/cuda.h>
 
+#include <unistd.h>
+
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -437,6 +443,71 @@ TEST(CudaNvrtc, PtxAndTheMemoryCache) {
   ASSERT_TRUE(rendered[0].kernel);
   codegen::cuda_cubin(*rendered[0].kernel, 90);
   EXPECT_EQ(int(codegen::cuda_cubin(*rendered[0].kernel, 90).from), int(codegen::CudaBinary::From::Memory));
+}
+
+
+// ---- CUBINs on disk, across processes ----
+
+// The child: every workload's kernels through cuda_cubin in a process of its own (the parent
+// points KILN_CACHE_DIR at a fresh directory); prints per kernel where the CUBIN came from and
+// how long the call took, and the totals.
+TEST(CudaCubinCache, Child) {
+  if (!std::getenv("KILN_CUBIN_CACHE_CHILD")) GTEST_SKIP() << "run by CudaCubinCache.ASecondProcessLoadsCubinsFromDisk";
+  int compiled = 0, disk = 0, memory = 0;
+  double compiled_ms = 0, disk_ms = 0;
+  std::set<std::string> seen;
+  for (const Case& c : workload_cases())
+    for (const auto& r : c.kernels) {
+      if (!r.kernel || !seen.insert(r.kernel->body).second) continue;
+      codegen::CudaBinary b = codegen::cuda_cubin(*r.kernel, 90);
+      compiled += b.from == codegen::CudaBinary::From::Compiled;
+      disk += b.from == codegen::CudaBinary::From::Disk;
+      memory += b.from == codegen::CudaBinary::From::Memory;
+      (b.from == codegen::CudaBinary::From::Disk ? disk_ms : compiled_ms) += b.ms;
+    }
+  std::printf("cubins compiled=%d disk=%d memory=%d compiled_ms=%.1f disk_ms=%.2f\n", compiled, disk, memory, compiled_ms,
+              disk_ms);
+}
+
+// Runs the child in a new process with `cache_dir`; returns its output.
+std::string run_cubin_child(const std::string& cache_dir) {
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();  // (not the shell's)
+  std::string cmd = "KILN_CUBIN_CACHE_CHILD=1 KILN_CACHE_DIR='" + cache_dir + "' '" + self +
+                    "' --gtest_filter=CudaCubinCache.Child 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+  if (p) pclose(p);
+  return out;
+}
+
+// A first process compiles every workload kernel's CUBIN with NVRTC and stores it; a second
+// process, with an empty memory cache, loads each from disk instead. The times are printed
+// (docs/perf.md); no test asserts on them.
+TEST(CudaCubinCache, ASecondProcessLoadsCubinsFromDisk) {
+  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("kiln-cubin-cache-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  std::string first = run_cubin_child(dir.string()), second = run_cubin_child(dir.string());
+  std::smatch m1, m2;
+  std::regex line(R"(cubins compiled=(\d+) disk=(\d+) memory=(\d+))");
+  ASSERT_TRUE(std::regex_search(first, m1, line)) << first;
+  ASSERT_TRUE(std::regex_search(second, m2, line)) << second;
+  EXPECT_GT(std::stoi(m1[1]), 10) << first;
+  EXPECT_EQ(std::stoi(m1[2]), 0) << first;
+  EXPECT_EQ(std::stoi(m2[1]), 0) << second;
+  EXPECT_EQ(std::stoi(m2[2]), std::stoi(m1[1])) << second;
+  int entries = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) entries += e.path().extension() == ".cubin";
+  EXPECT_EQ(entries, std::stoi(m1[1]));
+  auto summary = [](const std::string& out) {
+    size_t at = out.find("cubins");
+    return out.substr(at, out.find('\n', at) - at);
+  };
+  std::printf("first process: %s\nsecond process: %s\n", summary(first).c_str(), summary(second).c_str());
+  fs::remove_all(dir);
 }
 
 }  // namespace

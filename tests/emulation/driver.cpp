@@ -33,6 +33,7 @@ enum : int {
   kOutOfMemory = 2,
   kInvalidImage = 200,
   kNotFound = 500,
+  kCaptureUnsupported = 900,
 };
 
 struct State {
@@ -41,6 +42,9 @@ struct State {
   size_t cached = 0;                      // freed bytes the "pool" still counts as reserved
   size_t live = 0;
   uint64_t release_threshold = 0;
+  // Stream capture (kiln's one stream): while set, work is recorded here instead of run.
+  std::vector<std::function<void()>>* capture = nullptr;
+  std::map<void*, int> param_counts;  // per kernel entry: its parameters (8 bytes each)
 };
 State& st() {
   static State* s = new State();
@@ -90,8 +94,12 @@ std::string precompiled_header(const std::filesystem::path& dir) {
 
 std::string compile_module(const std::string& source, std::string* log) {
   namespace fs = std::filesystem;
+  // KILN_EMULATION_CACHE (the test builds share one: a module compiles the same in each), else
+  // under KILN_CACHE_DIR, else the temp directory.
+  const char* shared = std::getenv("KILN_EMULATION_CACHE");
   const char* cache = std::getenv("KILN_CACHE_DIR");
-  fs::path dir = fs::path(cache && *cache ? cache : fs::temp_directory_path().string()) / "cuda-emulation";
+  fs::path dir = shared && *shared ? fs::path(shared)
+                 : fs::path(cache && *cache ? cache : fs::temp_directory_path().string()) / "cuda-emulation";
   fs::create_directories(dir);
   std::string stem = (dir / ("module-" + std::to_string(std::hash<std::string>{}(header_tag() + source)))).string();
   std::string so = stem + ".so";
@@ -124,7 +132,8 @@ int cuDriverGetVersion(int* v) {
   return kSuccess;
 }
 int cuGetErrorName(int r, const char** s) {
-  *s = r == kInvalidValue    ? "CUDA_ERROR_INVALID_VALUE"
+  *s = r == kCaptureUnsupported ? "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"
+       : r == kInvalidValue    ? "CUDA_ERROR_INVALID_VALUE"
        : r == kOutOfMemory   ? "CUDA_ERROR_OUT_OF_MEMORY"
        : r == kInvalidImage  ? "CUDA_ERROR_INVALID_IMAGE"
        : r == kNotFound      ? "CUDA_ERROR_NOT_FOUND"
@@ -132,7 +141,8 @@ int cuGetErrorName(int r, const char** s) {
   return kSuccess;
 }
 int cuGetErrorString(int r, const char** s) {
-  *s = r == kInvalidValue    ? "invalid argument"
+  *s = r == kCaptureUnsupported ? "operation not permitted when stream is capturing"
+       : r == kInvalidValue    ? "invalid argument"
        : r == kOutOfMemory   ? "out of memory"
        : r == kInvalidImage  ? "device kernel image is invalid"
        : r == kNotFound      ? "named symbol not found"
@@ -167,13 +177,13 @@ int cuDevicePrimaryCtxRetain(void** ctx, int) {
   return kSuccess;
 }
 int cuCtxSetCurrent(void*) { return kSuccess; }
-int cuCtxSynchronize() { return kSuccess; }
+int cuCtxSynchronize() { return st().capture ? kCaptureUnsupported : kSuccess; }
 int cuStreamCreate(void** s, unsigned) {
   static int stream;
   *s = &stream;
   return kSuccess;
 }
-int cuStreamSynchronize(void*) { return kSuccess; }
+int cuStreamSynchronize(void*) { return st().capture ? kCaptureUnsupported : kSuccess; }
 int cuEventCreate(void** e, unsigned) {
   *e = new Event();
   return kSuccess;
@@ -182,7 +192,7 @@ int cuEventRecord(void* e, void*) {
   static_cast<Event*>(e)->at = std::chrono::steady_clock::now();
   return kSuccess;
 }
-int cuEventSynchronize(void*) { return kSuccess; }
+int cuEventSynchronize(void*) { return st().capture ? kCaptureUnsupported : kSuccess; }
 int cuEventElapsedTime(float* ms, void* a, void* b) {
   *ms = std::chrono::duration<float, std::milli>(static_cast<Event*>(b)->at - static_cast<Event*>(a)->at).count();
   return kSuccess;
@@ -214,6 +224,7 @@ int cuMemPoolTrimTo(void*, size_t keep) {
   return kSuccess;
 }
 int cuMemAllocAsync(unsigned long long* p, size_t n, void*) {
+  if (st().capture) return kCaptureUnsupported;  // (CUDA would capture it; kiln never allocates there)
   void* m = std::aligned_alloc(256, (n + 255) / 256 * 256);
   if (!m) return kOutOfMemory;
   std::memset(m, 0xff, n);
@@ -225,6 +236,7 @@ int cuMemAllocAsync(unsigned long long* p, size_t n, void*) {
   return kSuccess;
 }
 int cuMemFreeAsync(unsigned long long p, void*) {
+  if (st().capture) return kCaptureUnsupported;
   void* m = reinterpret_cast<void*>(uintptr_t(p));
   std::lock_guard<std::mutex> lock(st().mu);
   auto it = st().device_blocks.find(m);
@@ -236,19 +248,25 @@ int cuMemFreeAsync(unsigned long long p, void*) {
   return kSuccess;
 }
 int cuMemcpyHtoDAsync_v2(unsigned long long d, const void* s, size_t n, void*) {
+  if (st().capture) return kCaptureUnsupported;
   std::memcpy(reinterpret_cast<void*>(uintptr_t(d)), s, n);
   return kSuccess;
 }
 int cuMemcpyDtoHAsync_v2(void* d, unsigned long long s, size_t n, void*) {
+  if (st().capture) return kCaptureUnsupported;
   std::memcpy(d, reinterpret_cast<const void*>(uintptr_t(s)), n);
   return kSuccess;
 }
 int cuMemcpyDtoDAsync_v2(unsigned long long d, unsigned long long s, size_t n, void*) {
-  std::memmove(reinterpret_cast<void*>(uintptr_t(d)), reinterpret_cast<const void*>(uintptr_t(s)), n);
+  auto run = [d, s, n] { std::memmove(reinterpret_cast<void*>(uintptr_t(d)), reinterpret_cast<const void*>(uintptr_t(s)), n); };
+  if (st().capture) st().capture->push_back(run);
+  else run();
   return kSuccess;
 }
 int cuMemsetD8Async(unsigned long long d, unsigned char v, size_t n, void*) {
-  std::memset(reinterpret_cast<void*>(uintptr_t(d)), v, n);
+  auto run = [d, v, n] { std::memset(reinterpret_cast<void*>(uintptr_t(d)), v, n); };
+  if (st().capture) st().capture->push_back(run);
+  else run();
   return kSuccess;
 }
 int cuMemHostAlloc(void** p, size_t n, unsigned) {
@@ -273,13 +291,67 @@ int cuModuleLoadData(void** module, const void* image) {
 }
 int cuModuleGetFunction(void** f, void* module, const char* name) {
   *f = dlsym(module, (std::string(name) + "_emu").c_str());
-  return *f ? kSuccess : kNotFound;
+  if (!*f) return kNotFound;
+  auto* count = static_cast<const int*>(dlsym(module, (std::string(name) + "_emu_params").c_str()));
+  std::lock_guard<std::mutex> lock(st().mu);
+  st().param_counts[*f] = count ? *count : -1;
+  return kSuccess;
 }
 int cuModuleUnload(void* module) { return dlclose(module) == 0 ? kSuccess : kInvalidValue; }
 int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned,
                    void*, void** params, void**) {
   if (gy != 1 || gz != 1 || by != 1 || bz != 1 || bx == 0 || bx % 32 != 0 || gx == 0) return kInvalidValue;
-  reinterpret_cast<Entry>(f)(params, gx, bx);
+  if (!st().capture) {
+    reinterpret_cast<Entry>(f)(params, gx, bx);
+    return kSuccess;
+  }
+  // Captured: the arguments' values now (every kiln parameter is 8 bytes), the launch later.
+  int n = -1;
+  {
+    std::lock_guard<std::mutex> lock(st().mu);
+    n = st().param_counts.count(f) ? st().param_counts[f] : -1;
+  }
+  if (n < 0) return kInvalidValue;
+  std::vector<uint64_t> values(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) std::memcpy(&values[size_t(j)], params[j], 8);
+  st().capture->push_back([f, gx, bx, values]() mutable {
+    std::vector<void*> p;
+    for (uint64_t& v : values) p.push_back(&v);
+    reinterpret_cast<Entry>(f)(p.data(), gx, bx);
+  });
+  return kSuccess;
+}
+
+struct Graph {
+  std::vector<std::function<void()>> work;
+};
+int cuStreamBeginCapture_v2(void*, int) {
+  if (st().capture) return kInvalidValue;
+  st().capture = new std::vector<std::function<void()>>();
+  return kSuccess;
+}
+int cuStreamEndCapture(void*, void** graph) {
+  if (!st().capture) return kInvalidValue;
+  *graph = new Graph{std::move(*st().capture)};
+  delete st().capture;
+  st().capture = nullptr;
+  return kSuccess;
+}
+int cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long) {
+  *exec = new Graph(*static_cast<Graph*>(graph));
+  return kSuccess;
+}
+int cuGraphLaunch(void* exec, void*) {
+  if (st().capture) return kCaptureUnsupported;
+  for (auto& w : static_cast<Graph*>(exec)->work) w();
+  return kSuccess;
+}
+int cuGraphExecDestroy(void* exec) {
+  delete static_cast<Graph*>(exec);
+  return kSuccess;
+}
+int cuGraphDestroy(void* graph) {
+  delete static_cast<Graph*>(graph);
   return kSuccess;
 }
 

@@ -11,6 +11,7 @@
 
 #include "../epilogue.h"
 #include "eager.h"
+#include "graph.h"
 #include "kiln/codegen/cuda.h"
 #include "kiln/ir/exec.h"
 #include "kiln/runtime/cuda.h"
@@ -98,6 +99,11 @@ struct Launch {
   LoadedKernel fn;
   CudaLaunch dims;
   int device = 0;
+  std::shared_ptr<DeviceScratch> fixed_parts;  // Split: slots allocated once (CUDA graphs), else per launch
+  void* sink = nullptr;  // the status word of a kernel without checks (allocated when compiled, not in a capture)
+
+  size_t parts_bytes() const { return parts_bytes_for(k); }
+  size_t parts_bytes_for(const CudaKernel& kk) const { return size_t(dims.grid) * size_t(kk.slots) * sizeof(uint64_t); }
 
   void operator()(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs, const Tensor* first = nullptr) const {
     std::vector<uint64_t> v = cuda_operand_params(k, buffers, inputs, first);
@@ -107,15 +113,16 @@ struct Launch {
       status.emplace(sizeof(uint64_t), device);
       cuda::fill_bytes(status->p, 0, sizeof(uint64_t), device);
     }
-    v.push_back(uint64_t(reinterpret_cast<uintptr_t>(checked ? status->p : sink_word(device))));
+    v.push_back(uint64_t(reinterpret_cast<uintptr_t>(checked ? status->p : sink)));
     auto params = [&] {
       std::vector<void*> p;
       for (uint64_t& x : v) p.push_back(&x);
       return p;
     };
     if (k.strategy == CudaStrategy::Split) {
-      DeviceScratch parts(size_t(dims.grid) * size_t(k.slots) * sizeof(uint64_t), device);
-      v.push_back(uint64_t(reinterpret_cast<uintptr_t>(parts.p)));
+      std::optional<DeviceScratch> own;
+      if (!fixed_parts) own.emplace(parts_bytes(), device);
+      v.push_back(uint64_t(reinterpret_cast<uintptr_t>(fixed_parts ? fixed_parts->p : own->p)));
       cuda::launch(fn.main, dims.grid, dims.block, params().data(), device);
       v.push_back(dims.grid);  // the finishing step: the slots, then their count
       cuda::launch(fn.finish, 1, dims.block, params().data(), device);
@@ -177,6 +184,7 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
   // The emulator runs each block's threads as host threads: smaller blocks keep them few.
   const int block = opts.block > 0 ? opts.block : cuda::emulated() ? 64 : kCudaBlock;
   std::vector<CudaRender> rendered = render_cuda(p, "kiln_cuda_k");
+  bool any_checks = false;
   for (size_t i = 0; i < rendered.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
     if (!rendered[i].kernel) {
@@ -191,6 +199,10 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
     l.fn = load(ck, device.index, info.arch);
     l.dims = cuda_launch_dims(ck, info.multiprocessors, block);
     l.device = device.index;
+    l.sink = sink_word(device.index);
+    if (opts.graphs && ck.strategy == CudaStrategy::Split)
+      l.fixed_parts = std::make_shared<DeviceScratch>(l.parts_bytes_for(ck), device.index);
+    any_checks |= !ck.checks.empty();
     stats.compiled++;
     stats.memory_hits += l.fn.from == CudaBinary::From::Memory;
     stats.disk_hits += l.fn.from == CudaBinary::From::Disk;
@@ -208,9 +220,14 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
     stats.epilogues++;
     impls[i] = [s](std::span<const Tensor> b, std::span<const ir::Slot> in) { (*s)(b, in); };
   }
+  std::string refusal = opts.graphs ? cuda_graph_refusal(p, input_types, stats, any_checks) : "";
   stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return std::make_shared<CompiledProgram>(std::move(program), std::move(input_types), device, std::move(stats),
-                                           std::move(impls));
+  auto out = std::make_shared<CompiledProgram>(program, input_types, device, std::move(stats), std::move(impls));
+  if (opts.graphs) {
+    if (refusal.empty()) out->set_replay(cuda_graph_replay(program, input_types, device), "replayed as a CUDA graph");
+    else out->set_replay(nullptr, "no CUDA graph: " + refusal);
+  }
+  return out;
 }
 
 }  // namespace kiln::codegen

@@ -170,15 +170,17 @@ class Renderer {
   // the kernel as a grid of host threads, params as cuLaunchKernel takes them.
   void emulation_entries() {
     o_ << "#if defined(KILN_CUDA_EMULATION)\n";
+    const size_t n = out_.param_types.size();
     auto entry = [&](const std::string& name, int extra) {
       o_ << "extern \"C\" void " << name << "_emu(void** p, unsigned grid, unsigned block) {\n"
          << "  kiln_emu::launch(grid, block, [&] { " << name << "(";
-      size_t n = out_.param_types.size();
       for (size_t j = 0; j < n; ++j) o_ << "*(" << out_.param_types[j] << "*)p[" << j << "], ";
       o_ << "*(unsigned long long**)p[" << n << "]";
       if (extra == 1) o_ << ", *(unsigned long long**)p[" << n + 1 << "]";
       if (extra == 2) o_ << ", *(const unsigned long long**)p[" << n + 1 << "], *(long long*)p[" << n + 2 << "]";
       o_ << "); });\n}\n";
+      // (how many 8-byte parameters: the emulator copies them when a launch is captured)
+      o_ << "extern \"C\" const int " << name << "_emu_params = " << n + 1 + (extra == 1 ? 1 : extra == 2 ? 2 : 0) << ";\n";
     };
     entry(out_.name, out_.strategy == CudaStrategy::Split ? 1 : 0);
     if (out_.strategy == CudaStrategy::Split) entry(out_.finish, 2);

@@ -51,6 +51,13 @@ struct CompileOptions {
   // and debugging. (Cpu is the old name of Compiled.)
   enum class Backend { Compiled, Cpu = Compiled, Reference };
   Backend backend = Backend::Compiled;
+  // What one call of a compiled graph costs on a GPU. Default launches its kernels one by one.
+  // ReduceOverhead (torch.compile's mode="reduce-overhead") replays them as one CUDA graph:
+  // the inputs are copied into buffers the graph was captured over, the outputs copied out, so
+  // each call's outputs are its own. Graphs with work on the host fall back to launches, and
+  // explain() says why. No effect on the cpu.
+  enum class Mode { Default, ReduceOverhead };
+  Mode mode = Mode::Default;
 };
 
 struct CompileStats {

@@ -186,6 +186,31 @@ void launch(void* function, unsigned grid, unsigned block, void** params, int de
   driver().check("cuLaunchKernel", driver().cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, s.stream, params, nullptr));
 }
 
+// ---- graphs ----
+
+Graph::Graph(const std::function<void()>& record, int device) : device_(device) {
+  DeviceState& s = state(device, "Graph");
+  const Driver& d = driver();
+  d.check("cuStreamBeginCapture", d.cuStreamBeginCapture_v2(s.stream, kCaptureThreadLocal));
+  try {
+    record();
+  } catch (...) {
+    // End the capture whatever happened, so that the stream takes work again.
+    void* g = nullptr;
+    if (d.cuStreamEndCapture(s.stream, &g) == 0 && g) d.cuGraphDestroy(g);
+    throw;
+  }
+  d.check("cuStreamEndCapture", d.cuStreamEndCapture(s.stream, &graph_));
+  d.check("cuGraphInstantiateWithFlags", d.cuGraphInstantiateWithFlags(&exec_, graph_, 0));
+}
+Graph::~Graph() {
+  if (exec_) driver().cuGraphExecDestroy(exec_);
+  if (graph_) driver().cuGraphDestroy(graph_);
+}
+void Graph::launch() {
+  driver().check("cuGraphLaunch", driver().cuGraphLaunch(exec_, state(device_, "Graph::launch").stream));
+}
+
 // ---- events ----
 
 Event::Event(int device) : device_(device) {

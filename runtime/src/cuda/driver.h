@@ -17,6 +17,8 @@ using CUevent = void*;
 using CUmodule = void*;
 using CUfunction = void*;
 using CUmemoryPool = void*;
+using CUgraph = void*;
+using CUgraphExec = void*;
 
 // The driver's enum values kiln uses (from the driver API's documentation).
 enum : int {
@@ -28,6 +30,7 @@ enum : int {
   kPoolReservedCurrent = 5,
   kPoolUsedCurrent = 7,
   kStreamNonBlocking = 1,
+  kCaptureThreadLocal = 1,  // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 };
 
 struct Driver {
@@ -67,6 +70,12 @@ struct Driver {
   CUresult (*cuModuleUnload)(CUmodule) = nullptr;
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              CUstream, void**, void**) = nullptr;
+  CUresult (*cuStreamBeginCapture_v2)(CUstream, int) = nullptr;
+  CUresult (*cuStreamEndCapture)(CUstream, CUgraph*) = nullptr;
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec*, CUgraph, unsigned long long) = nullptr;
+  CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
+  CUresult (*cuGraphExecDestroy)(CUgraphExec) = nullptr;
+  CUresult (*cuGraphDestroy)(CUgraph) = nullptr;
   int devices = 0;
   int version = 0;
   // The library exports kilnEmulatedDriver: kiln's host emulation of the driver for tests

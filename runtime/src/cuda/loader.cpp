@@ -98,9 +98,15 @@ const Driver& driver() {
     KILN_CU_SYM(cuModuleGetFunction);
     KILN_CU_SYM(cuModuleUnload);
     KILN_CU_SYM(cuLaunchKernel);
+    KILN_CU_SYM(cuStreamBeginCapture_v2);
+    KILN_CU_SYM(cuStreamEndCapture);
+    KILN_CU_SYM(cuGraphInstantiateWithFlags);
+    KILN_CU_SYM(cuGraphLaunch);
+    KILN_CU_SYM(cuGraphExecDestroy);
+    KILN_CU_SYM(cuGraphDestroy);
 #undef KILN_CU_SYM
     if (!d.why.empty()) {
-      d.why = d.library + " is not a usable CUDA driver (11.2 or newer): " + d.why;
+      d.why = d.library + " is not a usable CUDA driver (11.4 or newer): " + d.why;
       return d;
     }
     d.emulated = dlsym(lib, "kilnEmulatedDriver") != nullptr;

@@ -120,6 +120,13 @@ CacheKey cuda_kernel_key(const CudaKernel& k, int arch);
 // kiln::Error when CUDA is unavailable or NVRTC fails.
 struct CudaCompileOptions {
   int block = 0;  // threads per block, a multiple of 32 up to kCudaBlock (0: kCudaBlock; 64 on the emulator)
+  // Replay the program as a CUDA graph (kiln::compile's reduce_overhead): its launches are
+  // captured at the first run over buffers that stay put; each run copies the inputs in,
+  // launches the graph and copies the outputs out (so a later run never overwrites a tensor
+  // an earlier one returned). Runs of one program are serialised. Programs with work on the
+  // host (library ops, conds, integer-division checks) or host-number inputs run as usual;
+  // stats().graphs says which.
+  bool graphs = false;
 };
 std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,
                                               std::vector<ir::Type> input_types, Device device = Device::cuda(),

@@ -5,6 +5,7 @@
 // the backend's compiled form of each kernel it could compile, the runner's eager path for the
 // rest (library ops without a compiled form, conds; on a GPU through host copies).
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +25,9 @@ struct CompileStats {
   int disk_hits = 0;        // of those, loaded from the disk cache
   double compile_ms = 0;    // wall time of the compile call
   std::vector<std::string> interpreted;  // per kernel the runner runs: "k2: opaque kernel", ...
+  // CUDA graphs (CudaCompileOptions::graphs): "" when not asked for, "replayed as a CUDA graph",
+  // or "no CUDA graph: <why>" (a kernel that runs on the host, a check the host must read, ...).
+  std::string graphs;
 };
 using CpuCompileStats = CompileStats;
 
@@ -48,7 +52,14 @@ class CompiledProgram {
   const CompileStats& stats() const { return stats_; }
   Device device() const { return device_; }
 
+  // A backend that replays the program its own way (a CUDA graph over fixed buffers) installs
+  // it here; run() then goes through it with the runner and the accepted inputs.
+  using Replay = std::function<std::vector<Tensor>(const passes::ProgramRunner&, std::span<const ir::Slot>)>;
+  void set_replay(Replay r, std::string note);
+  const passes::ProgramRunner& runner() const { return runner_; }
+
  private:
+  Replay replay_;
   std::shared_ptr<const passes::KernelProgram> program_;
   std::vector<ir::Type> input_types_;
   Device device_;

@@ -141,6 +141,14 @@ class ProgramRunner {
   std::vector<Tensor> run(std::span<const ir::Slot> inputs) const;
   std::vector<Tensor> run(std::span<const Tensor> inputs) const;
 
+  // run() in two halves, for a caller that keeps the buffers from run to run (a CUDA graph
+  // replays kernels over fixed addresses): every buffer of the program by id for these inputs
+  // (fresh arena, outputs and written constants), then the kernels over given buffers, returning
+  // the outputs as views of them.
+  std::vector<Tensor> buffers(std::span<const ir::Slot> inputs) const;
+  std::vector<Tensor> run_on(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) const;
+  bool written(int buffer) const;  // some kernel stores into it
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -5,6 +5,7 @@
 // compile log with the offending source lines).
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,24 @@ class Event {
 
  private:
   void* event_ = nullptr;
+  int device_ = 0;
+};
+
+// A CUDA graph: the work `record` enqueues on the device's stream, captured (not run) and
+// instantiated, then replayed as one launch. Kernel arguments are captured by value, so a
+// replay touches the same memory as the capture: callers keep those buffers alive and fixed.
+// `record` must only enqueue (no allocation, copy to the host or synchronize).
+class Graph {
+ public:
+  Graph(const std::function<void()>& record, int device = 0);
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  void launch();  // on the device's stream
+
+ private:
+  void* graph_ = nullptr;
+  void* exec_ = nullptr;
   int device_ = 0;
 };
 

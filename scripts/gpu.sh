@@ -71,10 +71,20 @@ run() {
         -DCMAKE_PREFIX_PATH="$usr" -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu 2>&1 | tee "$out/configure.log"
   cmake --build $build 2>&1 | tee "$out/build.log"
   local status=0
-  # the CUDA suite first (its log is what a short call must bring back), then everything
-  KILN_CACHE_DIR="$PWD/$build/kernel-cache" ctest --test-dir $build -j8 -R 'Cuda|cuda' --output-on-failure \
-    2>&1 | tee "$out/ctest-cuda.log" || status=1
+  # the CUDA suite on the real GPU first (its log is what a short call must bring back), then
+  # everything (the emulated CUDA tests included)
+  KILN_TEST_REAL_CUDA=1 ctest --test-dir $build -j4 -R 'Cuda|cuda' -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin' \
+    --output-on-failure 2>&1 | tee "$out/ctest-cuda.log" || status=1
   ctest --test-dir $build -j16 --output-on-failure 2>&1 | tee "$out/ctest-all.log" || status=1
+  # the benchmark: kiln eager, compiled and compiled with CUDA graphs against PyTorch eager,
+  # torch.compile and its reduce-overhead mode, workload by workload; then the per-call
+  # overhead at the small tier (tiny tensors: launch-bound)
+  if [[ -x $build/tools/kiln-bench ]]; then
+    python3 tools/bench/compare.py --kiln-bench $build/tools/kiln-bench --python python3 --device cuda \
+      --tier gpu --out "$out/bench-gpu" 2>&1 | tee "$out/bench-gpu.log" || status=1
+    $build/tools/kiln-bench --device cuda --tier small --json "$out/bench-small.json" \
+      2>&1 | tee "$out/bench-small.log" || status=1
+  fi
   if [[ -x $build/tools/dump-ir/dump-ir ]]; then
     for w in add_sin_cos softmax layernorm sum_f64 transpose_add; do
       $build/tools/dump-ir/dump-ir "$w" --size gpu --emit=cuda >"$out/$w.cu" 2>&1 || status=1

@@ -208,8 +208,9 @@ void expect_workloads_match_cpu_eager(const CompileOptions& opts) {
     for (const auto& g : f.explain(first).graphs) {
       EXPECT_EQ(g.backend.rfind("cuda:0: ", 0), 0u) << w.name << ": " << g.backend;
       EXPECT_EQ(g.backend.find("reference executor"), std::string::npos) << w.name << ": " << g.backend;
-      if (opts.mode == CompileOptions::Mode::ReduceOverhead)
+      if (opts.mode == CompileOptions::Mode::ReduceOverhead) {
         EXPECT_NE(g.backend.find("CUDA graph"), std::string::npos) << w.name << ": " << g.backend;
+      }
     }
   }
 }

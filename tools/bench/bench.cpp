@@ -8,6 +8,7 @@
 #include <kiln/ir/graph.h>
 #include <kiln/passes/kernel.h>
 #include <kiln/passes/pass.h>
+#include <kiln/runtime/cuda.h>
 #include <kiln/runtime/env.h>
 
 #include <CLI/CLI.hpp>
@@ -42,6 +43,7 @@ struct Options {
   RepPolicy policy;
   uint64_t seed = 12345;
   std::string json_file, svg_file, first_call;
+  std::string device = "cpu";  // cpu | cuda
 };
 
 // One timed implementation's outcome.
@@ -70,8 +72,9 @@ struct WorkloadResult {
 
 struct Machine {
   int threads = 1;
-  double stream_gbps = kNaN;
-  std::string cpu;
+  double stream_gbps = kNaN;  // the cpu's STREAM copy, or on a GPU its device-to-device copy
+  std::string cpu;            // (on a GPU: the device's name)
+  std::string device = "cpu";
 };
 
 // Workloads whose float results differ more between orders of evaluation: transcendental
@@ -132,7 +135,7 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
   r.variants.push_back({"kiln", "eager", kKilnAllocator});
   r.variants.push_back({"kiln", "compiled", kKilnAllocator});
   // Compile time first, while this process holds no inputs.
-  if (o.compile_time) r.compile = measure_compile_times(w.name, child_args(o));
+  if (o.compile_time && o.device == "cpu") r.compile = measure_compile_times(w.name, child_args(o));
 
   const int paths = std::max(1, w.paths);
   std::vector<std::vector<Tensor>> pristine = w.path_inputs(tier_of(o), o.seed, dtype_override(o));
@@ -140,13 +143,38 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
   if (w.mutates_inputs)
     for (const auto& s : pristine) sets.push_back(clone_all(s));
   auto fresh = [&](int p) { return w.mutates_inputs ? clone_all(pristine[size_t(p)]) : pristine[size_t(p)]; };
+  // On a GPU (--device cuda) every kiln variant takes device copies of the inputs, each timed
+  // call ends with a synchronize, and compiled outputs are checked against cpu eager; a third
+  // variant replays the compiled graphs as CUDA graphs (reduce_overhead).
+  const bool gpu = o.device == "cuda";
+  auto on_device = [&](std::vector<Tensor> v) {
+    if (gpu)
+      for (Tensor& t : v) t = t.to(Device::cuda());
+    return v;
+  };
+  auto to_host = [&](std::vector<Tensor> v) {
+    if (gpu)
+      for (Tensor& t : v) t = t.to(Device::cpu());
+    return v;
+  };
+  auto sync = [gpu] {
+    if (gpu) cuda::synchronize();
+  };
+  if (gpu) {
+    r.variants[0].allocator = r.variants[1].allocator = "CUDA stream-ordered pool";
+    for (auto& s : sets) s = on_device(s);
+    for (auto& s : pristine) s = on_device(s);
+  }
   auto f = kiln::compile([&w](const std::vector<Tensor>& v) { return w.run(v); }, CompileOptions{.name = w.name});
+  CompileOptions graph_opts{.name = w.name};
+  graph_opts.mode = CompileOptions::Mode::ReduceOverhead;
+  auto fg = kiln::compile([&w](const std::vector<Tensor>& v) { return w.run(v); }, graph_opts);
   const bool loose = loose_check(w.name);
 
   // The reference outputs (and the traffic), then the check of every other variant.
   std::vector<std::vector<Tensor>> ref;
   for (int p = 0; p < paths; ++p) {
-    std::vector<Tensor> in = fresh(p);
+    std::vector<Tensor> in = to_host(fresh(p));  // (the reference is cpu eager)
     ref.push_back(w.run(in));
     if (p == 0) r.bytes = total_bytes(in, ref.back());
   }
@@ -165,7 +193,13 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
     return true;
   };
   r.variants[0].check = o.check ? "ok" : "skipped";
-  if (!check_variant(r.variants[1], [&](int p) { return f(fresh(p)); })) {
+  if (gpu) {
+    r.variants.push_back({"kiln", "compiled_graphs", "CUDA stream-ordered pool"});
+    if (!check_variant(r.variants[0], [&](int p) { return to_host(w.run(fresh(p))); }) ||
+        !check_variant(r.variants.back(), [&](int p) { return to_host(fg(fresh(p))); }))
+      r.failed = true;
+  }
+  if (!check_variant(r.variants[1], [&](int p) { return to_host(f(fresh(p))); }) || r.failed) {
     r.failed = true;
     for (VariantResult& v : r.variants) v.check = "failed";
     return r;
@@ -176,15 +210,21 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
     const size_t p = size_t(call % paths);
     for (size_t i = 0; i < sets[p].size(); ++i) sets[p][i].copy_(pristine[p][i]);
   };
-  std::vector<Tensor> eager_out, comp_out;
-  Timed eager{"eager", restore, [&](int c) { eager_out = w.run(sets[size_t(c % paths)]); }, [&] { eager_out.clear(); }};
-  Timed comp{"compiled", restore, [&](int c) { comp_out = f(sets[size_t(c % paths)]); }, [&] { comp_out.clear(); }};
+  std::vector<Tensor> eager_out, comp_out, graph_out;
+  Timed eager{"eager", restore, [&](int c) { eager_out = w.run(sets[size_t(c % paths)]); sync(); }, [&] { eager_out.clear(); }};
+  Timed comp{"compiled", restore, [&](int c) { comp_out = f(sets[size_t(c % paths)]); sync(); }, [&] { comp_out.clear(); }};
+  Timed graphs{"compiled_graphs", restore, [&](int c) { graph_out = fg(sets[size_t(c % paths)]); sync(); },
+               [&] { graph_out.clear(); }};
   std::vector<Timed*> timed = {&eager, &comp};
   std::vector<size_t> timed_results = {0, 1};  // indices into r.variants (which may still grow)
+  if (gpu) {
+    timed.push_back(&graphs);
+    timed_results.push_back(2);
+  }
 
 #ifdef KILN_BENCH_LIBTORCH
   std::optional<libtorch::Program> lt;
-  if (o.libtorch && libtorch::has_program(w.name)) {
+  if (o.libtorch && !gpu && libtorch::has_program(w.name)) {
     r.variants.push_back({"libtorch", "libtorch", "libtorch CPU allocator over " + malloc_name()});
     r.variants.back().extra["libtorch_version"] = libtorch::version();
     bool ok = false, error = false;
@@ -349,6 +389,11 @@ void print_row(const WorkloadResult& r, const Machine& m, bool libtorch_column) 
   std::string check = r.failed ? "FAILED" : r.variants.empty() ? "-" : r.find("compiled")->check;
   std::printf(" %9s %9s  %s\n", cell(r.compile.cold_ms.value_or(kNaN), "%.1f").c_str(),
               cell(r.compile.warm_ms.value_or(kNaN), "%.1f").c_str(), check.c_str());
+  if (const VariantResult* g = r.find("compiled_graphs"); g && !g->seconds.empty()) {
+    const double gm = med_ms(g);
+    std::printf("  %-16s %10s %11s %8s %15s %15s\n", "(CUDA graphs)", "", cell(gm, "%.3f").c_str(), cell(e / gm, "%.2fx").c_str(),
+                "", gbps_cell(r.bytes, gm, m.stream_gbps).c_str());
+  }
   if (!r.error.empty()) std::printf("  %s: %s\n", r.failed ? "FAILED" : "note", r.error.c_str());
   std::fflush(stdout);
 }
@@ -357,7 +402,7 @@ json num_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); 
 
 json records(const std::vector<WorkloadResult>& rs, const Machine& m) {
   json out = json::array();
-  out.push_back({{"tool", "machine"}, {"stream_gbps", num_or_null(m.stream_gbps)}, {"cpu", m.cpu},
+  out.push_back({{"tool", "machine"}, {"device", m.device}, {"stream_gbps", num_or_null(m.stream_gbps)}, {"cpu", m.cpu},
                  {"threads", m.threads}, {"malloc", malloc_name()},
                  {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : ""}});
   for (const WorkloadResult& r : rs)
@@ -380,6 +425,7 @@ json records(const std::vector<WorkloadResult>& rs, const Machine& m) {
                 {"compile_warm_ms", kiln && v.variant == "compiled" ? num_or_null(r.compile.warm_ms.value_or(kNaN)) : json(nullptr)},
                 {"check", v.check},
                 {"threads", m.threads},
+                {"device", m.device},
                 {"allocator", v.allocator}};
       if (r.failed && !r.error.empty()) j["error"] = r.error;
       for (auto& [k, val] : v.extra.items()) j[k] = val;
@@ -448,6 +494,9 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-compile-time", o.compile_time, "skip the cold/warm compile time (child processes)");
   app.add_flag("!--no-libtorch", o.libtorch, "skip the libtorch peer (when built with it)");
   app.add_option("--seed", o.seed, "seed of the random inputs")->capture_default_str();
+  app.add_option("--device", o.device, "where kiln runs: cpu, or cuda (eager and compiled on the GPU, plus compiled "
+                 "with CUDA graphs; no compile-time children or libtorch there)")
+      ->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--json", o.json_file, "write the records to this file (a JSON array)");
   app.add_option("--svg", o.svg_file, "write the speedup chart to this file");
   app.add_flag("--list", o.list, "print the workloads and their inputs at --tier, and exit");
@@ -494,16 +543,28 @@ int main(int argc, char** argv) {
 #ifdef KILN_BENCH_LIBTORCH
     if (o.libtorch) libtorch::set_threads(m.threads);
 #endif
-    m.stream_gbps = stream_copy_gbps(m.threads);
-    std::printf("kiln-bench: tier %s%s, %d threads (KILN_NUM_THREADS / OMP_NUM_THREADS), %s\n", o.tier.c_str(),
-                o.dtype.empty() ? "" : (", dtype " + o.dtype).c_str(), m.threads, m.cpu.c_str());
-    std::printf("STREAM copy (2 x 128 MiB float32, %d threads, median of 10): %.1f GB/s; malloc: %s\n", m.threads,
-                m.stream_gbps, malloc_name().c_str());
+    if (o.device == "cuda") {
+      KILN_CHECK(cuda_is_available(), "bench", "--device cuda: ", cuda_unavailable_reason());
+      m.device = "cuda:0";
+      cuda::DeviceInfo d = cuda::device_info();
+      m.cpu = d.name + " (sm_" + std::to_string(d.arch) + ", " + std::to_string(d.multiprocessors) + " SMs)";
+      m.stream_gbps = cuda_copy_gbps();
+      std::printf("kiln-bench: tier %s%s on %s\n", o.tier.c_str(), o.dtype.empty() ? "" : (", dtype " + o.dtype).c_str(),
+                  m.cpu.c_str());
+      std::printf("device-to-device copy (2 x 512 MiB, median of 10, CUDA events): %.1f GB/s\n", m.stream_gbps);
+    } else {
+      m.stream_gbps = stream_copy_gbps(m.threads);
+      std::printf("kiln-bench: tier %s%s, %d threads (KILN_NUM_THREADS / OMP_NUM_THREADS), %s\n", o.tier.c_str(),
+                  o.dtype.empty() ? "" : (", dtype " + o.dtype).c_str(), m.threads, m.cpu.c_str());
+      std::printf("STREAM copy (2 x 128 MiB float32, %d threads, median of 10): %.1f GB/s; malloc: %s\n", m.threads,
+                  m.stream_gbps, malloc_name().c_str());
+    }
 #ifdef KILN_BENCH_LIBTORCH
-    if (o.libtorch) std::printf("libtorch %s, %d threads\n", libtorch::version().c_str(), libtorch::threads());
+    if (o.libtorch && o.device == "cpu") std::printf("libtorch %s, %d threads\n", libtorch::version().c_str(), libtorch::threads());
 #else
     std::printf("libtorch: not built in (see docs/bench.md)\n");
 #endif
+    if (o.device == "cuda") o.libtorch = false;  // (Debian's libtorch runs on the cpu only)
     const bool lt_column = o.libtorch &&
 #ifdef KILN_BENCH_LIBTORCH
                            true;

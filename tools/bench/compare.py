@@ -26,9 +26,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-COLUMNS = ["kiln eager", "kiln compiled", "libtorch", "torch", "torch.compile", "jax", "numexpr"]
+COLUMNS = ["kiln eager", "kiln compiled", "kiln compiled_graphs", "libtorch", "torch", "torch.compile",
+           "torch.compile-ro", "jax", "numexpr"]
 COLORS = {"kiln compiled": "#1f77b4", "libtorch": "#d62728", "torch": "#ff7f0e", "torch.compile": "#2ca02c",
-          "jax": "#9467bd", "numexpr": "#8c564b"}
+          "jax": "#9467bd", "numexpr": "#8c564b", "kiln compiled_graphs": "#17becf", "torch.compile-ro": "#bcbd22"}
 
 
 def column(rec):
@@ -87,7 +88,7 @@ def tables(workloads, by):
                 cell = fmt_ms(med)
             row += f"{cell:>{width}}"
         out.append(row)
-    comp = [c for c in present if c in ("kiln compiled", "torch.compile", "jax", "numexpr")]
+    comp = [c for c in present if c in ("kiln compiled", "kiln compiled_graphs", "torch.compile", "torch.compile-ro", "jax", "numexpr")]
     if comp:
         out += ["", "first call ms (kiln compiled: cold / warm disk cache; the peers: cold, in-process)", ""]
         out.append(f"{'workload':<18}" + "".join(f"{c:>{width}}" for c in comp))
@@ -180,7 +181,12 @@ def main():
     ap.add_argument("--peers", default="torch,torch.compile,jax,numexpr", help="passed to peers.py --peers")
     ap.add_argument("--no-compile-time", action="store_true", help="passed to kiln-bench")
     ap.add_argument("--no-peers", action="store_true", help="kiln-bench only")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: kiln and PyTorch on the GPU (kiln with and without CUDA graphs; torch eager, "
+                         "torch.compile and its reduce-overhead mode)")
     args = ap.parse_args()
+    if args.device == "cuda" and args.peers == ap.get_default("peers"):
+        args.peers = "torch,torch.compile,torch.compile-ro"
     if not os.access(args.kiln_bench, os.X_OK):
         sys.exit(f"compare.py: no kiln-bench at {args.kiln_bench} (build it: see docs/bench.md, or pass --kiln-bench)")
 
@@ -197,7 +203,7 @@ def main():
         if w not in known:
             sys.exit(f"compare.py: no workload named '{w}' (known: {', '.join(known)})")
     os.makedirs(args.out, exist_ok=True)
-    common = ["--tier", args.tier, "--reps", str(args.reps), "--min-time", str(args.min_time)]
+    common = ["--tier", args.tier, "--reps", str(args.reps), "--min-time", str(args.min_time), "--device", args.device]
     merged, by = [], {}
     with tempfile.TemporaryDirectory(prefix="kiln-compare-") as tmp:
         for i, w in enumerate(workloads):

@@ -18,6 +18,8 @@
 #include <limits>
 #include <sstream>
 
+#include <kiln/runtime/cuda.h>
+
 #include "bench.h"
 
 extern char** environ;
@@ -157,6 +159,28 @@ CheckResult compare_outputs(const std::vector<Tensor>& want, const std::vector<T
 }
 
 // ---------------------------------------------------------------- the machine
+
+double cuda_copy_gbps(int reps) {
+  // The GPU's STREAM-like copy: device to device, 2 x 512 MiB, bytes read + written per second.
+  const size_t bytes = size_t(512) << 20;
+  void* a = cuda::allocate(bytes);
+  void* b = cuda::allocate(bytes);
+  cuda::fill_bytes(a, 1, bytes);
+  cuda::copy_on_device(b, a, bytes);
+  cuda::copy_on_device(b, a, bytes);
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    cuda::Event start, stop;
+    start.record();
+    cuda::copy_on_device(b, a, bytes);
+    stop.record();
+    stop.synchronize();
+    t.push_back(start.elapsed_ms(stop) / 1e3);
+  }
+  cuda::release(a, bytes);
+  cuda::release(b, bytes);
+  return 2.0 * double(bytes) / median(t) / 1e9;
+}
 
 double stream_copy_gbps(int threads, int reps) {
   const int64_t n = int64_t(32) << 20;  // 32 Mi floats: 128 MiB per array, 256 MiB in all

@@ -326,14 +326,18 @@ def allocator_name(what):
     return f"{what} over {base}"
 
 
-def make_torch_peer(torch, np, name, sets, dtype, compiled):
-    tool = "torch.compile" if compiled else "torch"
-    peer = Peer(tool, torch.__version__, allocator_name("PyTorch CPU allocator"))
+def make_torch_peer(torch, np, name, sets, dtype, tool, device="cpu"):
+    """tool: torch (eager), torch.compile, or torch.compile-ro (mode="reduce-overhead", CUDA graphs)."""
+    gpu = device == "cuda"
+    alloc = "PyTorch CUDA caching allocator" if gpu else allocator_name("PyTorch CPU allocator")
+    peer = Peer(tool, torch.__version__, alloc)
     fn = torch_programs(torch)[name]
-    if compiled:
+    if tool == "torch.compile":
         fn = torch.compile(fn)
+    elif tool == "torch.compile-ro":
+        fn = torch.compile(fn, mode="reduce-overhead")
     tdt = {"f32": torch.float32, "f64": torch.float64, "bf16": torch.bfloat16}[dtype]
-    pristine = [[torch.from_numpy(a.copy()).to(tdt) for a in s] for s in sets]
+    pristine = [[torch.from_numpy(a.copy()).to(tdt).to(device) for a in s] for s in sets]
     work = [[t.clone() for t in s] for s in pristine] if name == "inplace_chain" else pristine
     paths = len(sets)
     if name == "inplace_chain":
@@ -345,10 +349,15 @@ def make_torch_peer(torch, np, name, sets, dtype, compiled):
 
     def run(call):
         with torch.no_grad():
-            return fn(*work[call % paths])
+            out = fn(*work[call % paths])
+        if gpu:
+            if tool == "torch.compile-ro":
+                out = out.clone()  # (the next replay overwrites a CUDA graph's output; kiln's copy it out too)
+            torch.cuda.synchronize()
+        return out
 
     peer.run = run
-    peer.to_numpy = lambda out: out.detach().to(torch.float64).numpy()
+    peer.to_numpy = lambda out: out.detach().to(torch.float64).cpu().numpy()
     return peer
 
 
@@ -463,6 +472,7 @@ def load_peers(threads, notes):
         found["torch"] = torch
         if hasattr(torch, "compile") and int(torch.__version__.split(".")[0]) >= 2:
             found["torch.compile"] = torch
+            found["torch.compile-ro"] = torch
         else:
             notes.append(f"torch.compile: skipped (torch {torch.__version__} has no torch.compile; needs >= 2.0)")
     except ImportError as e:
@@ -495,8 +505,13 @@ def main():
     ap.add_argument("--threads", type=int, default=2, help="threads for every peer (default 2)")
     ap.add_argument("--seed", type=int, default=12345)
     ap.add_argument("--peers", default="torch,torch.compile,jax,numexpr",
-                    help="which peers to run, of torch, torch.compile, jax, numexpr (default: all that import)")
+                    help="which peers to run, of torch, torch.compile, torch.compile-ro (reduce-overhead), jax, "
+                         "numexpr (default: torch, torch.compile, jax, numexpr on the cpu; the torch ones on cuda)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: PyTorch's peers on the GPU (each timed call ends with torch.cuda.synchronize())")
     args = ap.parse_args()
+    if args.device == "cuda" and args.peers == ap.get_default("peers"):
+        args.peers = "torch,torch.compile,torch.compile-ro"
     names = [n for n in args.filter.split(",") if n] or list(WORKLOADS)
     for n in names:
         if n not in WORKLOADS:
@@ -524,10 +539,14 @@ def run(args, names, wanted):
     notes = []
     found = load_peers(args.threads, notes)
     np = found["numpy"]
-    tools = [t for t in ("torch", "torch.compile", "jax", "numexpr") if t in found and t in wanted]
+    tools = [t for t in ("torch", "torch.compile", "torch.compile-ro", "jax", "numexpr") if t in found and t in wanted]
+    if args.device == "cuda":
+        if "torch" not in found or not found["torch"].cuda.is_available():
+            sys.exit("peers.py: --device cuda needs PyTorch with a CUDA device")
+        tools = [t for t in tools if t.startswith("torch")]
     for n in notes:
         print("note: " + n)
-    print(f"peers.py: tier {args.tier}, threads {args.threads}, peers: {', '.join(tools) or 'none'}")
+    print(f"peers.py: tier {args.tier}, device {args.device}, threads {args.threads}, peers: {', '.join(tools) or 'none'}")
     print(f"{'workload':<18} {'peer':<14} {'median ms':>10} {'min ms':>10} {'reps':>6} {'GB/s':>7} "
           f"{'compile ms':>10}  check")
     records, failed = [], 0
@@ -541,8 +560,8 @@ def run(args, names, wanted):
         peers = []
         for tool in tools:
             try:
-                if tool in ("torch", "torch.compile"):
-                    peer = make_torch_peer(found[tool], np, name, sets, dtype, tool == "torch.compile")
+                if tool.startswith("torch"):
+                    peer = make_torch_peer(found[tool], np, name, sets, dtype, tool, args.device)
                 elif tool == "jax":
                     peer = make_jax_peer(*found["jax"], np, name, sets, dtype)
                 elif name in NUMEXPR and dtype != "bf16":
@@ -583,7 +602,8 @@ def run(args, names, wanted):
                    "reps": len(p.seconds), "bytes": float(nbytes),
                    "gbps": nbytes / (med * 1e-3) / 1e9 if med else None, "stream_gbps": None,
                    "compile_cold_ms": p.compile_ms, "compile_warm_ms": None, "check": p.check,
-                   "threads": args.threads, "allocator": p.allocator, "version": p.version}
+                   "threads": args.threads, "allocator": p.allocator, "version": p.version,
+                   "device": "cuda:0" if args.device == "cuda" else "cpu"}
             if len(sets) > 1:
                 rec["paths"] = len(sets)
             if p.error:

@@ -73,8 +73,14 @@ run() {
   local status=0
   # the CUDA suite on the real GPU first (its log is what a short call must bring back), then
   # everything (the emulated CUDA tests included)
-  KILN_TEST_REAL_CUDA=1 ctest --test-dir $build -j4 -R 'Cuda|cuda' -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin' \
-    --output-on-failure 2>&1 | tee "$out/ctest-cuda.log" || status=1
+  # (fresh device memory poisoned: an element no kernel writes reads as NaN / -1)
+  KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 ctest --test-dir $build -j4 -R 'Cuda|cuda' \
+    -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin' --output-on-failure 2>&1 | tee "$out/ctest-cuda.log" || status=1
+  # compute-sanitizer's memcheck over the GPU suite, where the toolkit has it
+  if command -v compute-sanitizer >/dev/null; then
+    KILN_TEST_REAL_CUDA=1 timeout 900 compute-sanitizer --tool memcheck --error-exitcode 1 \
+      $build/tests/codegen/cuda_backend_tests 2>&1 | tail -200 >"$out/memcheck.log" || status=1
+  fi
   ctest --test-dir $build -j16 --output-on-failure 2>&1 | tee "$out/ctest-all.log" || status=1
   # the benchmark: kiln eager, compiled and compiled with CUDA graphs against PyTorch eager,
   # torch.compile and its reduce-overhead mode, workload by workload; then the per-call

@@ -99,11 +99,12 @@ struct Launch {
   LoadedKernel fn;
   CudaLaunch dims;
   int device = 0;
-  std::shared_ptr<DeviceScratch> fixed_parts;  // Split: slots allocated once (CUDA graphs), else per launch
+  // Split under a CUDA graph: slots allocated once, when the graph is accepted (a capture must
+  // not allocate); otherwise (empty) each launch allocates its own, so concurrent runs never share.
+  std::shared_ptr<std::unique_ptr<DeviceScratch>> fixed_parts = std::make_shared<std::unique_ptr<DeviceScratch>>();
   void* sink = nullptr;  // the status word of a kernel without checks (allocated when compiled, not in a capture)
 
-  size_t parts_bytes() const { return parts_bytes_for(k); }
-  size_t parts_bytes_for(const CudaKernel& kk) const { return size_t(dims.grid) * size_t(kk.slots) * sizeof(uint64_t); }
+  size_t parts_bytes() const { return size_t(dims.grid) * size_t(k.slots) * sizeof(uint64_t); }
 
   void operator()(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs, const Tensor* first = nullptr) const {
     std::vector<uint64_t> v = cuda_operand_params(k, buffers, inputs, first);
@@ -121,8 +122,9 @@ struct Launch {
     };
     if (k.strategy == CudaStrategy::Split) {
       std::optional<DeviceScratch> own;
-      if (!fixed_parts) own.emplace(parts_bytes(), device);
-      v.push_back(uint64_t(reinterpret_cast<uintptr_t>(fixed_parts ? fixed_parts->p : own->p)));
+      const DeviceScratch* fixed = fixed_parts->get();
+      if (!fixed) own.emplace(parts_bytes(), device);
+      v.push_back(uint64_t(reinterpret_cast<uintptr_t>(fixed ? fixed->p : own->p)));
       cuda::launch(fn.main, dims.grid, dims.block, params().data(), device);
       v.push_back(dims.grid);  // the finishing step: the slots, then their count
       cuda::launch(fn.finish, 1, dims.block, params().data(), device);
@@ -185,6 +187,7 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
   const int block = opts.block > 0 ? opts.block : cuda::emulated() ? 64 : kCudaBlock;
   std::vector<CudaRender> rendered = render_cuda(p, "kiln_cuda_k");
   bool any_checks = false;
+  std::vector<std::pair<std::shared_ptr<std::unique_ptr<DeviceScratch>>, size_t>> split_launches;  // slots, bytes
   for (size_t i = 0; i < rendered.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
     if (!rendered[i].kernel) {
@@ -200,14 +203,13 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
     l.dims = cuda_launch_dims(ck, info.multiprocessors, block);
     l.device = device.index;
     l.sink = sink_word(device.index);
-    if (opts.graphs && ck.strategy == CudaStrategy::Split)
-      l.fixed_parts = std::make_shared<DeviceScratch>(l.parts_bytes_for(ck), device.index);
     any_checks |= !ck.checks.empty();
     stats.compiled++;
     stats.memory_hits += l.fn.from == CudaBinary::From::Memory;
     stats.disk_hits += l.fn.from == CudaBinary::From::Disk;
     const bool epilogue = ck.epilogue;
     l.k = std::move(ck);
+    if (l.k.strategy == CudaStrategy::Split) split_launches.push_back({l.fixed_parts, l.parts_bytes()});
     if (!epilogue) {
       impls[i] = [l = std::move(l)](std::span<const Tensor> b, std::span<const ir::Slot> in) { l(b, in); };
       continue;
@@ -224,7 +226,10 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
   stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   auto out = std::make_shared<CompiledProgram>(program, input_types, device, std::move(stats), std::move(impls));
   if (opts.graphs) {
-    if (refusal.empty()) out->set_replay(cuda_graph_replay(program, input_types, device), "replayed as a CUDA graph");
+    if (refusal.empty()) {
+      for (auto& [slot, bytes] : split_launches) *slot = std::make_unique<DeviceScratch>(bytes, device.index);
+      out->set_replay(cuda_graph_replay(program, input_types, device), "replayed as a CUDA graph");
+    }
     else out->set_replay(nullptr, "no CUDA graph: " + refusal);
   }
   return out;

@@ -226,6 +226,7 @@ static void compile_node(TreeNode& n, const CompileOptions& opts) {
     if (st.epilogues > 0)
       n.backend_note += "; " + std::to_string(st.epilogues) + " library op" + (st.epilogues > 1 ? "s" : "") +
                         " with a compiled epilogue";
+    for (const std::string& what : st.library) n.backend_note += "; library " + what;
     for (const std::string& why : st.interpreted) n.backend_note += "; interpreted " + why;
     if (!st.graphs.empty()) n.backend_note += "; " + st.graphs;
   } catch (const Error& e) {

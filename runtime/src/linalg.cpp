@@ -1,7 +1,14 @@
-// Matrix products: mm, bmm, matmul (every rank case PyTorch has), addmm. float32/float64 go
-// through OpenBLAS; 16-bit floats through float32 OpenBLAS; integers through a blocked loop.
+// Matrix products: mm, bmm, matmul (every rank case PyTorch has), addmm. On the CPU float32/
+// float64 go through OpenBLAS, 16-bit floats through float32 OpenBLAS, integers through a
+// blocked loop. On a GPU the floating types go through cuBLAS (one strided-batched call per
+// product); integers run on the host's loop.
+//
+// The public ops check their operands and hand GPU tensors to the device handler (trace_ops.h);
+// the products themselves (the *_impl functions) work on either device, and the CUDA backend
+// calls them for the opaque kernels of its programs (device_ops::run_library).
 #include <cblas.h>
 
+#include "cuda/blas.h"
 #include "ops_common.h"
 
 namespace kiln {
@@ -10,30 +17,73 @@ using namespace detail;
 
 namespace {
 
-// A matrix view BLAS can read directly: row-major with a leading dim, or its transpose.
+// A matrix view BLAS can read directly (the last two dims of a matrix or a batch of them):
+// row-major with a leading dim, or its transpose.
 struct BlasMat {
   Tensor t;  // possibly a contiguous copy
   bool trans = false;
   int64_t ld = 1;
+  int64_t batch_stride() const { return t.dim() == 3 ? t.strides()[0] : 0; }
 };
 BlasMat blas_view(const Tensor& m) {
-  int64_t r = m.sizes()[0], c = m.sizes()[1];
-  int64_t s0 = m.strides()[0], s1 = m.strides()[1];
+  const int64_t d = m.dim();
+  int64_t r = m.sizes()[d - 2], c = m.sizes()[d - 1];
+  int64_t s0 = m.strides()[d - 2], s1 = m.strides()[d - 1];
   if ((s1 == 1 || c == 1) && s0 >= std::max<int64_t>(1, c)) return {m, false, s0};
   if ((s0 == 1 || r == 1) && s1 >= std::max<int64_t>(1, r)) return {m, true, s1};
   Tensor cm = m.contiguous();
   return {cm, false, std::max<int64_t>(1, c)};
 }
 
-// out[n, m] = alpha * a[n, k] @ b[k, m] + beta * out (out row-major contiguous).
+void gemm_on_host(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta);
+
+// A product on a GPU: row-major out[n, m] is column-major out^T, and out^T = b^T a^T, so cuBLAS
+// multiplies b's matrices by a's, each read in place where its layout allows.
+void gemm_on_device(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) {
+  if (!is_floating(a.dtype())) {  // integers (and bool's error): the host's loop on copies
+    Tensor o = beta == 0 ? empty(out.sizes(), out.dtype()) : out.to(Device::cpu());
+    gemm_on_host(a.to(Device::cpu()), b.to(Device::cpu()), o, alpha, beta);
+    out.copy_(o);
+    return;
+  }
+  const int64_t d = out.dim();
+  BlasMat A = blas_view(a), B = blas_view(b);
+  cuda::detail::Gemm g;
+  g.dtype = a.dtype();
+  g.m = out.sizes()[d - 1];
+  g.n = out.sizes()[d - 2];
+  g.k = a.sizes()[d - 1];
+  g.trans_a = B.trans, g.a = first_element(B.t), g.lda = B.ld, g.stride_a = B.batch_stride();
+  g.trans_b = A.trans, g.b = first_element(A.t), g.ldb = A.ld, g.stride_b = A.batch_stride();
+  g.c = first_element(out), g.ldc = g.m, g.stride_c = g.m * g.n;
+  g.batch = d == 3 ? out.sizes()[0] : 1;
+  g.alpha = alpha, g.beta = beta;
+  cuda::detail::gemm(g, out.device().index);
+}
+
+// out[n, m] = alpha * a[n, k] @ b[k, m] + beta * out, or the same per matrix of 3-d batches
+// (a and b may repeat one matrix with batch stride 0); out is contiguous, on a's device.
 void gemm_into(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) {
-  int64_t n = a.sizes()[0], k = a.sizes()[1], m = b.sizes()[1];
-  if (n == 0 || m == 0) return;
-  if (k == 0) {
+  if (out.numel() == 0) return;
+  if (a.sizes()[a.dim() - 1] == 0) {
     if (beta == 0) out.zero_();
     else out.mul_(beta);
     return;
   }
+  if (!out.device().is_cpu()) return gemm_on_device(a, b, out, alpha, beta);
+  gemm_on_host(a, b, out, alpha, beta);
+}
+
+void gemm_on_host(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) {
+  if (a.dim() == 3) {
+    for (int64_t i = 0; i < out.sizes()[0]; ++i) {
+      Tensor o = out.select(0, i);
+      gemm_on_host(a.select(0, i), b.select(0, i), o, alpha, beta);
+    }
+    return;
+  }
+  int64_t n = a.sizes()[0], k = a.sizes()[1], m = b.sizes()[1];
+  if (n == 0 || m == 0) return;
   DType dt = a.dtype();
   if (dt == kFloat32 || dt == kFloat64) {
     BlasMat A = blas_view(a), B = blas_view(b);
@@ -48,7 +98,7 @@ void gemm_into(const Tensor& a, const Tensor& b, Tensor& out, double alpha, doub
   }
   if (dt == kFloat16 || dt == kBFloat16) {
     Tensor o32 = beta == 0 ? empty(out.sizes(), kFloat32) : out.to(kFloat32);
-    gemm_into(a.to(kFloat32), b.to(kFloat32), o32, alpha, beta);
+    gemm_on_host(a.to(kFloat32), b.to(kFloat32), o32, alpha, beta);
     out.copy_(o32);
     return;
   }
@@ -79,7 +129,6 @@ void gemm_into(const Tensor& a, const Tensor& b, Tensor& out, double alpha, doub
 }
 
 void check_mm(std::string_view op, const Tensor& a, const Tensor& b) {
-  check_cpu(op, {a, b});
   KILN_CHECK(a.dim() == 2, op, "self must be a matrix, got a ", a.dim(), "-D tensor of shape ", a.sizes().vec());
   KILN_CHECK(b.dim() == 2, op, "mat2 must be a matrix, got a ", b.dim(), "-D tensor of shape ", b.sizes().vec());
   KILN_CHECK(a.sizes()[1] == b.sizes()[0], op, "mat1 and mat2 shapes cannot be multiplied (", a.sizes()[0], "x",
@@ -88,34 +137,32 @@ void check_mm(std::string_view op, const Tensor& a, const Tensor& b) {
              name(a.dtype()), " != ", name(b.dtype()));
 }
 
-}  // namespace
+Tensor product(std::vector<int64_t> shape, const Tensor& like) {
+  return empty(shape, TensorOptions(like.dtype()).device(like.device()));
+}
 
-Tensor mm(const Tensor& a, const Tensor& b) {
-  KILN_TRACE(Mm, (a, b), (), mm(a, b))
+Tensor mm_impl(const Tensor& a, const Tensor& b) {
   check_mm("mm", a, b);
-  Tensor out = empty({a.sizes()[0], b.sizes()[1]}, a.dtype());
+  Tensor out = product({a.sizes()[0], b.sizes()[1]}, a);
   gemm_into(a, b, out, 1.0, 0.0);
   return out;
 }
 
-Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
-  KILN_TRACE(Addmm, (self, a, b), ({"alpha", scalar_attr(alpha)}, {"beta", scalar_attr(beta)}), addmm(self, a, b, beta, alpha))
+Tensor addmm_impl(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
   check_mm("addmm", a, b);
   KILN_CHECK(self.dtype() == a.dtype(), "addmm", "expected self and mat1 to have the same dtype, but got: ",
              name(self.dtype()), " != ", name(a.dtype()));
   std::vector<int64_t> shape{a.sizes()[0], b.sizes()[1]};
   KILN_CHECK(broadcast_shapes(self.sizes(), shape, "addmm") == shape, "addmm", "self of shape ",
              self.sizes().vec(), " cannot be broadcast to the product's shape ", shape);
-  Tensor out = empty(shape, a.dtype());
+  Tensor out = product(shape, a);
   double be = beta.to_double();
   if (be != 0) out.copy_(self);
   gemm_into(a, b, out, alpha.to_double(), be);
   return out;
 }
 
-Tensor bmm(const Tensor& a, const Tensor& b) {
-  KILN_TRACE(Bmm, (a, b), (), bmm(a, b))
-  check_cpu("bmm", {a, b});
+Tensor bmm_impl(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.dim() == 3, "bmm", "batch1 must be a 3D tensor, got shape ", a.sizes().vec());
   KILN_CHECK(b.dim() == 3, "bmm", "batch2 must be a 3D tensor, got shape ", b.sizes().vec());
   KILN_CHECK(a.sizes()[0] == b.sizes()[0], "bmm", "batch1 and batch2 must have same number of batches, got ",
@@ -123,18 +170,12 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.sizes()[2] == b.sizes()[1], "bmm", "Expected size for first two dimensions of batch2 tensor to be: [",
              a.sizes()[0], ", ", a.sizes()[2], "] but got: [", b.sizes()[0], ", ", b.sizes()[1], "].");
   KILN_CHECK(a.dtype() == b.dtype(), "bmm", "expected scalar type ", name(a.dtype()), " but found ", name(b.dtype()));
-  int64_t nb = a.sizes()[0];
-  Tensor out = empty({nb, a.sizes()[1], b.sizes()[2]}, a.dtype());
-  for (int64_t i = 0; i < nb; ++i) {
-    Tensor o = out.select(0, i);
-    gemm_into(a.select(0, i), b.select(0, i), o, 1.0, 0.0);
-  }
+  Tensor out = product({a.sizes()[0], a.sizes()[1], b.sizes()[2]}, a);
+  gemm_into(a, b, out, 1.0, 0.0);
   return out;
 }
 
-Tensor matmul(const Tensor& a, const Tensor& b) {
-  KILN_TRACE(Matmul, (a, b), (), matmul(a, b))
-  check_cpu("matmul", {a, b});
+Tensor matmul_impl(const Tensor& a, const Tensor& b) {
   int64_t da = a.dim(), db = b.dim();
   KILN_CHECK(da > 0 && db > 0, "matmul", "both arguments to matmul need to be at least 1D, but they are ", da,
              "D and ", db, "D");
@@ -144,15 +185,15 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
     KILN_CHECK(a.sizes()[0] == b.sizes()[0], "matmul", "inconsistent tensor size, expected tensor [",
                a.sizes()[0], "] and src [", b.sizes()[0], "] to have the same number of elements, but got ",
                a.sizes()[0], " and ", b.sizes()[0], " elements respectively");
-    return mm(a.unsqueeze(0), b.unsqueeze(1)).view({});
+    return mm_impl(a.unsqueeze(0), b.unsqueeze(1)).view({});
   }
   if (da == 2 && db == 1) {
     KILN_CHECK(a.sizes()[1] == b.sizes()[0], "matmul", "size mismatch, got input (", a.sizes()[0], "), mat (",
                a.sizes()[0], "x", a.sizes()[1], "), vec (", b.sizes()[0], ")");
-    return mm(a, b.unsqueeze(1)).squeeze(-1);
+    return mm_impl(a, b.unsqueeze(1)).squeeze(-1);
   }
-  if (da == 1 && db == 2) return mm(a.unsqueeze(0), b).squeeze(0);
-  if (da == 2 && db == 2) return mm(a, b);
+  if (da == 1 && db == 2) return mm_impl(a.unsqueeze(0), b).squeeze(0);
+  if (da == 2 && db == 2) return mm_impl(a, b);
   // Batched: a 1-d operand becomes a matrix and its extra dim is dropped from the result.
   Tensor A = da == 1 ? a.unsqueeze(0) : a;
   Tensor B = db == 1 ? b.unsqueeze(-1) : b;
@@ -162,7 +203,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   std::vector<int64_t> out_shape;
   if (db <= 2 && da >= 3) {
     // [..., n, k] @ [k, m]: fold the batch into the rows, one GEMM.
-    Tensor r = mm(A.reshape({-1, k}), B);
+    Tensor r = mm_impl(A.reshape({-1, k}), B);
     out_shape.assign(A.sizes().begin(), A.sizes().end() - 1);
     out_shape.push_back(m);
     r = r.view(out_shape);
@@ -174,7 +215,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   std::vector<int64_t> ea = batch, eb = batch;
   ea.insert(ea.end(), {n, k});
   eb.insert(eb.end(), {k, m});
-  Tensor r = bmm(A.expand(ea).reshape({nbatch, n, k}), B.expand(eb).reshape({nbatch, k, m}));
+  // (a batch broadcast along one dim stays a view with batch stride 0; BLAS reads it in place)
+  Tensor r = bmm_impl(A.expand(ea).reshape({nbatch, n, k}), B.expand(eb).reshape({nbatch, k, m}));
   out_shape = batch;
   out_shape.insert(out_shape.end(), {n, m});
   r = r.view(out_shape);
@@ -182,6 +224,57 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (db == 1) r = r.squeeze(-1);
   return r;
 }
+
+}  // namespace
+
+Tensor mm(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Mm, (a, b), (), mm(a, b))
+  check_cpu("mm", {a, b});
+  return mm_impl(a, b);
+}
+
+Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+  KILN_TRACE(Addmm, (self, a, b), ({"alpha", scalar_attr(alpha)}, {"beta", scalar_attr(beta)}), addmm(self, a, b, beta, alpha))
+  check_cpu("addmm", {self, a, b});
+  return addmm_impl(self, a, b, beta, alpha);
+}
+
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Bmm, (a, b), (), bmm(a, b))
+  check_cpu("bmm", {a, b});
+  return bmm_impl(a, b);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Matmul, (a, b), (), matmul(a, b))
+  check_cpu("matmul", {a, b});
+  return matmul_impl(a, b);
+}
+
+namespace device_ops {
+
+bool has_library(OpId op) { return op == OpId::Matmul || op == OpId::Mm || op == OpId::Bmm || op == OpId::Addmm; }
+
+Tensor run_library(OpId op, std::span<const Tensor> in, const std::vector<Attr>& attrs) {
+  auto arg = [&](size_t i) -> const Tensor& {
+    KILN_CHECK(i < in.size(), "run_library", "op ", int(op), " takes more than ", in.size(), " operands");
+    return in[i];
+  };
+  auto scalar = [&](std::string_view name) {
+    for (const Attr& a : attrs)
+      if (a.name == name) return attr_scalar(a.value);
+    return Scalar(1.0);
+  };
+  switch (op) {
+    case OpId::Matmul: return matmul_impl(arg(0), arg(1));
+    case OpId::Mm: return mm_impl(arg(0), arg(1));
+    case OpId::Bmm: return bmm_impl(arg(0), arg(1));
+    case OpId::Addmm: return addmm_impl(arg(0), arg(1), arg(2), scalar("beta"), scalar("alpha"));
+    default: KILN_FAIL("run_library", "op ", int(op), " is not a library op with a device implementation");
+  }
+}
+
+}  // namespace device_ops
 
 Tensor Tensor::matmul(const Tensor& o) const { return kiln::matmul(*this, o); }
 Tensor Tensor::mm(const Tensor& o) const { return kiln::mm(*this, o); }

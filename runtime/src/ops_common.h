@@ -49,6 +49,13 @@ inline Arg kept(const Tensor& t) {
   return a;
 }
 
+// The first element of `t`'s view on its own device, without data_ptr()'s host-access hook
+// (and without its refusal of GPU tensors).
+inline char* first_element(const Tensor& t) {
+  auto* base = static_cast<char*>(t.storage()->data());
+  return base ? base + t.storage_offset() * t.element_size() : nullptr;
+}
+
 // Checks that the CPU eager path can run the op on these tensors.
 void check_cpu(std::string_view op, std::initializer_list<Arg> args);
 

@@ -20,12 +20,6 @@ using namespace detail;
 
 namespace {
 
-// The first element of `t`'s view (CPU), without the host-access hook of data_ptr().
-char* first_element(const Tensor& t) {
-  auto* base = static_cast<char*>(t.storage()->data());
-  return base ? base + t.storage_offset() * t.element_size() : nullptr;
-}
-
 // Visits every index of `sizes` in row-major order: visit(off_a, off_b, idx) with the element
 // offsets (in elements) under the two stride sets `sa` and `sb` and the multi-index `idx`.
 template <typename Visit>

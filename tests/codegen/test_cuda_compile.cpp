@@ -189,7 +189,8 @@ TEST(CudaGraphs, EveryWorkloadReplaysAndMatches) {
     ASSERT_FALSE(note.empty()) << name;
     replayed += note == "replayed as a CUDA graph";
     if (note != "replayed as a CUDA graph")  // (only library ops and conds keep a program off a graph)
-      EXPECT_TRUE(note.find("on the host") != std::string::npos) << name << ": " << note;
+      EXPECT_TRUE(note.find("on the host") != std::string::npos || note.find("library op") != std::string::npos)
+          << name << ": " << note;
     for (uint64_t seed : {3, 4, 5}) expect_matches(name, c, seed);  // capture, then two replays
   }
   EXPECT_GT(replayed, 10);

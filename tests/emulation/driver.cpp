@@ -9,6 +9,10 @@
 // CUDA C++ source (kiln checks for the exported kilnEmulatedDriver and hands over the source
 // instead of a CUBIN): it is compiled with the host compiler against cuda_emu.h, and a launch
 // calls the kernel's NAME_emu entry point, which runs the grid on host threads.
+//
+// It also exports the cuBLAS entry points kiln calls (kiln loads them from here when the driver
+// is this one): a plain triple loop over host memory, column-major as cuBLAS is, accumulating
+// in float (double for float64) and never reading C when beta is 0.
 #include <dlfcn.h>
 #include <unistd.h>
 
@@ -353,6 +357,118 @@ int cuGraphExecDestroy(void* exec) {
 int cuGraphDestroy(void* graph) {
   delete static_cast<Graph*>(graph);
   return kSuccess;
+}
+
+// ---- cuBLAS ----
+
+namespace {
+
+float half_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits = 0;
+  if (exp == 0x1f) bits = sign | 0x7f800000 | (man << 13);
+  else if (exp != 0) bits = sign | ((exp + 112) << 23) | (man << 13);
+  else if (man == 0) bits = sign;
+  else {  // subnormal: normalise
+    int e = -1;
+    do {
+      man <<= 1;
+      ++e;
+    } while (!(man & 0x400));
+    bits = sign | (uint32_t(112 - e) << 23) | ((man & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint16_t float_to_half(float f) {  // round to nearest even
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, man = x & 0x7fffff;
+  if (exp == 0xff) return uint16_t(sign | 0x7c00 | (man ? 0x200 : 0));
+  int e = int(exp) - 112;
+  if (e >= 0x1f) return uint16_t(sign | 0x7c00);
+  if (e <= 0) {
+    if (e < -10) return uint16_t(sign);
+    man |= 0x800000;
+    int shift = 14 - e;
+    uint32_t r = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1))) ++r;
+    return uint16_t(sign | r);
+  }
+  uint32_t r = (uint32_t(e) << 10) | (man >> 13), rem = man & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) ++r;
+  return uint16_t(sign | r);
+}
+float bf16_to_float(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+uint16_t float_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffff) > 0x7f800000) return uint16_t((x >> 16) | 0x40);
+  return uint16_t((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+}
+
+double load(const void* p, int type, int64_t i) {
+  switch (type) {
+    case 0: return static_cast<const float*>(p)[i];
+    case 1: return static_cast<const double*>(p)[i];
+    case 2: return half_to_float(static_cast<const uint16_t*>(p)[i]);
+    default: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+  }
+}
+void store(void* p, int type, int64_t i, double v) {
+  switch (type) {
+    case 0: static_cast<float*>(p)[i] = float(v); break;
+    case 1: static_cast<double*>(p)[i] = v; break;
+    case 2: static_cast<uint16_t*>(p)[i] = float_to_half(float(v)); break;
+    default: static_cast<uint16_t*>(p)[i] = float_to_bf16(float(v)); break;
+  }
+}
+
+}  // namespace
+
+int cublasCreate_v2(void** handle) {
+  static int h;
+  *handle = &h;
+  return 0;
+}
+int cublasSetStream_v2(void*, void*) { return 0; }
+const char* cublasGetStatusName(int s) { return s == 7 ? "CUBLAS_STATUS_INVALID_VALUE" : "CUBLAS_STATUS_NOT_SUPPORTED"; }
+const char* cublasGetStatusString(int s) { return s == 7 ? "an invalid value was used as an argument" : "the functionality requested is not supported"; }
+int cublasGemmStridedBatchedEx(void*, int ta, int tb, int m, int n, int k, const void* alpha, const void* A, int atype, int lda,
+                               long long sa, const void* B, int btype, int ldb, long long sb, const void* beta, void* C,
+                               int ctype, int ldc, long long sc, int batch, int compute, int) {
+  const bool f64 = compute == 70;
+  if (atype != btype || atype != ctype || (f64 != (atype == 1)) || (compute != 68 && compute != 70)) return 15;
+  if (atype != 0 && atype != 1 && atype != 2 && atype != 14) return 15;
+  if (m < 0 || n < 0 || k < 0 || batch < 0 || lda < (ta ? k : m) || ldb < (tb ? n : k) || ldc < m) return 7;
+  const double al = f64 ? *static_cast<const double*>(alpha) : *static_cast<const float*>(alpha);
+  const double be = f64 ? *static_cast<const double*>(beta) : *static_cast<const float*>(beta);
+  auto run = [=] {
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < m; ++i) {
+          double acc = 0;
+          float acc32 = 0;
+          for (int64_t p = 0; p < k; ++p) {
+            double x = load(A, atype, b * sa + (ta ? p + i * lda : i + p * lda));
+            double y = load(B, btype, b * sb + (tb ? j + p * ldb : p + j * ldb));
+            if (f64) acc += x * y;
+            else acc32 += float(x) * float(y);
+          }
+          double v = al * (f64 ? acc : double(acc32));
+          int64_t at = b * sc + i + j * ldc;
+          if (be != 0) v += be * load(C, ctype, at);
+          store(C, ctype, at, v);
+        }
+  };
+  if (st().capture) st().capture->push_back(run);
+  else run();
+  return 0;
 }
 
 }  // extern "C"

@@ -87,7 +87,9 @@ struct GraphReplay {
 std::string cuda_graph_refusal(const passes::KernelProgram& p, const std::vector<ir::Type>& input_types,
                                const CompileStats& stats, bool any_checks) {
   if (!stats.interpreted.empty()) return "a kernel runs on the host (" + stats.interpreted[0] + ")";
-  if (stats.epilogues > 0) return "a library op runs on the host";
+  // (cuBLAS itself can be captured, but kiln's calls allocate their results and any copies of
+  // their operands as they run, and nothing may allocate inside a capture)
+  if (!stats.library.empty()) return "a library op allocates its result as it runs (" + stats.library[0] + ")";
   if (any_checks) return "a kernel's check (integer division by zero) is read by the host after it";
   for (const ir::Type& t : input_types)
     if (t.is_scalar()) return "a host number is an input (a graph holds the values it was captured with)";

@@ -2,6 +2,7 @@
 // (its CUBIN from the caches or NVRTC; CUDA source on the emulated driver) and launched on the
 // device's stream over the program's device buffers, which the kernel program runner sets up.
 // A library op runs on the host on copies of its operands; its fused epilogue runs on the GPU.
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdio>
@@ -145,16 +146,71 @@ struct Launch {
   }
 };
 
-// An opaque kernel split into its library op and the rendered epilogue: the op runs on the
-// host's eager kernels on copies of its operands, its result goes to the device, the epilogue
-// reads it there.
+// A library op of the matmul family run on the device (cuBLAS, through the runtime's
+// device_ops::run_library): a one-node graph whose inputs are kernel loads.
+struct LibraryCall {
+  OpId op = OpId::Matmul;
+  std::vector<Attr> attrs;
+  std::vector<int> loads;  // per operand of the op: the kernel load it reads
+
+  Tensor operator()(const passes::Kernel& k, std::span<const Tensor> buffers) const {
+    std::vector<Tensor> operands;
+    for (int j : loads) {
+      const passes::Access& a = k.loads[size_t(j)];
+      operands.push_back(passes::access_view(buffers[size_t(a.buffer)], a));
+    }
+    return device_ops::run_library(op, operands, attrs);
+  }
+};
+
+// The library call `g` makes when it is one op with a device implementation over tensors read
+// from kernel loads (`load_of_input[i]`: the load graph input i is); nullopt otherwise.
+std::optional<LibraryCall> library_call(const ir::Graph& g, const passes::Kernel& k, std::span<const int> load_of_input) {
+  if (g.nodes().size() != 1 || g.outputs().size() != 1) return std::nullopt;
+  const ir::Node& n = *g.nodes()[0];
+  if (!device_ops::has_library(n.op) || g.outputs()[0] != n.outputs[0]) return std::nullopt;
+  LibraryCall c{n.op, n.attrs, {}};
+  for (const ir::Value* v : n.inputs) {
+    auto it = std::find(g.inputs().begin(), g.inputs().end(), v);
+    if (it == g.inputs().end()) return std::nullopt;
+    int load = load_of_input[size_t(it - g.inputs().begin())];
+    if (k.loads[size_t(load)].buffer < 0) return std::nullopt;  // (a host number: not a matrix)
+    c.loads.push_back(load);
+  }
+  return c;
+}
+
+// An opaque kernel that is a library call alone: its result written through the kernel's store.
+struct LibraryLaunch {
+  const passes::Kernel* kernel = nullptr;
+  LibraryCall call;
+
+  void operator()(std::span<const Tensor> buffers, std::span<const ir::Slot>) const {
+    Tensor result = call(*kernel, buffers);
+    const passes::Access& s = kernel->stores[0];
+    Tensor dst = passes::access_view(buffers[size_t(s.buffer)], s);
+    KILN_CHECK(dst.sizes() == result.sizes(), "cuda", "a library op's result ", result.sizes().vec(),
+               " does not fit its store ", dst.sizes().vec());
+    dst.copy_(result);
+  }
+};
+
+// An opaque kernel split into its library op and the rendered epilogue: the op runs through
+// cuBLAS on the device (`call`) or, for ops without a device implementation, on the host's
+// eager kernels on copies of its operands; the epilogue reads its result on the device.
 struct SplitLaunch {
   const passes::Kernel* kernel = nullptr;
   std::shared_ptr<EpilogueSplit> split;
   std::shared_ptr<ir::Executable> op;
+  std::optional<LibraryCall> call;
   Launch epilogue;
 
   void operator()(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) const {
+    if (call) {
+      Tensor result = (*call)(*kernel, buffers).contiguous();
+      epilogue(buffers, inputs, &result);
+      return;
+    }
     std::vector<ir::Slot> in(split->op_loads.size());
     for (size_t j = 0; j < in.size(); ++j) {
       const passes::Access& a = kernel->loads[size_t(split->op_loads[j])];
@@ -190,6 +246,15 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
   std::vector<std::pair<std::shared_ptr<std::unique_ptr<DeviceScratch>>, size_t>> split_launches;  // slots, bytes
   for (size_t i = 0; i < rendered.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
+    if (!rendered[i].kernel && k.kind == passes::KernelKind::Opaque) {
+      std::vector<int> loads(k.loads.size());
+      for (size_t j = 0; j < loads.size(); ++j) loads[j] = int(j);
+      if (auto call = library_call(k.body, k, loads)) {
+        impls[i] = LibraryLaunch{&k, std::move(*call)};
+        stats.library.push_back("k" + std::to_string(i) + ": " + std::string(ir::op_info(call->op).name) + " (cuBLAS)");
+        continue;
+      }
+    }
     if (!rendered[i].kernel) {
       stats.interpreted.push_back("k" + std::to_string(i) + ": " + rendered[i].why + " (on the host)");
       if (k.kind != passes::KernelKind::Opaque && k.kind != passes::KernelKind::Control)
@@ -218,6 +283,13 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
     s->kernel = &k;
     s->split = std::make_shared<EpilogueSplit>(*split_epilogue(k, int(p.buffers.size())));
     s->op = std::make_shared<ir::Executable>(s->split->op);
+    s->call = library_call(s->split->op, k, s->split->op_loads);
+    if (s->call)
+      stats.library.push_back("k" + std::to_string(i) + ": " + std::string(ir::op_info(s->call->op).name) +
+                              " (cuBLAS) + compiled epilogue");
+    else
+      stats.interpreted.push_back("k" + std::to_string(i) + ": the library op of an opaque kernel (on the host; its "
+                                  "epilogue on the device)");
     s->epilogue = std::move(l);
     stats.epilogues++;
     impls[i] = [s](std::span<const Tensor> b, std::span<const ir::Slot> in) { (*s)(b, in); };

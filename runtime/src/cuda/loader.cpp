@@ -7,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "blas.h"
 #include "driver.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/runtime/error.h"
@@ -23,6 +24,18 @@ void* open_first(const std::vector<std::string>& names, std::string* why) {
     *why += (why->empty() ? "" : "; ") + std::string(e ? e : n + ": cannot be loaded");
   }
   return nullptr;
+}
+
+// A toolkit library's candidates: the loader's path first, then the toolkit's usual homes
+// (CUDA_HOME / CUDA_PATH, then /usr/local/cuda), newest soname first.
+std::vector<std::string> toolkit_library(const std::string& stem) {
+  std::vector<std::string> names, dirs = {""};
+  for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
+    if (const char* v = std::getenv(env); v && *v) dirs.push_back(std::string(v) + "/lib64/");
+  dirs.push_back("/usr/local/cuda/lib64/");
+  for (const std::string& d : dirs)
+    for (const char* version : {".13", ".12", ""}) names.push_back(d + stem + version);
+  return names;
 }
 
 template <typename F>
@@ -131,6 +144,43 @@ const Driver& require(const char* op) {
   return d;
 }
 
+// ---------------------------------------------------------------- cuBLAS
+
+const Blas& blas() {
+  static const Blas b = [] {
+    Blas b;
+    const Driver& d = driver();
+    if (!d.why.empty()) {
+      b.why = "CUDA is not available: " + d.why;
+      return b;
+    }
+    // The emulated driver brings its own (host) cuBLAS; KILN_CUBLAS names another library.
+    const char* env = std::getenv("KILN_CUBLAS");
+    std::vector<std::string> names = d.emulated ? std::vector<std::string>{d.library}
+                                     : env && *env ? std::vector<std::string>{env}
+                                                   : toolkit_library("libcublas.so");
+    std::string tried;
+    void* lib = open_first(names, &tried);
+    if (!lib) {
+      b.why = "cuBLAS (libcublas.so) cannot be loaded (no CUDA toolkit found): " + tried;
+      return b;
+    }
+#define KILN_BLAS_SYM(f) b.f = symbol<decltype(b.f)>(lib, #f, &b.why)
+    KILN_BLAS_SYM(cublasCreate_v2);
+    KILN_BLAS_SYM(cublasSetStream_v2);
+    KILN_BLAS_SYM(cublasGemmStridedBatchedEx);
+#undef KILN_BLAS_SYM
+    if (!b.why.empty()) {
+      b.why = "libcublas.so is not a usable cuBLAS (11 or newer): " + b.why;
+      return b;
+    }
+    b.cublasGetStatusName = reinterpret_cast<decltype(b.cublasGetStatusName)>(dlsym(lib, "cublasGetStatusName"));
+    b.cublasGetStatusString = reinterpret_cast<decltype(b.cublasGetStatusString)>(dlsym(lib, "cublasGetStatusString"));
+    return b;
+  }();
+  return b;
+}
+
 }  // namespace cuda::detail
 
 namespace {
@@ -164,17 +214,8 @@ struct Nvrtc {
 const Nvrtc& nvrtc() {
   static const Nvrtc n = [] {
     Nvrtc n;
-    // The loader's path first, then the toolkit's usual homes (CUDA_HOME / CUDA_PATH, then
-    // /usr/local/cuda), newest soname first.
-    std::vector<std::string> names;
-    std::vector<std::string> dirs = {""};
-    for (const char* env : {"CUDA_HOME", "CUDA_PATH"})
-      if (const char* v = std::getenv(env); v && *v) dirs.push_back(std::string(v) + "/lib64/");
-    dirs.push_back("/usr/local/cuda/lib64/");
-    for (const std::string& d : dirs)
-      for (const char* so : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}) names.push_back(d + so);
     std::string tried;
-    void* lib = open_first(names, &tried);
+    void* lib = open_first(toolkit_library("libnvrtc.so"), &tried);
     if (!lib) {
       n.why = "NVRTC (libnvrtc.so) cannot be loaded (no CUDA toolkit found): " + tried;
       return n;
@@ -233,6 +274,8 @@ int driver_version() { return driver().version; }
 
 bool nvrtc_is_available() { return nvrtc().why.empty(); }
 std::string nvrtc_unavailable_reason() { return nvrtc().why; }
+bool blas_is_available() { return detail::blas().why.empty(); }
+std::string blas_unavailable_reason() { return detail::blas().why; }
 std::string nvrtc_version() {
   const Nvrtc& n = nvrtc();
   return n.why.empty() ? std::to_string(n.major) + "." + std::to_string(n.minor) : "";

@@ -25,6 +25,7 @@ struct CompileStats {
   int disk_hits = 0;        // of those, loaded from the disk cache
   double compile_ms = 0;    // wall time of the compile call
   std::vector<std::string> interpreted;  // per kernel the runner runs: "k2: opaque kernel", ...
+  std::vector<std::string> library;      // per kernel a vendor library runs on the device: "k1: matmul (cuBLAS)"
   // CUDA graphs (CudaCompileOptions::graphs): "" when not asked for, "replayed as a CUDA graph",
   // or "no CUDA graph: <why>" (a kernel that runs on the host, a check the host must read, ...).
   std::string graphs;

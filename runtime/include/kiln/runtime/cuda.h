@@ -113,6 +113,11 @@ class Graph {
   int device_ = 0;
 };
 
+// cuBLAS (libcublas.so, loaded on first use): matrix products of GPU tensors (matmul, mm, bmm,
+// addmm in float32/float64/float16/bfloat16; integer products run on the host's kernels).
+bool blas_is_available();
+std::string blas_unavailable_reason();
+
 // NVRTC, the run-time CUDA C++ compiler (it needs no GPU).
 bool nvrtc_is_available();
 std::string nvrtc_unavailable_reason();

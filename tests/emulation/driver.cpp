@@ -8,7 +8,10 @@
 // unwritten shows. Work runs when enqueued: streams and events order nothing. A module image is
 // CUDA C++ source (kiln checks for the exported kilnEmulatedDriver and hands over the source
 // instead of a CUBIN): it is compiled with the host compiler against cuda_emu.h, and a launch
-// calls the kernel's NAME_emu entry point, which runs the grid on host threads.
+// calls the kernel's NAME_emu entry point, which runs the grid on host threads. While kiln's
+// stream is captured, work is recorded for the graph instead of run (copies to or from the host
+// and synchronisation are refused), and allocations become graph memory that must be freed
+// within the capture.
 //
 // It also exports the cuBLAS entry points kiln calls (kiln loads them from here when the driver
 // is this one): a plain triple loop over host memory, column-major as cuBLAS is, accumulating
@@ -26,6 +29,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 
@@ -48,6 +52,8 @@ struct State {
   uint64_t release_threshold = 0;
   // Stream capture (kiln's one stream): while set, work is recorded here instead of run.
   std::vector<std::function<void()>>* capture = nullptr;
+  // Allocations made during the capture (graph memory nodes): address -> freed in the capture.
+  std::map<void*, bool> captured_blocks;
   std::map<void*, int> param_counts;  // per kernel entry: its parameters (8 bytes each)
 };
 State& st() {
@@ -228,10 +234,17 @@ int cuMemPoolTrimTo(void*, size_t keep) {
   return kSuccess;
 }
 int cuMemAllocAsync(unsigned long long* p, size_t n, void*) {
-  if (st().capture) return kCaptureUnsupported;  // (CUDA would capture it; kiln never allocates there)
   void* m = std::aligned_alloc(256, (n + 255) / 256 * 256);
   if (!m) return kOutOfMemory;
   std::memset(m, 0xff, n);
+  if (st().capture) {
+    // A graph memory node: the address stays the graph's for its life (the memory is released
+    // with the graph); each launch finds it poisoned again, as undefined as CUDA leaves it.
+    st().captured_blocks[m] = false;
+    st().capture->push_back([m, n] { std::memset(m, 0xff, n); });
+    *p = reinterpret_cast<uintptr_t>(m);
+    return kSuccess;
+  }
   std::lock_guard<std::mutex> lock(st().mu);
   st().device_blocks[m] = n;
   st().live += n;
@@ -240,8 +253,14 @@ int cuMemAllocAsync(unsigned long long* p, size_t n, void*) {
   return kSuccess;
 }
 int cuMemFreeAsync(unsigned long long p, void*) {
-  if (st().capture) return kCaptureUnsupported;
   void* m = reinterpret_cast<void*>(uintptr_t(p));
+  if (st().capture) {
+    // Only memory the capture allocated may be freed in it.
+    auto it = st().captured_blocks.find(m);
+    if (it == st().captured_blocks.end() || it->second) return kCaptureUnsupported;
+    it->second = true;
+    return kSuccess;
+  }
   std::lock_guard<std::mutex> lock(st().mu);
   auto it = st().device_blocks.find(m);
   if (it == st().device_blocks.end()) return kInvalidValue;
@@ -326,8 +345,15 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
   return kSuccess;
 }
 
+struct GraphMemory {
+  std::vector<void*> blocks;
+  ~GraphMemory() {
+    for (void* b : blocks) std::free(b);
+  }
+};
 struct Graph {
   std::vector<std::function<void()>> work;
+  std::shared_ptr<GraphMemory> memory;  // its memory nodes' blocks (shared with its instances)
 };
 int cuStreamBeginCapture_v2(void*, int) {
   if (st().capture) return kInvalidValue;
@@ -336,9 +362,24 @@ int cuStreamBeginCapture_v2(void*, int) {
 }
 int cuStreamEndCapture(void*, void** graph) {
   if (!st().capture) return kInvalidValue;
-  *graph = new Graph{std::move(*st().capture)};
+  auto memory = std::make_shared<GraphMemory>();
+  bool leaked = false;
+  for (auto& [block, freed] : st().captured_blocks) {
+    memory->blocks.push_back(block);
+    leaked |= !freed;
+  }
+  st().captured_blocks.clear();
+  *graph = new Graph{std::move(*st().capture), memory};
   delete st().capture;
   st().capture = nullptr;
+  // Stricter than CUDA (which would refuse the graph's next launch): memory allocated inside a
+  // capture and still held after it is a bug in kiln, so the capture fails.
+  if (leaked) {
+    std::fprintf(stderr, "kiln emulated driver: memory allocated during a stream capture is still live at its end\n");
+    delete static_cast<Graph*>(*graph);
+    *graph = nullptr;
+    return kInvalidValue;
+  }
   return kSuccess;
 }
 int cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long) {

@@ -9,9 +9,10 @@
 namespace kiln::codegen {
 
 // Why the program cannot be replayed as a CUDA graph, or "" when it can: every kernel must run
-// on the device without the host reading anything back, and no input may be a host number.
+// on the device without the host reading anything back (`library_refusal`: a cuBLAS call's
+// reason, "" when they all can), and no input may be a host number.
 std::string cuda_graph_refusal(const passes::KernelProgram& p, const std::vector<ir::Type>& input_types,
-                               const CompileStats& stats, bool any_checks);
+                               const CompileStats& stats, bool any_checks, const std::string& library_refusal);
 // The replay CompiledProgram::set_replay takes: captured at the first call.
 CompiledProgram::Replay cuda_graph_replay(std::shared_ptr<const passes::KernelProgram> program,
                                           std::vector<ir::Type> input_types, Device device);

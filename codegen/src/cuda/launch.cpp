@@ -152,6 +152,8 @@ struct LibraryCall {
   OpId op = OpId::Matmul;
   std::vector<Attr> attrs;
   std::vector<int> loads;  // per operand of the op: the kernel load it reads
+  // Why the call cannot be captured in a CUDA graph ("" when it can): work on the host.
+  std::string graph_refusal;
 
   Tensor operator()(const passes::Kernel& k, std::span<const Tensor> buffers) const {
     std::vector<Tensor> operands;
@@ -169,7 +171,10 @@ std::optional<LibraryCall> library_call(const ir::Graph& g, const passes::Kernel
   if (g.nodes().size() != 1 || g.outputs().size() != 1) return std::nullopt;
   const ir::Node& n = *g.nodes()[0];
   if (!device_ops::has_library(n.op) || g.outputs()[0] != n.outputs[0]) return std::nullopt;
-  LibraryCall c{n.op, n.attrs, {}};
+  LibraryCall c{n.op, n.attrs, {}, ""};
+  // (cuBLAS calls, the result's allocation and any copies of operands are captured; these are not)
+  if (!is_floating(n.outputs[0]->type.dtype)) c.graph_refusal = "an integer product runs on the host";
+  if (n.op == OpId::Addmm) c.graph_refusal = "addmm copies its bias through the host";
   for (const ir::Value* v : n.inputs) {
     auto it = std::find(g.inputs().begin(), g.inputs().end(), v);
     if (it == g.inputs().end()) return std::nullopt;
@@ -178,6 +183,15 @@ std::optional<LibraryCall> library_call(const ir::Graph& g, const passes::Kernel
     c.loads.push_back(load);
   }
   return c;
+}
+
+bool row_major(const passes::Access& a) {
+  int64_t expect = 1;
+  for (size_t d = a.sizes.size(); d-- > 0;) {
+    if (a.sizes[d] != 1 && a.strides[d] != expect) return false;
+    expect *= a.sizes[d];
+  }
+  return true;
 }
 
 // An opaque kernel that is a library call alone: its result written through the kernel's store.
@@ -243,6 +257,7 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
   const int block = opts.block > 0 ? opts.block : cuda::emulated() ? 64 : kCudaBlock;
   std::vector<CudaRender> rendered = render_cuda(p, "kiln_cuda_k");
   bool any_checks = false;
+  std::string library_refusal;  // the first library call's reason it cannot be captured
   std::vector<std::pair<std::shared_ptr<std::unique_ptr<DeviceScratch>>, size_t>> split_launches;  // slots, bytes
   for (size_t i = 0; i < rendered.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
@@ -250,6 +265,10 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
       std::vector<int> loads(k.loads.size());
       for (size_t j = 0; j < loads.size(); ++j) loads[j] = int(j);
       if (auto call = library_call(k.body, k, loads)) {
+        if (!row_major(k.stores[0]) && call->graph_refusal.empty())
+          call->graph_refusal = "a product's result is copied into a strided store through the host";
+        if (library_refusal.empty()) library_refusal = call->graph_refusal;
+        cuda::blas_prepare(device.index);  // (now: never inside a capture)
         impls[i] = LibraryLaunch{&k, std::move(*call)};
         stats.library.push_back("k" + std::to_string(i) + ": " + std::string(ir::op_info(call->op).name) + " (cuBLAS)");
         continue;
@@ -284,6 +303,10 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
     s->split = std::make_shared<EpilogueSplit>(*split_epilogue(k, int(p.buffers.size())));
     s->op = std::make_shared<ir::Executable>(s->split->op);
     s->call = library_call(s->split->op, k, s->split->op_loads);
+    if (s->call) {
+      if (library_refusal.empty()) library_refusal = s->call->graph_refusal;
+      cuda::blas_prepare(device.index);
+    }
     if (s->call)
       stats.library.push_back("k" + std::to_string(i) + ": " + std::string(ir::op_info(s->call->op).name) +
                               " (cuBLAS) + compiled epilogue");
@@ -294,7 +317,7 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
     stats.epilogues++;
     impls[i] = [s](std::span<const Tensor> b, std::span<const ir::Slot> in) { (*s)(b, in); };
   }
-  std::string refusal = opts.graphs ? cuda_graph_refusal(p, input_types, stats, any_checks) : "";
+  std::string refusal = opts.graphs ? cuda_graph_refusal(p, input_types, stats, any_checks, library_refusal) : "";
   stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   auto out = std::make_shared<CompiledProgram>(program, input_types, device, std::move(stats), std::move(impls));
   if (opts.graphs) {

@@ -32,8 +32,10 @@ void check(const Blas& b, const char* call, cublasStatus s) {
   KILN_FAIL("cuda", call, ": ", name ? name : "cuBLAS status " + std::to_string(s), " (", text ? text : "no description", ")");
 }
 
-// A handle per device, created on first use and bound to kiln's stream there. A handle is not
-// safe to use from two threads at once: calls on one device are serialised.
+// A handle per device, created on first use and bound to kiln's stream there, with a workspace
+// of its own (so that cuBLAS never allocates while a CUDA graph is being captured: 32 MiB, what
+// cuBLAS asks for on Hopper; counted in memory_allocated). A handle is not safe to use from two
+// threads at once: calls on one device are serialised.
 struct Handle {
   std::once_flag once;
   std::mutex mu;
@@ -48,15 +50,25 @@ Handle& handle(const Blas& b, int device) {
     void* s = stream(device);  // (sets up the device and makes its context current)
     check(b, "cublasCreate", b.cublasCreate_v2(&h.h));
     check(b, "cublasSetStream", b.cublasSetStream_v2(h.h, s));
+    if (b.cublasSetWorkspace_v2 && !emulated()) {
+      constexpr size_t kWorkspace = size_t(32) << 20;
+      check(b, "cublasSetWorkspace", b.cublasSetWorkspace_v2(h.h, allocate(kWorkspace, device), kWorkspace));
+    }
   });
   return h;
+}
+
+Handle& prepared(int device) {
+  const Blas& b = blas();
+  KILN_CHECK(b.why.empty(), "matmul", "cannot multiply matrices on cuda:", device, ": ", b.why);
+  return handle(b, device);
 }
 
 }  // namespace
 
 void gemm(const Gemm& g, int device) {
+  Handle& h = prepared(device);
   const Blas& b = blas();
-  KILN_CHECK(b.why.empty(), "matmul", "cannot multiply matrices on cuda:", device, ": ", b.why);
   for (int64_t v : {g.m, g.n, g.k, g.lda, g.ldb, g.ldc, g.batch})
     KILN_CHECK(v <= INT_MAX, "matmul", "a product of ", g.m, "x", g.k, " and ", g.k, "x", g.n, " matrices (", g.batch,
                " of them) exceeds cuBLAS's 32-bit sizes");
@@ -72,7 +84,6 @@ void gemm(const Gemm& g, int device) {
   const float af = float(g.alpha), bf = float(g.beta);
   const void* alpha = compute == kCompute64F ? static_cast<const void*>(&g.alpha) : &af;
   const void* beta = compute == kCompute64F ? static_cast<const void*>(&g.beta) : &bf;
-  Handle& h = handle(b, device);
   std::lock_guard<std::mutex> lock(h.mu);
   stream(device);  // (this thread's current context: the device's)
   check(b, "cublasGemmStridedBatchedEx",
@@ -82,3 +93,7 @@ void gemm(const Gemm& g, int device) {
 }
 
 }  // namespace kiln::cuda::detail
+
+namespace kiln::cuda {
+void blas_prepare(int device) { detail::prepared(device); }
+}  // namespace kiln::cuda

@@ -34,6 +34,7 @@ using cublasHandle = void*;
 struct Blas {
   cublasStatus (*cublasCreate_v2)(cublasHandle*) = nullptr;
   cublasStatus (*cublasSetStream_v2)(cublasHandle, void*) = nullptr;
+  cublasStatus (*cublasSetWorkspace_v2)(cublasHandle, void*, size_t) = nullptr;  // (optional: cuBLAS 11.4+)
   cublasStatus (*cublasGemmStridedBatchedEx)(cublasHandle, int, int, int, int, int, const void*, const void*, int, int,
                                              long long, const void*, int, int, long long, const void*, void*, int, int,
                                              long long, int, int, int) = nullptr;

@@ -174,6 +174,7 @@ const Blas& blas() {
       b.why = "libcublas.so is not a usable cuBLAS (11 or newer): " + b.why;
       return b;
     }
+    b.cublasSetWorkspace_v2 = reinterpret_cast<decltype(b.cublasSetWorkspace_v2)>(dlsym(lib, "cublasSetWorkspace_v2"));
     b.cublasGetStatusName = reinterpret_cast<decltype(b.cublasGetStatusName)>(dlsym(lib, "cublasGetStatusName"));
     b.cublasGetStatusString = reinterpret_cast<decltype(b.cublasGetStatusString)>(dlsym(lib, "cublasGetStatusString"));
     return b;

@@ -117,6 +117,9 @@ class Graph {
 // addmm in float32/float64/float16/bfloat16; integer products run on the host's kernels).
 bool blas_is_available();
 std::string blas_unavailable_reason();
+// Sets up cuBLAS on the device now (its handle and workspace), as the CUDA backend does when it
+// compiles a program with a product, so that nothing is set up inside a CUDA graph's capture.
+void blas_prepare(int device = 0);
 
 // NVRTC, the run-time CUDA C++ compiler (it needs no GPU).
 bool nvrtc_is_available();

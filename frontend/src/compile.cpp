@@ -244,7 +244,8 @@ static std::optional<ir::Graph> retype(const ir::Graph& g, const std::vector<Ten
   std::unordered_map<const ir::Value*, ir::Value*> map;
   for (size_t i = 0; i < g.inputs().size(); ++i) {
     const ir::Value* v = g.inputs()[i];
-    map[v] = out.add_input(v->name, ir::Type::tensor(ins[i].dtype(), ins[i].sizes().vec(), ins[i].strides().vec()));
+    map[v] = out.add_input(v->name, ir::Type::tensor(ins[i].dtype(), ins[i].sizes().vec(), ins[i].strides().vec(),
+                                                     ins[i].device()));
   }
   try {
     for (const auto& n : g.nodes()) {
@@ -273,10 +274,10 @@ static std::optional<ir::Graph> retype(const ir::Graph& g, const std::vector<Ten
 }
 
 // Runs one graph of the trace tree: compiled when its inputs have the sizes and strides the
-// kernels were specialised on. Other sizes (a dynamic dim's) get a program of their own built
-// from size-generic kernels (sizes as arguments: the first other size compiles them, later
-// sizes find them in the kernel cache and only rerun the passes); the last kMaxVariants of
-// them are kept.
+// kernels were specialised on. Other sizes (a dynamic dim's) get a program of their own: on the
+// cpu from size-generic kernels (sizes as arguments: the first other size compiles them, later
+// sizes find them in the kernel cache and only rerun the passes), on a GPU from kernels of
+// that exact size (through the CUBIN caches); the last kMaxVariants of them are kept.
 static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>& ins) {
   if (!n.compiled) return n.exe->run(ins);
   std::vector<ir::Slot> slots(ins.size());
@@ -629,7 +630,8 @@ Explanation Engine::explain(std::span<const CallArg> args) const {
       for (const auto& [k, v] : n->variants) compiled += v != nullptr;
       if (!n->variants.empty())
         note += "; other sizes: " + std::to_string(n->variants_built) + " seen, " + std::to_string(compiled) +
-                " kept with size-generic kernels, " + std::to_string(n->variants.size() - compiled) +
+                (graph_device(n->graph).is_cuda() ? " kept compiled at their sizes, " : " kept with size-generic kernels, ") +
+                std::to_string(n->variants.size() - compiled) +
                 " on the reference executor";
     }
     ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph), note});

@@ -176,6 +176,39 @@ TEST(CudaCompiledFunction, RunsOnTheGpuAndMatchesEager) {
   EXPECT_EQ(f.explain(host).graphs[0].backend.rfind("cpu: ", 0), 0u);
 }
 
+// A dim that became dynamic: each new size gets a compiled GPU program of its own (not the
+// reference executor's eager ops).
+TEST(CudaCompiledFunction, NewSizesOfADynamicDimRunCompiledOnTheGpu) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  CompileOptions o;
+  o.recompile_limit = 2;
+  auto fn = [](const std::vector<Tensor>& v) { return std::vector{(v[0].exp() * 2).sum(1)}; };
+  auto f = compile(fn, o);
+  ::testing::internal::CaptureStderr();
+  std::vector<Tensor> last;
+  for (int64_t n = 1; n <= 6; ++n) {
+    Tensor x = randn({n, 5});
+    last = {x.to(kGpu)};
+    std::vector<Tensor> got = f(last);
+    EXPECT_TRUE(got[0].is_cuda());
+    EXPECT_TRUE(kiln::testing::close(cpu(got[0]), fn({x})[0])) << "size " << n;
+  }
+  // A size not seen before: its own compiled program, no eager GPU ops.
+  size_t eager_before = codegen::cuda_eager_programs();
+  Tensor x = randn({7, 5});
+  std::vector<Tensor> in7{x.to(kGpu)};
+  EXPECT_TRUE(kiln::testing::close(cpu(f(in7)[0]), fn({x})[0]));
+  EXPECT_EQ(codegen::cuda_eager_programs(), eager_before) << "size 7 ran eager GPU ops";
+  ::testing::internal::GetCapturedStderr();
+  Explanation e = f.explain(last);
+  ASSERT_FALSE(e.graphs.empty());
+  const std::string& note = e.graphs[0].backend;
+  EXPECT_EQ(note.rfind("cuda:0: ", 0), 0u) << note;
+  EXPECT_NE(note.find("other sizes: "), std::string::npos) << note;
+  EXPECT_NE(note.find(" 0 on the reference executor"), std::string::npos) << note;
+  EXPECT_NE(note.find("kept compiled at their sizes"), std::string::npos) << note;
+}
+
 // Every workload, compiled for the GPU, against kiln's cpu eager ops on the same values: two
 // rounds of fresh inputs (one set per path each), outputs and mutated inputs compared.
 void expect_workloads_match_cpu_eager(const CompileOptions& opts) {

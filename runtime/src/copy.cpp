@@ -126,8 +126,9 @@ Tensor& Tensor::fill_(const Scalar& v) {
     return *this;
   }
   if (!is_cpu()) {
-    // The value is checked and converted by the host fill, then the elements go over.
-    return copy_across_devices(*this, empty(sizes(), TensorOptions(dtype())).fill_(v));
+    // The value is checked and converted by a host fill of one element, which goes over and is
+    // broadcast into this tensor by a device copy.
+    return copy_across_devices(*this, empty({}, TensorOptions(dtype())).fill_(v).to(device()));
   }
   // No overlap check: writing one value through a stride-0 view is well defined.
   KILN_DISPATCH_ALL(dtype(), "fill_", [&](auto scalar_tag_) {

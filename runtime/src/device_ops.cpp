@@ -23,6 +23,7 @@ std::atomic<Handler> handler{nullptr};
 }  // namespace
 
 void install(Handler h) { handler.store(h); }
+bool installed() { return handler.load() != nullptr; }
 
 bool dispatched(OpId op) {
   Cat c = kOps[size_t(op)].cat;

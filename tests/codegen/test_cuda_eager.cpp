@@ -107,6 +107,32 @@ TEST(CudaEager, InPlaceOpsWriteTheDeviceTensor) {
   EXPECT_EQ(z.sum().item<int64_t>(), 120);  // (item() of a device result)
 }
 
+// copy_ on one GPU between layouts or dtypes: one kernel of the backend (the write-back op),
+// storing through the destination's strides and leaving the elements between untouched.
+TEST(CudaEager, CopiesBetweenLayoutsAndDtypesRunOnTheDevice) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  Tensor src = randn({6, 4}), row = randn({4});
+  Tensor whole = full({6, 8}, 5.0, kFloat16).to(kGpu);
+  Tensor dst = whole.as_strided({6, 4}, {8, 2}, 1);  // every other column, from column 1
+  size_t before = codegen::cuda_eager_programs();
+  dst.copy_(src.to(kGpu));  // a cast and a strided store
+  EXPECT_EQ(codegen::cuda_eager_programs(), before + 1) << "not one device kernel";
+  Tensor want = full({6, 8}, 5.0, kFloat16);
+  want.as_strided({6, 4}, {8, 2}, 1).copy_(src);
+  EXPECT_TRUE(kiln::testing::close(cpu(whole), want));
+  // A broadcast source and a transposed one.
+  dst.copy_(row.to(kGpu));
+  want.as_strided({6, 4}, {8, 2}, 1).copy_(row);
+  EXPECT_TRUE(kiln::testing::close(cpu(whole), want));
+  Tensor t = empty({4, 6}, TensorOptions(kFloat32).device(kGpu));
+  t.copy_(src.to(kGpu).t());
+  EXPECT_TRUE(kiln::testing::close(cpu(t), src.t().contiguous()));
+  // Overlapping source and destination (through the host): x.copy_(x.t()) of a square matrix.
+  Tensor sq = randn({5, 5}), dsq = sq.to(kGpu);
+  dsq.copy_(dsq.t());
+  EXPECT_TRUE(kiln::testing::close(cpu(dsq), sq.t().contiguous()));
+}
+
 TEST(CudaEager, ErrorsAreEagersOwn) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
   Tensor a = randn({3, 4}), b = randn({5});

@@ -185,15 +185,6 @@ std::optional<LibraryCall> library_call(const ir::Graph& g, const passes::Kernel
   return c;
 }
 
-bool row_major(const passes::Access& a) {
-  int64_t expect = 1;
-  for (size_t d = a.sizes.size(); d-- > 0;) {
-    if (a.sizes[d] != 1 && a.strides[d] != expect) return false;
-    expect *= a.sizes[d];
-  }
-  return true;
-}
-
 // An opaque kernel that is a library call alone: its result written through the kernel's store.
 struct LibraryLaunch {
   const passes::Kernel* kernel = nullptr;
@@ -265,8 +256,6 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
       std::vector<int> loads(k.loads.size());
       for (size_t j = 0; j < loads.size(); ++j) loads[j] = int(j);
       if (auto call = library_call(k.body, k, loads)) {
-        if (!row_major(k.stores[0]) && call->graph_refusal.empty())
-          call->graph_refusal = "a product's result is copied into a strided store through the host";
         if (library_refusal.empty()) library_refusal = call->graph_refusal;
         cuda::blas_prepare(device.index);  // (now: never inside a capture)
         impls[i] = LibraryLaunch{&k, std::move(*call)};

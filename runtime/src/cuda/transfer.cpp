@@ -1,10 +1,12 @@
 // Tensors between the host and a GPU (Tensor::to(Device), pin_memory): copies of the bytes a
 // tensor spans, on the device's stream (kiln/runtime/cuda.h).
 #include <algorithm>
+#include <array>
 #include <mutex>
 #include <vector>
 
 #include "kiln/runtime/cuda.h"
+#include "kiln/runtime/device_ops.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/tensor.h"
@@ -103,6 +105,14 @@ Tensor& copy_across_devices(Tensor& dst, const Tensor& src) {
     if (!src.is_alias_of(dst))  // (overlapping device copies are undefined: those go through the host)
       cuda::copy_on_device(at(dst, dst.storage_offset()), at(src, src.storage_offset()), size_t(dst.nbytes()),
                            dst.device().index);
+    return dst;
+  }
+  if (dst.is_cuda() && src.is_cuda() && !src.is_alias_of(dst) && device_ops::installed()) {
+    // Another layout or dtype on one GPU: a kernel of the device's backend (the write-back op
+    // `copy`, as a traced in-place op records it), storing through dst's strides. (Overlapping
+    // copies go through the host: two operands of one kernel are assumed not to alias.)
+    std::array<trace::Operand, 2> in{trace::Operand(dst), trace::Operand(src)};
+    device_ops::run(OpId::Copy, in, {});
     return dst;
   }
   Tensor host = src.is_cuda() ? src.to(Device::cpu()) : src;

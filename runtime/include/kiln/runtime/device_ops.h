@@ -19,6 +19,9 @@ using Handler = Tensor (*)(OpId op, std::span<const trace::Operand> inputs, std:
 // Installs the handler of ops on GPU tensors (done by the CUDA backend when it loads).
 void install(Handler h);
 
+// Whether a handler is installed (the CUDA backend is linked in).
+bool installed();
+
 // Whether an op of this kind goes to the handler: everything but views and graph structure.
 bool dispatched(OpId op);
 

@@ -219,7 +219,8 @@ TEST(CudaGraphs, ProductsAreCapturedWithTheirTemporariesAsGraphMemory) {
   Tensor a = randn({8, 60}), w = randn({16, 4}), b = randn({4});
   auto fn = [](const std::vector<Tensor>& v) {
     Tensor x = v[0].as_strided({8, 16}, {60, 3});  // (no BLAS layout: copied inside the capture)
-    return std::vector{(matmul(x, v[1]) + v[2]).relu(), matmul(v[0].narrow(1, 0, 16), v[1])};
+    return std::vector{(matmul(x, v[1]) + v[2]).relu(), matmul(v[0].narrow(1, 0, 16), v[1]),
+                       addmm(v[2], v[0].narrow(1, 0, 16), v[1], 0.5, 2.0)};  // (its bias: a device copy)
   };
   Compiled c = compile_graph(traced_one(fn, {a, w, b}), {.graphs = true});
   ASSERT_EQ(c.program->stats().graphs, "replayed as a CUDA graph");

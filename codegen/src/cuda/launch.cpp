@@ -1,7 +1,8 @@
 // Compiling a kernel program for a GPU (compile_cuda): each rendered kernel loaded as a module
 // (its CUBIN from the caches or NVRTC; CUDA source on the emulated driver) and launched on the
 // device's stream over the program's device buffers, which the kernel program runner sets up.
-// A library op runs on the host on copies of its operands; its fused epilogue runs on the GPU.
+// The matmul family runs through cuBLAS on the device, other library ops on the host on copies
+// of their operands; a fused epilogue runs on the GPU either way.
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -174,7 +175,6 @@ std::optional<LibraryCall> library_call(const ir::Graph& g, const passes::Kernel
   LibraryCall c{n.op, n.attrs, {}, ""};
   // (cuBLAS calls, the result's allocation and any copies of operands are captured; these are not)
   if (!is_floating(n.outputs[0]->type.dtype)) c.graph_refusal = "an integer product runs on the host";
-  if (n.op == OpId::Addmm) c.graph_refusal = "addmm copies its bias through the host";
   for (const ir::Value* v : n.inputs) {
     auto it = std::find(g.inputs().begin(), g.inputs().end(), v);
     if (it == g.inputs().end()) return std::nullopt;
@@ -249,6 +249,12 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
   std::vector<CudaRender> rendered = render_cuda(p, "kiln_cuda_k");
   bool any_checks = false;
   std::string library_refusal;  // the first library call's reason it cannot be captured
+  // A library call of kernel i on the device: cuBLAS set up now (never inside a capture).
+  auto adopt = [&](const LibraryCall& call, size_t i, const char* what) {
+    if (library_refusal.empty()) library_refusal = call.graph_refusal;
+    cuda::blas_prepare(device.index);
+    stats.library.push_back("k" + std::to_string(i) + ": " + std::string(ir::op_info(call.op).name) + what);
+  };
   std::vector<std::pair<std::shared_ptr<std::unique_ptr<DeviceScratch>>, size_t>> split_launches;  // slots, bytes
   for (size_t i = 0; i < rendered.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
@@ -256,10 +262,8 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
       std::vector<int> loads(k.loads.size());
       for (size_t j = 0; j < loads.size(); ++j) loads[j] = int(j);
       if (auto call = library_call(k.body, k, loads)) {
-        if (library_refusal.empty()) library_refusal = call->graph_refusal;
-        cuda::blas_prepare(device.index);  // (now: never inside a capture)
+        adopt(*call, i, " (cuBLAS)");
         impls[i] = LibraryLaunch{&k, std::move(*call)};
-        stats.library.push_back("k" + std::to_string(i) + ": " + std::string(ir::op_info(call->op).name) + " (cuBLAS)");
         continue;
       }
     }
@@ -292,13 +296,8 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
     s->split = std::make_shared<EpilogueSplit>(*split_epilogue(k, int(p.buffers.size())));
     s->op = std::make_shared<ir::Executable>(s->split->op);
     s->call = library_call(s->split->op, k, s->split->op_loads);
-    if (s->call) {
-      if (library_refusal.empty()) library_refusal = s->call->graph_refusal;
-      cuda::blas_prepare(device.index);
-    }
     if (s->call)
-      stats.library.push_back("k" + std::to_string(i) + ": " + std::string(ir::op_info(s->call->op).name) +
-                              " (cuBLAS) + compiled epilogue");
+      adopt(*s->call, i, " (cuBLAS) + compiled epilogue");
     else
       stats.interpreted.push_back("k" + std::to_string(i) + ": the library op of an opaque kernel (on the host; its "
                                   "epilogue on the device)");

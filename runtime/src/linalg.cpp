@@ -8,6 +8,8 @@
 // calls them for the opaque kernels of its programs (device_ops::run_library).
 #include <cblas.h>
 
+#include <mutex>
+
 #include "cuda/blas.h"
 #include "ops_common.h"
 
@@ -74,7 +76,96 @@ void gemm_into(const Tensor& a, const Tensor& b, Tensor& out, double alpha, doub
   gemm_on_host(a, b, out, alpha, beta);
 }
 
+// OpenBLAS's own worker threads would spin on the cores kiln's threads run on (two pools on two
+// cores halve each other), so kiln splits its products across its own threads and has each BLAS
+// call run on its caller. The setting is the process's: it is switched to one thread while any
+// kiln product runs and restored after the last, so other BLAS users keep theirs.
+class BlasOnCallers {
+ public:
+  BlasOnCallers() {
+    std::lock_guard<std::mutex> lock(mu());
+    if (depth()++ == 0) {
+      saved() = openblas_get_num_threads();
+      if (saved() != 1) openblas_set_num_threads(1);
+    }
+  }
+  ~BlasOnCallers() {
+    std::lock_guard<std::mutex> lock(mu());
+    if (--depth() == 0 && saved() != 1) openblas_set_num_threads(saved());
+  }
+  BlasOnCallers(const BlasOnCallers&) = delete;
+  BlasOnCallers& operator=(const BlasOnCallers&) = delete;
+
+ private:
+  static std::mutex& mu() {
+    static std::mutex m;
+    return m;
+  }
+  static int& depth() {
+    static int d = 0;
+    return d;
+  }
+  static int& saved() {
+    static int s = 1;
+    return s;
+  }
+};
+
+// Below this many multiply-adds a product runs on one thread (waking the others costs more).
+constexpr int64_t kGemmParallelWork = int64_t(1) << 18;
+
+// out[i0:i1, j0:j1] of matrix `b` of a float32/float64 batch, through one BLAS call.
+template <typename T>
+void blas_block(const BlasMat& A, const BlasMat& B, T* out, int64_t m, int64_t k, int64_t batch_index,
+                int64_t i0, int64_t i1, int64_t j0, int64_t j1, T alpha, T beta) {
+  // Row i of op(A) starts at i * ld (row-major) or at column i (transposed); likewise column j of op(B).
+  const T* a = A.t.data_ptr<T>() + batch_index * A.batch_stride() + (A.trans ? i0 : i0 * A.ld);
+  const T* b = B.t.data_ptr<T>() + batch_index * B.batch_stride() + (B.trans ? j0 * B.ld : j0);
+  T* o = out + i0 * m + j0;
+  auto ta = A.trans ? CblasTrans : CblasNoTrans, tb = B.trans ? CblasTrans : CblasNoTrans;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, int(i1 - i0), int(j1 - j0), int(k), alpha, a, int(A.ld), b, int(B.ld), beta,
+                o, int(m));
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, int(i1 - i0), int(j1 - j0), int(k), alpha, a, int(A.ld), b, int(B.ld), beta,
+                o, int(m));
+}
+
+// Every matrix of the batch: split across kiln's threads by whole matrices when there are enough
+// of them, otherwise each matrix by slabs of rows (or of columns, when it is wide and short).
+template <typename T>
+void blas_products(const Tensor& a, const Tensor& b, Tensor& out, T alpha, T beta) {
+  const int64_t d = out.dim();
+  const int64_t batch = d == 3 ? out.sizes()[0] : 1, n = out.sizes()[d - 2], m = out.sizes()[d - 1];
+  const int64_t k = a.sizes()[a.dim() - 1];
+  BlasMat A = blas_view(a), B = blas_view(b);
+  BlasOnCallers on_callers;
+  T* o = out.data_ptr<T>();
+  const int64_t threads = cpu::num_threads();
+  if (batch * n * m * k < kGemmParallelWork || threads <= 1) {
+    for (int64_t i = 0; i < batch; ++i) blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, 0, m, alpha, beta);
+    return;
+  }
+  if (batch >= 2 * threads || batch % threads == 0) {
+    cpu::parallel_for(batch, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t i = b0; i < b1; ++i) blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, 0, m, alpha, beta);
+    });
+    return;
+  }
+  const bool by_rows = n >= m || n >= 16 * threads;
+  const int64_t extent = by_rows ? n : m;
+  for (int64_t i = 0; i < batch; ++i)
+    cpu::parallel_for(extent, 8, [&](int64_t s0, int64_t s1) {
+      if (by_rows) blas_block<T>(A, B, o + i * n * m, m, k, i, s0, s1, 0, m, alpha, beta);
+      else blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, s0, s1, alpha, beta);
+    });
+}
+
 void gemm_on_host(const Tensor& a, const Tensor& b, Tensor& out, double alpha, double beta) {
+  if (out.sizes()[out.dim() - 2] == 0 || out.sizes()[out.dim() - 1] == 0) return;
+  DType dt = a.dtype();
+  if (dt == kFloat32) return blas_products<float>(a, b, out, float(alpha), float(beta));
+  if (dt == kFloat64) return blas_products<double>(a, b, out, alpha, beta);
   if (a.dim() == 3) {
     for (int64_t i = 0; i < out.sizes()[0]; ++i) {
       Tensor o = out.select(0, i);
@@ -83,19 +174,6 @@ void gemm_on_host(const Tensor& a, const Tensor& b, Tensor& out, double alpha, d
     return;
   }
   int64_t n = a.sizes()[0], k = a.sizes()[1], m = b.sizes()[1];
-  if (n == 0 || m == 0) return;
-  DType dt = a.dtype();
-  if (dt == kFloat32 || dt == kFloat64) {
-    BlasMat A = blas_view(a), B = blas_view(b);
-    auto ta = A.trans ? CblasTrans : CblasNoTrans, tb = B.trans ? CblasTrans : CblasNoTrans;
-    if (dt == kFloat32)
-      cblas_sgemm(CblasRowMajor, ta, tb, int(n), int(m), int(k), float(alpha), A.t.data_ptr<float>(),
-                  int(A.ld), B.t.data_ptr<float>(), int(B.ld), float(beta), out.data_ptr<float>(), int(m));
-    else
-      cblas_dgemm(CblasRowMajor, ta, tb, int(n), int(m), int(k), alpha, A.t.data_ptr<double>(), int(A.ld),
-                  B.t.data_ptr<double>(), int(B.ld), beta, out.data_ptr<double>(), int(m));
-    return;
-  }
   if (dt == kFloat16 || dt == kBFloat16) {
     Tensor o32 = beta == 0 ? empty(out.sizes(), kFloat32) : out.to(kFloat32);
     gemm_on_host(a.to(kFloat32), b.to(kFloat32), o32, alpha, beta);

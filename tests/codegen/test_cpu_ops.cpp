@@ -20,7 +20,9 @@
 // rounding, comparisons, selections, casts) gives the same bits however it is computed, so
 // those compare exactly, NaN meeting NaN, and where IEEE defines it, zeros keep their sign.
 #include <gtest/gtest.h>
+#include <kiln/codegen/cpu.h>
 #include <kiln/kiln.h>
+#include <kiln/passes/pass.h>
 
 #include <iterator>
 #include <limits>
@@ -317,6 +319,13 @@ const std::vector<LayoutCase>& layout_cases() {
       {"narrowed_offset", {7, 33}, L::Narrowed, {}, L::Contiguous},
       {"selected_offset", {7, 33}, L::Selected, {}, L::Narrowed},
       {"transposed_64x1023_row", {64, 1023}, L::Transposed, {1, 1023}, L::Contiguous},
+      // Past 2^16 elements a kernel with a math call (the probe's sin) runs its innermost loop
+      // in prefetching chunks of 256 (emit.cpp chunked()): a partial last chunk, chunks that
+      // end mid-row, a strided operand that is not prefetched, rows with a gap between them.
+      {"prefetch_1d_65543", {65543}, L::Contiguous, {}, L::Contiguous},
+      {"prefetch_rows_300x301_row", {300, 301}, L::Contiguous, {1, 301}, L::Contiguous},
+      {"prefetch_sliced_70001", {70001}, L::Sliced, {}, L::Contiguous},
+      {"prefetch_narrowed_260x260", {260, 260}, L::Narrowed, {}, L::Selected},
   };
   return c;
 }
@@ -704,3 +713,22 @@ INSTANTIATE_TEST_SUITE_P(ByDesign, CpuOpsFallback, ::testing::Range<size_t>(0, f
                          [](const ::testing::TestParamInfo<size_t>& info) { return fallback_cases()[info.param].name; });
 
 }  // namespace
+
+// ---- what the vectoriser is asked for ----
+
+// On an AVX-512 host the vector loop is 512 bits wide whatever LLVM's tuning for the CPU model
+// prefers (Intel's server cores default to 256): add_sin_cos calls the 16-lane SLEEF forms.
+TEST(CpuVectorWidth, Avx512HostsGetSixteenFloatLanes) {
+  if (!__builtin_cpu_supports("avx512f")) GTEST_SKIP() << "the host has no AVX-512";
+  ir::Graph g = ir::parse(
+      "graph @g(%a: f32[4096]{1}, %b: f32[4096]{1}) {\n"
+      "  %0 = sin(%a) : f32[4096]{1}\n"
+      "  %1 = cos(%b) : f32[4096]{1}\n"
+      "  %2 = mul(%0, %1) : f32[4096]{1}\n"
+      "  return %2\n"
+      "}\n");
+  passes::Module mod = passes::optimize(g);
+  std::string ir = codegen::emit_cpu(*mod.program, codegen::CpuEmit::Llvm);
+  EXPECT_NE(ir.find("<16 x float> @Sleef_sinf16_u10avx512f"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("<16 x float> @Sleef_cosf16_u10avx512f"), std::string::npos) << ir;
+}

@@ -70,3 +70,31 @@ TEST(Linalg, AddmmAndEinsum) {
   expect_error([&] { einsum("ijk->i", {a}); }, "does not match the number of dimensions");
   expect_error([&] { einsum("ij->iz", {a}); }, "output subscript z does not appear");
 }
+
+// Products large enough to be split across threads (kGemmParallelWork multiply-adds): by whole
+// matrices of a batch, by row slabs and by column slabs of one matrix, with transposed, sliced
+// and repeated (batch stride 0) operands and addmm's alpha/beta, each against the reference.
+TEST(Linalg, ThreadedProductsCoverEveryPartition) {
+  manual_seed(12);
+  for (DType dt : {kFloat32, kFloat64}) {
+    const double tol = dt == kFloat32 ? 2e-3 : 1e-9;
+    auto check_bmm = [&](const Tensor& a, const Tensor& b) {
+      Tensor got = bmm(a, b);
+      for (int64_t i = 0; i < a.sizes()[0]; ++i)
+        EXPECT_LT(max_diff(got.select(0, i), ref_mm(a.select(0, i), b.select(0, i))), tol) << "batch " << i;
+    };
+    check_bmm(randn({6, 40, 64}, dt), randn({6, 64, 50}, dt));                    // whole matrices
+    check_bmm(randn({3, 70, 64}, dt), randn({3, 50, 64}, dt).transpose(1, 2));    // row slabs, b transposed
+    check_bmm(randn({3, 64, 70}, dt).transpose(1, 2), randn({1, 64, 90}, dt).expand({3, 64, 90}));  // a transposed, b repeated
+    Tensor wide = randn({8, 300}, dt), tall = randn({300, 700}, dt);                 // column slabs
+    EXPECT_LT(max_diff(mm(wide, tall), ref_mm(wide, tall)), tol);
+    EXPECT_LT(max_diff(mm(wide, tall.t().contiguous().t()), ref_mm(wide, tall)), tol);
+    Tensor rows = randn({200, 130}, dt), cols = randn({260, 150}, dt).slice(0, 0, 260, 2);  // a strided slice
+    EXPECT_LT(max_diff(mm(rows, cols), ref_mm(rows, cols)), tol);
+    Tensor c = randn({150}, dt);
+    EXPECT_LT(max_diff(addmm(c, rows, cols, 0.5, -2.0), c * 0.5 + ref_mm(rows, cols) * -2.0), 2 * tol);
+    Tensor q = randn({4, 8, 100, 64}, dt), k = randn({4, 8, 100, 64}, dt);
+    Tensor s = einsum("bhqd,bhkd->bhqk", {q, k});
+    EXPECT_LT(max_diff(s.index({3, 5}), ref_mm(q.index({3, 5}), k.index({3, 5}).t())), tol);
+  }
+}

@@ -84,6 +84,7 @@ class Emitter {
     iv_.assign(k_.loops.size(), nullptr);
     read_sizes();
     tile_ = wants_tiles();
+    prefetch_ = wants_prefetch();
     staged_.assign(k_.loads.size(), Staged{});
     if (tile_) {
       for (size_t j = 0; j < k_.loads.size(); ++j) {
@@ -157,6 +158,7 @@ class Emitter {
   std::vector<llvm::AllocaInst*> scan_;  // per Scan instruction: its running value
   llvm::AllocaInst* flags_ = nullptr;    // the check flags raised so far (kernels with checks)
   bool tile_ = false;
+  bool prefetch_ = false;  // the innermost loop runs in chunks that prefetch their streams ahead
   struct Staged {
     llvm::AllocaInst* buf = nullptr;  // kTileRows x kTileCols elements of a transposed load
   };
@@ -167,6 +169,10 @@ class Emitter {
   std::vector<bool> stash_ready_;         // the stash holds the row (a later loop reads it)
   static constexpr int64_t kMaxStash = 8192;  // elements per row
   static constexpr uint64_t kTileRows = 64, kTileCols = 64;
+  // Software prefetch (see chunked()): chunks of this many elements, each prefetching the
+  // lines of its contiguous loads this many elements ahead; only kernels with at least
+  // kPrefetchMinElements elements (smaller ones come from cache).
+  static constexpr int64_t kPrefetchChunk = 256, kPrefetchAhead = 512, kPrefetchMinElements = int64_t(1) << 16;
 
   int rank() const { return int(k_.loops.size()); }
   int reduce_from() const { return std::min(k_.reduce_from, rank()); }
@@ -254,6 +260,10 @@ class Emitter {
       tiled(d, lo, hi);
       return;
     }
+    if (prefetch_ && d == rank() - 1) {
+      chunked(d, lo, hi);
+      return;
+    }
     loop(lo, hi, "outer", [&](Value* i) {
       iv_[size_t(d)] = i;
       outer(d + 1, begin, end);
@@ -304,6 +314,69 @@ class Emitter {
         iv_[size_t(d)] = iv_[size_t(d + 1)] = nullptr;
       }, kTileCols);
     }, kTileRows);
+  }
+
+  // The innermost loop of an elementwise kernel as chunks of kPrefetchChunk elements, each
+  // first prefetching the cache lines its contiguous loads will read kPrefetchAhead elements
+  // later. The hardware prefetchers alone fall behind when a loop spends long on each line
+  // (vector sin and cos over 512-bit lines: measured 1.6 ns per element from memory against
+  // 1.1 from cache on one core); one prefetch per line restores the in-cache rate.
+  void chunked(int d, Value* lo, Value* hi) {
+    Value* chunk = llvm::ConstantInt::get(idx_, uint64_t(kPrefetchChunk));
+    loop(lo, hi, "chunk", [&](Value* c) {
+      for (size_t j = 0; j < k_.loads.size(); ++j) {
+        if (!streams(j, d)) continue;
+        const int64_t size = int64_t(itemsize(k_.loads[j].dtype));
+        for (int64_t byte = 0; byte < kPrefetchChunk * size; byte += 64) {
+          // A plain (not inbounds) address: past the end of the operand it is only a hint.
+          Value* at = B.CreateAdd(c, llvm::ConstantInt::get(idx_, uint64_t(kPrefetchAhead + byte / size)));
+          B.CreateIntrinsic(llvm::Intrinsic::prefetch, {B.getPtrTy()},
+                            {address_along(j, d, at), B.getInt32(0), B.getInt32(3), B.getInt32(1)});
+        }
+      }
+      Value* stop = B.CreateAdd(c, chunk, "", true, true);
+      stop = B.CreateSelect(B.CreateICmpSLT(stop, hi), stop, hi);
+      loop(c, stop, "outer", [&](Value* i) {
+        iv_[size_t(d)] = i;
+        outer_body();
+        iv_[size_t(d)] = nullptr;
+      });
+    }, uint64_t(kPrefetchChunk));
+  }
+
+  // Operand j's address with loop d at index `at` (the other loops where they are now), as a
+  // plain GEP (with a negative stride the lines ahead lie below).
+  Value* address_along(size_t j, int d, Value* at) {
+    const passes::Access& a = operand(j);
+    Value* off = llvm::ConstantInt::get(idx_, 0);
+    for (size_t e = 0; e < a.sizes.size() && e < iv_.size(); ++e) {
+      Value* i = e == size_t(d) ? at : iv_[e];
+      if (!moves(a, e) || !i) continue;
+      off = B.CreateAdd(off, B.CreateMul(i, stride_[j][e]));
+    }
+    return B.CreateGEP(storage_type(a.dtype), F_->getArg(unsigned(base_operand(j))), off);
+  }
+
+  // Load j reads contiguously along loop d (unit stride), so it streams through memory there.
+  bool streams(size_t j, int d) const {
+    const passes::Access& a = k_.loads[j];
+    return a.buffer >= 0 && size_t(d) < a.strides.size() && moves(a, size_t(d)) && std::abs(a.strides[size_t(d)]) == 1;
+  }
+
+  // Prefetch when the kernel is elementwise, large, calls the vector math library (a loop that
+  // spends few cycles per line is served by the hardware prefetchers: a + b measured up to 8%
+  // slower with the prefetches) and some load streams along its innermost loop.
+  bool wants_prefetch() const {
+    if (tile_ || rank() < 1 || reduce_from() != rank()) return false;
+    int64_t n = 1;
+    for (int64_t e : k_.loops) n *= e;
+    if (!generic_ && n < kPrefetchMinElements) return false;
+    bool math = false;
+    for (const Instr& in : code_.code) math = math || calls_math(in.op);
+    if (!math) return false;
+    for (size_t j = 0; j < k_.loads.size(); ++j)
+      if (streams(j, rank() - 1)) return true;
+    return false;
   }
 
   // A load that walks the innermost loop with a stride and the one before it contiguously.
@@ -443,6 +516,12 @@ class Emitter {
     }
   }
 
+  // Instructions that become a call of the vector math library (jit.cpp): many cycles each.
+  static bool calls_math(EOp op) {
+    return op == EOp::Exp || op == EOp::Exp2 || op == EOp::Expm1 || op == EOp::Log || op == EOp::Log2 ||
+           op == EOp::Log1p || op == EOp::Tanh || op == EOp::Erf || op == EOp::Pow || op == EOp::Sin || op == EOp::Cos;
+  }
+
   // Row values that cost a transcendental call (softmax's exp) and are needed by more than
   // one row loop are computed once: the first loop keeps them in a stack array the size of a
   // row, later loops read them back (the row is in L1 either way; the call is what costs).
@@ -457,10 +536,7 @@ class Emitter {
       for (int id : need) uses[size_t(id)]++;
     for (size_t i = 0; i < code_.code.size(); ++i) {
       const Instr& in = code_.code[i];
-      bool costly = in.op == EOp::Exp || in.op == EOp::Exp2 || in.op == EOp::Expm1 || in.op == EOp::Log ||
-                    in.op == EOp::Log2 || in.op == EOp::Log1p || in.op == EOp::Tanh || in.op == EOp::Erf ||
-                    in.op == EOp::Pow || in.op == EOp::Sin || in.op == EOp::Cos;
-      if (!in.row || !costly || uses[i] < 2) continue;
+      if (!in.row || !calls_math(in.op) || uses[i] < 2) continue;
       llvm::IRBuilder<> eb(entry_, entry_->begin());
       stash_[i] = eb.CreateAlloca(compute_type(in.type), eb.getInt64(uint64_t(row)), "stash");
     }

@@ -50,6 +50,11 @@ std::string scalar_symbol(const char* base, bool f32) {
 
 struct Jit::Impl {
   std::string triple, cpu, features, target_id;
+  // The widest vectors the loop vectoriser may choose. LLVM tunes some AVX-512 CPUs (Intel's
+  // server cores) to prefer 256-bit vectors, which halves the lanes of every vector math call
+  // and leaves more of each short row to the scalar remainder; kiln's kernels are long
+  // streaming loops where the full width pays, so it asks for 512 bits wherever AVX-512 exists.
+  std::string vector_width;
   const llvm::Target* target = nullptr;
   std::unique_ptr<llvm::orc::LLJIT> jit;
   std::mutex mu;
@@ -117,7 +122,10 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
   s.target = llvm::TargetRegistry::lookupTarget(s.triple, err);
   KILN_CHECK(s.target, "codegen", "no LLVM target for ", s.triple, ": ", err);
   s.map_vector_functions(host);
-  s.target_id = s.triple + ";" + s.cpu + ";" + s.features + ";llvm " LLVM_VERSION_STRING ";vec " + s.vec_summary;
+  auto avx512 = host.find("avx512f");
+  s.vector_width = avx512 != host.end() && avx512->second ? "512" : "";
+  s.target_id = s.triple + ";" + s.cpu + ";" + s.features + ";llvm " LLVM_VERSION_STRING ";vec " + s.vec_summary +
+                ";width " + s.vector_width;
 
   auto jit = llvm::orc::LLJITBuilder().create();
   KILN_CHECK(bool(jit), "codegen", "cannot start the LLVM JIT: ", error_text(jit.takeError()));
@@ -147,6 +155,7 @@ void Jit::prepare(llvm::Module& m) const {
     if (f.isDeclaration()) continue;
     f.addFnAttr("target-cpu", impl_->cpu);
     f.addFnAttr("target-features", impl_->features);
+    if (!impl_->vector_width.empty()) f.addFnAttr("prefer-vector-width", impl_->vector_width);
   }
 }
 

@@ -714,6 +714,59 @@ INSTANTIATE_TEST_SUITE_P(ByDesign, CpuOpsFallback, ::testing::Range<size_t>(0, f
 
 }  // namespace
 
+// ---- streaming stores ----
+// Outputs of 16 MiB and more are written with non-temporal stores, chunk by chunk through a
+// staging buffer (emit.cpp chunked()): whole aligned chunks stream, a partial chunk or a
+// misaligned destination is copied plainly. Each case against eager: a one-loop kernel whose
+// threads' parts and last chunk are partial, rows whose starts are misaligned and whose ends
+// cut a chunk, two outputs of different dtypes from one kernel, and a write into a narrowed
+// view of an input (a destination whose alignment only the run time knows).
+
+struct StreamCase {
+  std::string name;
+  std::vector<int64_t> sizes;
+  DType dtype;
+  Fn fn;
+  bool transposed_a = false;  // the first input is given as the transpose of its sizes
+};
+
+const std::vector<StreamCase>& stream_cases() {
+  static const std::vector<StreamCase> c = {
+      {"f32_1d_partial_chunks", {(int64_t(1) << 22) + 77}, kFloat32,
+       [](const V& in) { return V{in[0] * 3 + in[1]}; }},
+      {"f64_rows_4099", {517, 4099}, kFloat64, [](const V& in) { return V{where(in[0] > in[1], in[0], in[1] * 2)}; }},
+      {"bf16_and_bool_outputs", {(int64_t(1) << 24) + 5}, kBFloat16,
+       [](const V& in) { return V{in[0] + in[1], gt(in[0], in[1])}; }},
+      {"i64_into_narrowed_input", {700, 3001}, kInt64, [](const V& in) {
+         Tensor x = in[0];
+         x.narrow(1, 1, 3000).copy_(in[1].narrow(1, 0, 3000) * 2);
+         return V{x};
+       }},
+      // transposed reads run in 64 x 64 tiles, whose rows stream out (whole aligned rows) or
+      // are copied (the edge tiles, and rows of 4099 elements that start misaligned)
+      {"f32_tiles_aligned", {2048, 4096}, kFloat32, [](const V& in) { return V{in[0].t() + in[1]}; }, true},
+      {"f32_tiles_ragged", {2051, 4099}, kFloat32, [](const V& in) { return V{in[0].t() * in[1]}; }, true},
+  };
+  return c;
+}
+
+class CpuStreamingStores : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(CpuStreamingStores, MatchesEager) {
+  const StreamCase& sc = stream_cases()[GetParam()];
+  Inputs inputs = [&](int call) {
+    uint64_t s = seed_of(sc.name, uint64_t(call) * 131);
+    std::vector<int64_t> a_sizes = sc.sizes;
+    if (sc.transposed_a) std::reverse(a_sizes.begin(), a_sizes.end());
+    return V{values_tensor(sc.dtype, a_sizes, s, Values::Bounded, Specials::Sparse),
+             values_tensor(sc.dtype, sc.sizes, s + 1, Values::Bounded, Specials::Sparse)};
+  };
+  EXPECT_EQ(check(sc.fn, inputs, Expect{.exact = true}, 2), Outcome::Checked);
+}
+
+INSTANTIATE_TEST_SUITE_P(Large, CpuStreamingStores, ::testing::Range<size_t>(0, stream_cases().size()),
+                         [](const ::testing::TestParamInfo<size_t>& info) { return stream_cases()[info.param].name; });
+
 // ---- what the vectoriser is asked for ----
 
 // On an AVX-512 host the vector loop is 512 bits wide whatever LLVM's tuning for the CPU model

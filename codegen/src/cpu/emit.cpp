@@ -85,6 +85,8 @@ class Emitter {
     read_sizes();
     tile_ = wants_tiles();
     prefetch_ = wants_prefetch();
+    plan_streams();
+    chunk_ = !tile_ && (prefetch_ || std::any_of(stream_buf_.begin(), stream_buf_.end(), [](auto* b) { return b != nullptr; }));
     staged_.assign(k_.loads.size(), Staged{});
     if (tile_) {
       for (size_t j = 0; j < k_.loads.size(); ++j) {
@@ -103,6 +105,11 @@ class Emitter {
     begin_ = B.CreateTrunc(begin, idx_);
     end_ = B.CreateTrunc(end, idx_);
     outer(0, begin_, end_);
+    if (std::any_of(stream_buf_.begin(), stream_buf_.end(), [](auto* b) { return b != nullptr; })) {
+      // Non-temporal stores are weakly ordered (x86: they bypass the store order): a full fence
+      // (mfence) before the caller, or another thread after the launch's barrier, reads them.
+      B.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+    }
     if (flags_) {
       // Any flag set: or them into the caller's status word, atomically (the threads of one
       // split kernel share it); a call that met no error leaves it alone.
@@ -159,6 +166,9 @@ class Emitter {
   llvm::AllocaInst* flags_ = nullptr;    // the check flags raised so far (kernels with checks)
   bool tile_ = false;
   bool prefetch_ = false;  // the innermost loop runs in chunks that prefetch their streams ahead
+  bool chunk_ = false;     // the innermost loop runs in chunks (to prefetch, or for streaming stores)
+  std::vector<llvm::AllocaInst*> stream_buf_;  // per store: its chunk's staging buffer when it streams
+  Value* chunk_start_ = nullptr;               // the index the current chunk starts at
   struct Staged {
     llvm::AllocaInst* buf = nullptr;  // kTileRows x kTileCols elements of a transposed load
   };
@@ -173,6 +183,8 @@ class Emitter {
   // lines of its contiguous loads this many elements ahead; only kernels with at least
   // kPrefetchMinElements elements (smaller ones come from cache).
   static constexpr int64_t kPrefetchChunk = 256, kPrefetchAhead = 512, kPrefetchMinElements = int64_t(1) << 16;
+  // Stores stream (plan_streams) from this many bytes written on.
+  static constexpr int64_t kStreamMinBytes = int64_t(16) << 20;
 
   int rank() const { return int(k_.loops.size()); }
   int reduce_from() const { return std::min(k_.reduce_from, rank()); }
@@ -260,7 +272,7 @@ class Emitter {
       tiled(d, lo, hi);
       return;
     }
-    if (prefetch_ && d == rank() - 1) {
+    if (chunk_ && d == rank() - 1) {
       chunked(d, lo, hi);
       return;
     }
@@ -285,6 +297,7 @@ class Emitter {
         // tile buffer's included, is plainly affine in the innermost index.
         Value* n0 = B.CreateSub(min(B.CreateAdd(t0, rows, "", true, true), hi), t0, "", true, true);
         Value* n1 = B.CreateSub(min(B.CreateAdd(t1, cols, "", true, true), hi2), t1, "", true, true);
+        prefetch_tile(d, t0, B.CreateAdd(t1, cols));
         auto at = [&](Value* i, Value* j) {
           iv_[size_t(d)] = B.CreateAdd(t0, i, "", true, true);
           iv_[size_t(d + 1)] = B.CreateAdd(t1, j, "", true, true);
@@ -311,6 +324,16 @@ class Emitter {
             outer_body();
           });
         });
+        // Streaming stores wrote the tile to their buffers: out row by row.
+        for (size_t j = 0; j < stream_buf_.size(); ++j) {
+          if (!stream_buf_[j]) continue;
+          loop(zero, n0, "rows", [&](Value* i) {
+            iv_[size_t(d)] = B.CreateAdd(t0, i, "", true, true);
+            Value* row = B.CreateMul(B.CreateZExt(i, B.getInt64Ty()), B.getInt64(kTileCols * itemsize(k_.stores[j].dtype)));
+            copy_out(j, B.CreateInBoundsGEP(B.getInt8Ty(), stream_buf_[j], row),
+                     address_along(k_.loads.size() + j, d + 1, t1), n1, kTileCols);
+          }, 1, true);
+        }
         iv_[size_t(d)] = iv_[size_t(d + 1)] = nullptr;
       }, kTileCols);
     }, kTileRows);
@@ -321,10 +344,15 @@ class Emitter {
   // later. The hardware prefetchers alone fall behind when a loop spends long on each line
   // (vector sin and cos over 512-bit lines: measured 1.6 ns per element from memory against
   // 1.1 from cache on one core); one prefetch per line restores the in-cache rate.
+  //
+  // A streaming store (plan_streams) writes its chunk to a staging buffer on the stack, then
+  // copies it out with non-temporal vector stores when the chunk is whole and its destination
+  // 64-byte aligned (a plain copy otherwise): the output's lines are never read into the cache
+  // first, which saves a third of a copy's memory traffic.
   void chunked(int d, Value* lo, Value* hi) {
     Value* chunk = llvm::ConstantInt::get(idx_, uint64_t(kPrefetchChunk));
     loop(lo, hi, "chunk", [&](Value* c) {
-      for (size_t j = 0; j < k_.loads.size(); ++j) {
+      for (size_t j = 0; prefetch_ && j < k_.loads.size(); ++j) {
         if (!streams(j, d)) continue;
         const int64_t size = int64_t(itemsize(k_.loads[j].dtype));
         for (int64_t byte = 0; byte < kPrefetchChunk * size; byte += 64) {
@@ -336,23 +364,87 @@ class Emitter {
       }
       Value* stop = B.CreateAdd(c, chunk, "", true, true);
       stop = B.CreateSelect(B.CreateICmpSLT(stop, hi), stop, hi);
+      chunk_start_ = c;
       loop(c, stop, "outer", [&](Value* i) {
         iv_[size_t(d)] = i;
         outer_body();
         iv_[size_t(d)] = nullptr;
       });
+      chunk_start_ = nullptr;
+      for (size_t j = 0; j < stream_buf_.size(); ++j)
+        if (stream_buf_[j])
+          copy_out(j, stream_buf_[j], address_along(k_.loads.size() + j, d, c), B.CreateSub(stop, c, "", true, true),
+                   kPrefetchChunk);
     }, uint64_t(kPrefetchChunk));
   }
 
-  // Operand j's address with loop d at index `at` (the other loops where they are now), as a
-  // plain GEP (with a negative stride the lines ahead lie below).
+  // n elements of store j from `src` (its staging buffer) to `dst`: non-temporal 64-byte stores
+  // when n is the whole run of `whole` elements and dst is aligned, else a plain copy.
+  void copy_out(size_t j, Value* src, Value* dst, Value* n, int64_t whole_run) {
+    const passes::Access& a = k_.stores[j];
+    const uint64_t size = itemsize(a.dtype);
+    Value* aligned = B.CreateICmpEQ(B.CreateAnd(B.CreatePtrToInt(dst, B.getInt64Ty()), 63), B.getInt64(0));
+    Value* whole = B.CreateICmpEQ(n, llvm::ConstantInt::get(idx_, uint64_t(whole_run)));
+    BasicBlock* stream = BasicBlock::Create(C, "stream", F_);
+    BasicBlock* plain = BasicBlock::Create(C, "copy", F_);
+    BasicBlock* done = BasicBlock::Create(C, "copied", F_);
+    B.CreateCondBr(B.CreateAnd(aligned, whole), stream, plain);
+    B.SetInsertPoint(stream);
+    auto* line = llvm::FixedVectorType::get(B.getInt32Ty(), 16);  // 64 bytes
+    llvm::MDNode* nt = llvm::MDNode::get(C, llvm::ConstantAsMetadata::get(B.getInt32(1)));
+    for (uint64_t byte = 0; byte < uint64_t(whole_run) * size; byte += 64) {
+      Value* v = B.CreateAlignedLoad(line, B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), src, byte), llvm::Align(64));
+      llvm::StoreInst* st = B.CreateAlignedStore(v, B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), dst, byte), llvm::Align(64));
+      st->setMetadata(llvm::LLVMContext::MD_nontemporal, nt);
+    }
+    B.CreateBr(done);
+    B.SetInsertPoint(plain);
+    Value* bytes = B.CreateMul(B.CreateZExt(n, B.getInt64Ty()), B.getInt64(size));
+    B.CreateMemCpy(dst, llvm::MaybeAlign(size), src, llvm::MaybeAlign(64), bytes);
+    B.CreateBr(done);
+    B.SetInsertPoint(done);
+  }
+
+  // Stores that stream (chunked() copies them out with non-temporal stores): those of a large
+  // elementwise kernel that write contiguously along its innermost loop, into memory no other
+  // operand of the kernel touches (a line the kernel also reads is in the cache anyway), whose
+  // output is too large to be read back from the cache by whatever comes next.
+  // In tiles (tiled()) a streaming store's tile goes to its buffer and out row by row.
+  void plan_streams() {
+    stream_buf_.assign(k_.stores.size(), nullptr);
+    if (generic_ || rank() < 1 || reduce_from() != rank()) return;
+    if (!tile_ && k_.loops.back() < kPrefetchChunk && rank() > 1) return;  // rows shorter than a chunk
+    int64_t n = 1;
+    for (int64_t e : k_.loops) n *= e;
+    for (size_t j = 0; j < k_.stores.size(); ++j) {
+      const passes::Access& a = k_.stores[j];
+      const size_t op = k_.loads.size() + j;
+      if (a.buffer < 0 || a.strides.size() != size_t(rank()) || shares_buffer(op)) continue;
+      if (!moves(a, size_t(rank() - 1)) || a.strides[size_t(rank() - 1)] != 1) continue;
+      if (std::find(in_place_.begin(), in_place_.end(), int(op)) != in_place_.end()) continue;
+      if (n * int64_t(itemsize(a.dtype)) < kStreamMinBytes) continue;
+      llvm::IRBuilder<> eb(entry_, entry_->begin());
+      const uint64_t elems = tile_ ? kTileRows * kTileCols : uint64_t(kPrefetchChunk);
+      auto* buf = eb.CreateAlloca(storage_type(a.dtype), eb.getInt64(elems), "stream");
+      buf->setAlignment(llvm::Align(64));
+      stream_buf_[j] = buf;
+    }
+  }
+
+  // Operand j's address with loop d at index `at` (the other loops where they are now).
   Value* address_along(size_t j, int d, Value* at) {
+    std::vector<Value*> idx(iv_.begin(), iv_.end());
+    idx[size_t(d)] = at;
+    return address_at(j, idx);
+  }
+  // Operand j's address at the given loop indices (null: not in that loop), as a plain GEP for
+  // prefetches: it may point past the operand (with a negative stride the lines ahead lie below).
+  Value* address_at(size_t j, const std::vector<Value*>& idx) {
     const passes::Access& a = operand(j);
     Value* off = llvm::ConstantInt::get(idx_, 0);
-    for (size_t e = 0; e < a.sizes.size() && e < iv_.size(); ++e) {
-      Value* i = e == size_t(d) ? at : iv_[e];
-      if (!moves(a, e) || !i) continue;
-      off = B.CreateAdd(off, B.CreateMul(i, stride_[j][e]));
+    for (size_t e = 0; e < a.sizes.size() && e < idx.size(); ++e) {
+      if (!moves(a, e) || !idx[e]) continue;
+      off = B.CreateAdd(off, B.CreateMul(idx[e], stride_[j][e]));
     }
     return B.CreateGEP(storage_type(a.dtype), F_->getArg(unsigned(base_operand(j))), off);
   }
@@ -377,6 +469,40 @@ class Emitter {
     for (size_t j = 0; j < k_.loads.size(); ++j)
       if (streams(j, rank() - 1)) return true;
     return false;
+  }
+
+  // Prefetches the lines of the tile at (t0, t1) of loops d, d + 1 for every operand that is
+  // contiguous along one of them: its kTileRows or kTileCols runs of lines. A tile's operands
+  // are many short runs (a transposed operand's column strip touches a new page in every row),
+  // which the hardware prefetchers do not follow; the next tile's lines arrive while this one
+  // computes. (Past the last tile the addresses are only hints.)
+  void prefetch_tile(int d, Value* t0, Value* t1) {
+    Value* zero = llvm::ConstantInt::get(idx_, 0);
+    for (size_t j = 0; j < k_.loads.size() + k_.stores.size(); ++j) {
+      const passes::Access& a = operand(j);
+      if (a.buffer < 0 || a.strides.size() != size_t(rank())) continue;
+      if (j < k_.loads.size() && base_operand(j) != j) continue;  // read through its store's pointer
+      int line = -1;  // the tiled loop the operand is contiguous along
+      for (int e : {d + 1, d})
+        if (line < 0 && moves(a, size_t(e)) && std::abs(a.strides[size_t(e)]) == 1) line = e;
+      if (line < 0) continue;
+      const int other = line == d ? d + 1 : d;
+      const uint64_t runs = other == d ? kTileRows : kTileCols, run = line == d ? kTileRows : kTileCols;
+      const int64_t size = int64_t(itemsize(a.dtype));
+      const bool write = j >= k_.loads.size();
+      if (write && stream_buf_[j - k_.loads.size()]) continue;  // written around the cache
+      Value* base_line = line == d ? t0 : t1;
+      Value* base_other = other == d ? t0 : t1;
+      loop(zero, llvm::ConstantInt::get(idx_, runs), "prefetch", [&](Value* r) {
+        for (int64_t byte = 0; byte < int64_t(run) * size; byte += 64) {
+          std::vector<Value*> at(iv_.begin(), iv_.end());
+          at[size_t(line)] = B.CreateAdd(base_line, llvm::ConstantInt::get(idx_, uint64_t(byte / size)));
+          at[size_t(other)] = B.CreateAdd(base_other, r);
+          B.CreateIntrinsic(llvm::Intrinsic::prefetch, {B.getPtrTy()},
+                            {address_at(j, at), B.getInt32(write ? 1 : 0), B.getInt32(3), B.getInt32(1)});
+        }
+      }, 1, true);
+    }
   }
 
   // A load that walks the innermost loop with a stride and the one before it contiguously.
@@ -624,6 +750,15 @@ class Emitter {
     if (a.dtype == DType::BFloat16) v = to_bf16(v);
     else if (a.dtype == DType::Float16) v = B.CreateFPTrunc(v, B.getHalfTy());
     else if (a.dtype == DType::Bool) v = B.CreateZExt(v, B.getInt8Ty());
+    if (j < stream_buf_.size() && stream_buf_[j] && tile_) {
+      B.CreateStore(v, B.CreateInBoundsGEP(storage_type(a.dtype), stream_buf_[j], staged_index()));
+      return;
+    }
+    if (j < stream_buf_.size() && stream_buf_[j] && chunk_start_) {
+      Value* at = B.CreateSub(iv_[size_t(rank() - 1)], chunk_start_, "", true, true);
+      B.CreateStore(v, B.CreateInBoundsGEP(storage_type(a.dtype), stream_buf_[j], at));
+      return;
+    }
     B.CreateStore(v, address(k_.loads.size() + j));
   }
 

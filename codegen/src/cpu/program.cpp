@@ -292,10 +292,13 @@ struct Launch {
     } else {
       cpu::KernelFn f = fns.whole;
       int64_t o = outer;
+      // A one-loop kernel's parts start at multiples of its chunks (emit.cpp: 256 elements), so
+      // that chunks of contiguous operands keep the alignment of their first element.
+      const int64_t grain = kk.loops.size() == 1 ? 256 : 1;
 #pragma omp parallel num_threads(threads)
       {
         int t = omp_get_thread_num(), nt = omp_get_num_threads();
-        int64_t begin = o * t / nt, end = o * (t + 1) / nt;
+        int64_t begin = o * t / nt / grain * grain, end = t + 1 == nt ? o : o * (t + 1) / nt / grain * grain;
         if (begin < end) f(p, args, begin, end, &status);
       }
     }

@@ -11,7 +11,8 @@
 //   softmax and layernorm); reductions merge when they reduce the same dims of the same shape;
 //   a reduction that drops its dims (keepdim=false) ends its kernel: nothing in it reads it;
 // - an opaque op that takes an epilogue (matmul family) absorbs elementwise consumers of its
-//   output over the output's shape; other opaque ops and cond nodes stay alone;
+//   output over the output's shape; other opaque ops and cond nodes stay alone; a reduction
+//   that is the epilogue's only reader takes it over as its prologue (hand_epilogue_over);
 // - merging never makes the kernel order cyclic (no path between the two groups through a
 //   third), and a kernel that writes memory (a copy) reads that memory only before the write,
 //   through the very view it writes, so reading and writing element by element is sound.
@@ -93,6 +94,7 @@ class Fuser {
       std::sort(cands.begin(), cands.end(), std::greater<>());
       for (int cg : cands) {
         if (!groups_[size_t(cg)].alive || cg == g) continue;
+        if (hand_epilogue_over(cg, g)) continue;
         if (try_merge(cg, g)) g = cg;
       }
     }
@@ -272,6 +274,44 @@ class Fuser {
       if (g == to) return true;
       push_succs(g, false);
     }
+    return false;
+  }
+
+  // A reduction group `g` that reads an opaque op's epilogue (softmax(matmul(q, k) * scale))
+  // takes the epilogue over as its prologue when nothing else reads it: the op's result is then
+  // written once and read once by the reduction, where op + epilogue + reduction wrote and read
+  // it again in between.
+  bool hand_epilogue_over(int cg, int g) {
+    const Group op = groups_[size_t(cg)];
+    if (op.kind != NodeClass::Opaque || op.nodes.size() < 2 || groups_[size_t(g)].kind != NodeClass::Reduction)
+      return false;
+    std::vector<int> ep;
+    for (int n : op.nodes)
+      if (n != op.opaque) ep.push_back(n);
+    const std::set<int> inside(ep.begin(), ep.end());
+    const std::vector<int>& red = groups_[size_t(g)].nodes;
+    Group e;
+    e.kind = NodeClass::Elementwise;
+    e.nodes = ep;
+    e.space = op.space;
+    for (int n : ep) {
+      for (const ir::Value* v : a_.nodes[size_t(n)]->outputs)
+        if (v->type.sizes != op.space) return false;
+      for (int s : succ_[size_t(n)])
+        if (!inside.count(s) && std::find(red.begin(), red.end(), s) == red.end()) return false;
+      e.expensive = e.expensive || is_expensive(a_.nodes[size_t(n)]->op);
+    }
+    Group only = op;
+    only.nodes = {op.opaque};
+    only.expensive = is_expensive(a_.nodes[size_t(op.opaque)]->op);
+    groups_[size_t(cg)] = only;
+    groups_.push_back(std::move(e));
+    const int eg = int(groups_.size() - 1);
+    for (int n : ep) group_of_[size_t(n)] = eg;
+    if (try_merge(g, eg)) return true;
+    groups_.pop_back();
+    groups_[size_t(cg)] = op;
+    for (int n : ep) group_of_[size_t(n)] = cg;
     return false;
   }
 

@@ -93,9 +93,32 @@ std::vector<Tensor> ProgramRunner::buffers(std::span<const ir::Slot> inputs) con
   return buf;
 }
 
-std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buf, std::span<const ir::Slot> inputs) const {
+namespace {
+// Whether the tensor an interpreted kernel computed can stand for its store's whole buffer from
+// here on instead of being copied into it: a host temporary or output the store covers exactly,
+// in the order of its elements, and a result in fresh memory of its own with those elements in
+// the same order (a library op's product, say).
+bool adoptable(const KernelProgram& p, const Access& a, const Tensor& v) {
+  const Buffer& b = p.buffers[size_t(a.buffer)];
+  if (b.kind != BufferKind::Temp && b.kind != BufferKind::Output) return false;
+  if (a.offset != 0 || a.storage_relative || v.dtype() != b.dtype || !v.is_contiguous() || v.numel() != b.numel)
+    return false;
+  if (v.sizes().vec() != a.sizes || v.storage().use_count() != 1) return false;
+  if (b.kind == BufferKind::Output && v.strides().vec() != b.strides) return false;
+  int64_t expect = 1;
+  for (size_t d = a.sizes.size(); d-- > 0;) {
+    if (a.sizes[d] != 1 && a.strides[d] != expect) return false;
+    expect *= a.sizes[d];
+  }
+  return true;
+}
+}  // namespace
+
+std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) const {
   const KernelProgram& p = impl_->p;
   const bool host = impl_->device.is_cpu();
+  // (a buffer may be replaced below by the tensor an interpreted kernel computed for it)
+  std::vector<Tensor> buf(buffers.begin(), buffers.end());
   // The view an access names: offsets count from the buffer's first element (or its storage).
   auto view = [&](const Access& a) { return access_view(buf[size_t(a.buffer)], a); };
   for (size_t i = 0; i < p.kernels.size(); ++i) {
@@ -123,6 +146,11 @@ std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buf, std::span
       Tensor v = out[j].tensor;
       if (out[j].is_scalar) {
         dst.fill_(out[j].scalar);
+        continue;
+      }
+      if (host && adoptable(p, a, v)) {
+        const Buffer& b = p.buffers[size_t(a.buffer)];
+        buf[size_t(a.buffer)] = b.kind == BufferKind::Output ? v : v.reshape({b.numel});
         continue;
       }
       // The body value may be constant along loops the store does not index (size 1 there).

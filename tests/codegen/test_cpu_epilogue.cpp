@@ -73,7 +73,9 @@ TEST(CpuEpilogue, BatchedWithBroadcastOperands) {
   EXPECT_TRUE(epilogue_compiled(fn, inputs(0)));
 }
 
-// attention_scores' shape: einsum, a scale in its epilogue, a softmax in the next kernel.
+// attention_scores' shape: einsum, a scale, a softmax. The softmax takes the scale over as its
+// prologue (the passes' hand_epilogue_over), so the einsum is a library op alone, whose result
+// the row-wise kernel reads: explain() names the library op and every other kernel compiled.
 TEST(CpuEpilogue, EinsumScaleThenSoftmax) {
   Fn fn = [](const V& in) { return V{(einsum("bhqd,bhkd->bhqk", {in[0], in[1]}) / 8.0).softmax(-1)}; };
   Inputs inputs = [](int call) {
@@ -81,7 +83,41 @@ TEST(CpuEpilogue, EinsumScaleThenSoftmax) {
              input(kFloat32, {2, 3, 19, 64}, Layout::Contiguous, 11, call)};
   };
   check(fn, inputs, Expect{});
-  EXPECT_TRUE(epilogue_compiled(fn, inputs(0)));
+  auto f = compile([fn](const V& x) { return fn(x); }, cpu_options());
+  V in = inputs(0);
+  f(in);
+  f(in);
+  Explanation ex = f.explain(in);
+  ASSERT_EQ(ex.graphs.size(), 1u);
+  EXPECT_NE(ex.graphs[0].backend.find("cpu: 1 of 2 kernels compiled"), std::string::npos) << ex.graphs[0].backend;
+  EXPECT_NE(ex.graphs[0].backend.find("; library k0: einsum"), std::string::npos) << ex.graphs[0].backend;
+  EXPECT_EQ(ex.graphs[0].backend.find("interpreted"), std::string::npos) << ex.graphs[0].backend;
+}
+
+// A library op's result the runner keeps as its buffer (instead of copying it in) is the buffer
+// for every later kernel: here one writes into a view of it, another reads it, and the program
+// returns it. An op whose result is its operand or a view of it (einsum "ij->ij" of an input) is not
+// kept: its result is copied into a buffer of the program's own, so the output does not alias
+// the input.
+TEST(CpuEpilogue, LibraryResultsKeptAsBuffers) {
+  Fn written = [](const V& in) {
+    Tensor y = in[0].matmul(in[1]);
+    y.narrow(1, 2, 5).fill_(0);
+    return V{y, (y * 2).sum(1)};
+  };
+  Inputs inputs = [](int call) {
+    return V{input(kFloat32, {40, 30}, Layout::Contiguous, 13, call), input(kFloat32, {30, 20}, Layout::Contiguous, 14, call)};
+  };
+  check(written, inputs, Expect{});
+  Fn view = [](const V& in) { return V{einsum("ij->ij", {in[0]})}; };
+  Inputs one = [](int call) { return V{input(kFloat32, {8, 9}, Layout::Contiguous, 15, call)}; };
+  check(view, one, Expect{});
+  auto f = compile([view](const V& x) { return view(x); }, cpu_options());
+  V in = one(0);
+  f(in);
+  V out = f(in);
+  in[0].fill_(7);
+  EXPECT_FALSE(out[0].eq(7).all().item<bool>()) << "the output aliases the input";
 }
 
 // An operand the op reads whole and the epilogue reads by index: not split, the whole kernel

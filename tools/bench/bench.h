@@ -76,7 +76,9 @@ struct CompileTimes {
   std::string error;  // why they are missing
 };
 // Runs `self --first-call NAME <args>` twice with KILN_CACHE_DIR set to one fresh temporary
-// directory (cold: empty; warm: what the first run left there), then removes the directory.
+// directory (cold: empty; warm: what the first run left there), then removes the directory;
+// three such pairs, and the median of each kind (a single child's first call includes the
+// trace's first touch of fresh memory, whose cost on a shared host varies up to tenfold).
 CompileTimes measure_compile_times(const std::string& workload, const std::vector<std::string>& args);
 
 // ---- the chart ----

@@ -114,7 +114,8 @@ class BlasOnCallers {
 // Below this many multiply-adds a product runs on one thread (waking the others costs more).
 constexpr int64_t kGemmParallelWork = int64_t(1) << 18;
 
-// out[i0:i1, j0:j1] of matrix `b` of a float32/float64 batch, through one BLAS call.
+// Rows [i0, i1) and columns [j0, j1) of product `batch_index` of a float32/float64 batch (out
+// points at that product), through one BLAS call.
 template <typename T>
 void blas_block(const BlasMat& A, const BlasMat& B, T* out, int64_t m, int64_t k, int64_t batch_index,
                 int64_t i0, int64_t i1, int64_t j0, int64_t j1, T alpha, T beta) {

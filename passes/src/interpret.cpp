@@ -117,8 +117,10 @@ bool adoptable(const KernelProgram& p, const Access& a, const Tensor& v) {
 std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) const {
   const KernelProgram& p = impl_->p;
   const bool host = impl_->device.is_cpu();
-  // (a buffer may be replaced below by the tensor an interpreted kernel computed for it)
-  std::vector<Tensor> buf(buffers.begin(), buffers.end());
+  // A buffer may be replaced below by the tensor an interpreted kernel computed for it; the
+  // caller's buffers are copied only then (a program of compiled kernels never pays for it).
+  std::vector<Tensor> own;
+  std::span<const Tensor> buf = buffers;
   // The view an access names: offsets count from the buffer's first element (or its storage).
   auto view = [&](const Access& a) { return access_view(buf[size_t(a.buffer)], a); };
   for (size_t i = 0; i < p.kernels.size(); ++i) {
@@ -150,7 +152,11 @@ std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buffers, std::
       }
       if (host && adoptable(p, a, v)) {
         const Buffer& b = p.buffers[size_t(a.buffer)];
-        buf[size_t(a.buffer)] = b.kind == BufferKind::Output ? v : v.reshape({b.numel});
+        if (own.empty()) {
+          own.assign(buffers.begin(), buffers.end());
+          buf = own;
+        }
+        own[size_t(a.buffer)] = b.kind == BufferKind::Output ? v : v.reshape({b.numel});
         continue;
       }
       // The body value may be constant along loops the store does not index (size 1 there).

@@ -86,7 +86,7 @@ class Emitter {
     tile_ = wants_tiles();
     prefetch_ = wants_prefetch();
     plan_streams();
-    chunk_ = !tile_ && (prefetch_ || std::any_of(stream_buf_.begin(), stream_buf_.end(), [](auto* b) { return b != nullptr; }));
+    chunk_ = !tile_ && (prefetch_ || streaming());
     staged_.assign(k_.loads.size(), Staged{});
     if (tile_) {
       for (size_t j = 0; j < k_.loads.size(); ++j) {
@@ -105,7 +105,7 @@ class Emitter {
     begin_ = B.CreateTrunc(begin, idx_);
     end_ = B.CreateTrunc(end, idx_);
     outer(0, begin_, end_);
-    if (std::any_of(stream_buf_.begin(), stream_buf_.end(), [](auto* b) { return b != nullptr; })) {
+    if (streaming()) {
       // Non-temporal stores are weakly ordered (x86: they bypass the store order): a full fence
       // (mfence) before the caller, or another thread after the launch's barrier, reads them.
       B.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
@@ -351,9 +351,9 @@ class Emitter {
   // 1.1 from cache on one core); one prefetch per line restores the in-cache rate.
   //
   // A streaming store (plan_streams) writes its chunk to a staging buffer on the stack, then
-  // copies it out with non-temporal vector stores when the chunk is whole and its destination
-  // 64-byte aligned (a plain copy otherwise): the output's lines are never read into the cache
-  // first, which saves a third of a copy's memory traffic.
+  // copies it out (copy_out: non-temporal stores for the whole lines of an aligned destination):
+  // the output's lines are never read into the cache first, which saves a third of a copy's
+  // memory traffic.
   void chunked(int d, Value* lo, Value* hi) {
     Value* chunk = llvm::ConstantInt::get(idx_, uint64_t(kPrefetchChunk));
     loop(lo, hi, "chunk", [&](Value* c) {
@@ -446,6 +446,10 @@ class Emitter {
       stream_buf_[j] = buf;
       stream_rows_ = rows;
     }
+  }
+
+  bool streaming() const {
+    return std::any_of(stream_buf_.begin(), stream_buf_.end(), [](auto* b) { return b != nullptr; });
   }
 
   // Operand j's address with loop d at index `at` (the other loops where they are now).
@@ -773,16 +777,11 @@ class Emitter {
     if (a.dtype == DType::BFloat16) v = to_bf16(v);
     else if (a.dtype == DType::Float16) v = B.CreateFPTrunc(v, B.getHalfTy());
     else if (a.dtype == DType::Bool) v = B.CreateZExt(v, B.getInt8Ty());
-    if (j < stream_buf_.size() && stream_buf_[j] && tile_) {
-      B.CreateStore(v, B.CreateInBoundsGEP(storage_type(a.dtype), stream_buf_[j], staged_index()));
-      return;
-    }
-    if (j < stream_buf_.size() && stream_buf_[j] && stream_rows_) {
-      B.CreateStore(v, B.CreateInBoundsGEP(storage_type(a.dtype), stream_buf_[j], row_index()));
-      return;
-    }
-    if (j < stream_buf_.size() && stream_buf_[j] && chunk_start_) {
-      Value* at = B.CreateSub(iv_[size_t(rank() - 1)], chunk_start_, "", true, true);
+    if (j < stream_buf_.size() && stream_buf_[j]) {
+      // A streaming store writes its staging buffer: at the tile's, the row's or the chunk's index.
+      Value* at = tile_          ? staged_index()
+                  : stream_rows_ ? row_index()
+                                 : B.CreateSub(iv_[size_t(rank() - 1)], chunk_start_, "", true, true);
       B.CreateStore(v, B.CreateInBoundsGEP(storage_type(a.dtype), stream_buf_[j], at));
       return;
     }

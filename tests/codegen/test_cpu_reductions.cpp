@@ -197,9 +197,9 @@ const std::vector<ReduceLayout>& reduce_layouts() {
       {"sliced_1023", {1023}, L::Sliced},
       {"scalar_0d", {}, L::Contiguous},
       // Past 2^16 elements the row-wise kernels that call exp (softmax, logsumexp) run their
-      // second row loop in chunks of 256 that prefetch the next row (emit.cpp row_ahead()):
-      // rows that end in a partial chunk, rows that start at an offset, a last row with no
-      // next one, and rows of one chunk or less that are left alone.
+      // second row loop in chunks of 256 that prefetch two rows ahead (emit.cpp row_ahead()):
+      // rows that end in a partial chunk, rows that start at an offset, last rows with nothing
+      // ahead, and rows of less than a chunk that are left alone.
       {"row_prefetch_300x301", {300, 301}, L::Contiguous},
       {"row_prefetch_narrowed_260x300", {260, 300}, L::Narrowed},
       {"row_prefetch_short_rows_1100x65", {1100, 65}, L::Contiguous},

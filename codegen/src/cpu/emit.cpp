@@ -358,16 +358,8 @@ class Emitter {
   void chunked(int d, Value* lo, Value* hi) {
     Value* chunk = llvm::ConstantInt::get(idx_, uint64_t(kPrefetchChunk));
     loop(lo, hi, "chunk", [&](Value* c) {
-      for (size_t j = 0; prefetch_ && j < k_.loads.size(); ++j) {
-        if (!streams(j, d)) continue;
-        const int64_t size = int64_t(itemsize(k_.loads[j].dtype));
-        for (int64_t byte = 0; byte < kPrefetchChunk * size; byte += 64) {
-          // A plain (not inbounds) address: past the end of the operand it is only a hint.
-          Value* at = B.CreateAdd(c, llvm::ConstantInt::get(idx_, uint64_t(kPrefetchAhead + byte / size)));
-          B.CreateIntrinsic(llvm::Intrinsic::prefetch, {B.getPtrTy()},
-                            {address_along(j, d, at), B.getInt32(0), B.getInt32(3), B.getInt32(1)});
-        }
-      }
+      for (size_t j = 0; prefetch_ && j < k_.loads.size(); ++j)
+        if (streams(j, d)) prefetch_lines(j, iv_, d, c, kPrefetchAhead, kPrefetchChunk);
       Value* stop = B.CreateAdd(c, chunk, "", true, true);
       stop = B.CreateSelect(B.CreateICmpSLT(stop, hi), stop, hi);
       chunk_start_ = c;
@@ -477,6 +469,19 @@ class Emitter {
     return a.buffer >= 0 && size_t(d) < a.strides.size() && moves(a, size_t(d)) && std::abs(a.strides[size_t(d)]) == 1;
   }
 
+  // Prefetches (to L1; for writing when `write`) one address per 64-byte line of `elems`
+  // elements of operand j, contiguous along loop d, from index `from + skip` of loop d with the
+  // other loops at `at`. Plain (not inbounds) addresses: past the operand they are only hints.
+  void prefetch_lines(size_t j, std::vector<Value*> at, int d, Value* from, int64_t skip, int64_t elems,
+                      bool write = false) {
+    const int64_t size = int64_t(itemsize(operand(j).dtype));
+    for (int64_t byte = 0; byte < elems * size; byte += 64) {
+      at[size_t(d)] = B.CreateAdd(from, llvm::ConstantInt::get(idx_, uint64_t(skip + byte / size)));
+      B.CreateIntrinsic(llvm::Intrinsic::prefetch, {B.getPtrTy()},
+                        {address_at(j, at), B.getInt32(write ? 1 : 0), B.getInt32(3), B.getInt32(1)});
+    }
+  }
+
   // Prefetch when the kernel is elementwise, large, calls the vector math library (a loop that
   // spends few cycles per line is served by the hardware prefetchers: a + b measured up to 8%
   // slower with the prefetches) and some load streams along its innermost loop.
@@ -510,19 +515,14 @@ class Emitter {
       if (line < 0) continue;
       const int other = line == d ? d + 1 : d;
       const uint64_t runs = other == d ? kTileRows : kTileCols, run = line == d ? kTileRows : kTileCols;
-      const int64_t size = int64_t(itemsize(a.dtype));
       const bool write = j >= k_.loads.size();
       if (write && stream_buf_[j - k_.loads.size()]) continue;  // written around the cache
       Value* base_line = line == d ? t0 : t1;
       Value* base_other = other == d ? t0 : t1;
       loop(zero, llvm::ConstantInt::get(idx_, runs), "prefetch", [&](Value* r) {
-        for (int64_t byte = 0; byte < int64_t(run) * size; byte += 64) {
-          std::vector<Value*> at(iv_.begin(), iv_.end());
-          at[size_t(line)] = B.CreateAdd(base_line, llvm::ConstantInt::get(idx_, uint64_t(byte / size)));
-          at[size_t(other)] = B.CreateAdd(base_other, r);
-          B.CreateIntrinsic(llvm::Intrinsic::prefetch, {B.getPtrTy()},
-                            {address_at(j, at), B.getInt32(write ? 1 : 0), B.getInt32(3), B.getInt32(1)});
-        }
+        std::vector<Value*> at(iv_.begin(), iv_.end());
+        at[size_t(other)] = B.CreateAdd(base_other, r);
+        prefetch_lines(j, at, line, base_line, 0, int64_t(run), write);
       }, 1, true);
     }
   }
@@ -592,14 +592,9 @@ class Emitter {
     loop(llvm::ConstantInt::get(idx_, 0), hi, "row.chunk", [&](Value* c) {
       for (size_t j = 0; j < k_.loads.size(); ++j) {
         if (!streams(j, d) || !moves(k_.loads[j], size_t(row))) continue;
-        const int64_t size = int64_t(itemsize(k_.loads[j].dtype));
-        for (int64_t byte = 0; byte < kPrefetchChunk * size; byte += 64) {
-          std::vector<Value*> at(iv_.begin(), iv_.end());
-          at[size_t(row)] = B.CreateAdd(iv_[size_t(row)], llvm::ConstantInt::get(idx_, uint64_t(kRowsAhead)));
-          at[size_t(d)] = B.CreateAdd(c, llvm::ConstantInt::get(idx_, uint64_t(byte / size)));
-          B.CreateIntrinsic(llvm::Intrinsic::prefetch, {B.getPtrTy()},
-                            {address_at(j, at), B.getInt32(0), B.getInt32(3), B.getInt32(1)});
-        }
+        std::vector<Value*> at(iv_.begin(), iv_.end());
+        at[size_t(row)] = B.CreateAdd(iv_[size_t(row)], llvm::ConstantInt::get(idx_, uint64_t(kRowsAhead)));
+        prefetch_lines(j, at, d, c, 0, kPrefetchChunk);
       }
       Value* stop = B.CreateAdd(c, chunk, "", true, true);
       stop = B.CreateSelect(B.CreateICmpSLT(stop, hi), stop, hi);

@@ -790,13 +790,14 @@ int in_place_store(const passes::Kernel& k, size_t load) {
   return -1;
 }
 
-bool splits_reduction(const passes::Kernel& k, const KernelCode& code) {
+bool splits_reduction(const passes::Kernel& k, const KernelCode& code, bool early_stores) {
   if (k.reduce_from != 0 || k.loops.empty() || k.loops[0] < 2 || code.depth != 1) return false;
-  // Every store is a per-row value (one element: the reduction's result, or what follows it).
-  for (int id : code.stores)
-    if (code.code[size_t(id)].row) return false;
-  for (const passes::Access& s : k.stores)
-    for (int64_t e : s.sizes)
+  // Every store is a per-row value (one element: the reduction's result, or what follows it),
+  // or with early_stores written by the first pass, which each part runs over its own elements.
+  RowPlan p = row_plan(k, code, early_stores);
+  if (!p.in_row.empty()) return false;
+  for (size_t j : p.per_row)
+    for (int64_t e : k.stores[j].sizes)
       if (e != 1) return false;
   return true;
 }
@@ -818,14 +819,23 @@ std::vector<int> needed(const KernelCode& code, const std::vector<int>& roots) {
   return out;
 }
 
-RowPlan row_plan(const passes::Kernel& k, const KernelCode& code) {
+RowPlan row_plan(const passes::Kernel& k, const KernelCode& code, bool early_stores) {
   RowPlan p;
   const int rank = int(k.loops.size()), from = std::min(k.reduce_from, rank);
   for (size_t j = 0; j < k.stores.size(); ++j) {
     int id = code.stores[j];
     bool varies = code.code[size_t(id)].row;
     for (int d = from; d < rank && d < int(k.stores[j].sizes.size()); ++d) varies |= k.stores[j].sizes[size_t(d)] != 1;
-    (varies ? p.in_row : p.per_row).push_back(j);
+    if (!varies) {
+      p.per_row.push_back(j);
+      continue;
+    }
+    // (not a store into a buffer the kernel reads: a later pass would read the new values)
+    bool early = early_stores && code.depth >= 1;
+    for (const passes::Access& l : k.loads) early = early && (l.buffer < 0 || l.buffer != k.stores[j].buffer);
+    for (int i : needed(code, {id}))
+      early = early && code.code[size_t(i)].op != EOp::Reduce && code.code[size_t(i)].op != EOp::Scan;
+    (early ? p.early : p.in_row).push_back(j);
   }
   p.reduces.resize(size_t(code.depth) + 1);
   for (size_t i = 0; i < code.code.size(); ++i)
@@ -833,6 +843,8 @@ RowPlan row_plan(const passes::Kernel& k, const KernelCode& code) {
   for (int depth = 1; depth <= code.depth; ++depth) {
     std::vector<int> roots;
     for (int r : p.reduces[size_t(depth)]) roots.push_back(code.code[size_t(r)].args[0]);
+    if (depth == 1)
+      for (size_t j : p.early) roots.push_back(code.stores[j]);
     p.needs.push_back(needed(code, roots));
   }
   std::vector<int> store_roots;

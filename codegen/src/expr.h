@@ -107,19 +107,26 @@ bool fits_index32(const passes::Kernel& k);
 int in_place_store(const passes::Kernel& k, size_t load);
 // Whether a full reduction splits into partial results per part of loop 0 and a finishing
 // step: every loop a reduction loop (two or more along loop 0), one reduction depth, and
-// single-element stores.
-bool splits_reduction(const passes::Kernel& k, const KernelCode& code);
+// single-element stores; with `early_stores`, also stores along the row that the first pass
+// writes (RowPlan::early), each part writing its own elements.
+bool splits_reduction(const passes::Kernel& k, const KernelCode& code, bool early_stores = false);
 
 // How a kernel with reductions runs per outer index, the same in every backend: one pass over
 // the row per reduction depth (all reductions of that depth accumulate in it), then the stores:
 // per-row values once, row values (and values broadcast along the row) in a last pass.
+// With `early_stores` (the CPU backend), the row stores that need no reduction and no scan
+// (x * 2 beside x.sum(): horizontal fusion's siblings) are written in the first pass instead:
+// the row is then read once for them, and a kernel whose row stores are all early has no last
+// pass.
 struct RowPlan {
   std::vector<size_t> in_row, per_row;    // the stores written in the last pass / once per row
+  std::vector<size_t> early;              // the row stores written in the first pass
   std::vector<std::vector<int>> reduces;  // the Reduce instructions by depth (0: none)
-  std::vector<std::vector<int>> needs;    // per depth from 1, what its pass computes; last: what
-                                          // the in-row stores need
+  std::vector<std::vector<int>> needs;    // per depth from 1, what its pass computes (the first:
+                                          // with the early stores); last: what the in-row
+                                          // stores need
 };
-RowPlan row_plan(const passes::Kernel& k, const KernelCode& code);
+RowPlan row_plan(const passes::Kernel& k, const KernelCode& code, bool early_stores = false);
 // The instructions `roots` need, in order; Reduce instructions are leaves (computed earlier).
 std::vector<int> needed(const KernelCode& code, const std::vector<int>& roots);
 

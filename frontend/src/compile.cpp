@@ -16,6 +16,7 @@
 #include "kiln/passes/kernel.h"
 #include "kiln/ir/infer.h"
 #include "kiln/passes/pass.h"
+#include "speculate.h"
 #include "tracer.h"
 
 namespace kiln {
@@ -201,6 +202,16 @@ static codegen::CudaCompileOptions cuda_options(const CompileOptions& opts) {
   return o;
 }
 
+// Optimizes a graph and compiles its kernel program for its device (throws on failure).
+static std::shared_ptr<codegen::CompiledProgram> compile_graph(const ir::Graph& g, const CompileOptions& opts) {
+  passes::Module m = passes::optimize(g);
+  std::vector<ir::Type> types;
+  for (const ir::Value* v : g.inputs()) types.push_back(v->type);
+  const Device dev = graph_device(g);
+  return dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev, cuda_options(opts))
+                       : codegen::compile_cpu(m.program, std::move(types));
+}
+
 // Optimizes a traced graph and compiles its kernel program for its device. Never throws: a graph
 // the optimizer or the backend fails on runs on the reference executor, with a warning.
 static void compile_node(TreeNode& n, const CompileOptions& opts) {
@@ -213,12 +224,8 @@ static void compile_node(TreeNode& n, const CompileOptions& opts) {
     return;
   }
   try {
-    passes::Module m = passes::optimize(n.graph);
-    std::vector<ir::Type> types;
-    for (const ir::Value* v : n.graph.inputs()) types.push_back(v->type);
     const Device dev = graph_device(n.graph);
-    n.compiled = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev, cuda_options(opts))
-                               : codegen::compile_cpu(m.program, std::move(types));
+    n.compiled = compile_graph(n.graph, opts);
     const codegen::CompileStats& st = n.compiled->stats();
     n.backend_note = dev.str() + ": " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
                      " kernels compiled (" + std::to_string(st.memory_hits) + " from memory, " +
@@ -321,6 +328,21 @@ static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>
   return n.exe->run(ins);
 }
 
+// Runs a node's speculation (its graph and its child's as one program): the node's outputs,
+// then the child's. nullopt when the program does not take these inputs (other sizes of a
+// dynamic dim) or fails (an error the child's kernels raise on values its guard would have
+// kept it from): the node then runs alone, as it would have without speculation (it writes
+// nothing, so running it again is safe).
+static std::optional<std::vector<Tensor>> run_speculation(const Speculation& s, Env& env) {
+  std::vector<ir::Slot> slots(s.inputs.size());
+  for (size_t i = 0; i < s.inputs.size(); ++i) slots[i].tensor = env.at(s.inputs[i]);
+  try {
+    return s.compiled->try_run(slots);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
 struct Engine::State {
   CompileOptions opts;
   struct Entry {
@@ -338,6 +360,7 @@ struct Engine::State {
   std::vector<std::string> log;                   // every trace and why
   bool warned = false;
   std::atomic<uint64_t> calls{0}, hits{0}, misses{0}, guard_failures{0}, compiles{0}, breaks{0}, eager_calls{0};
+  mutable std::atomic<uint64_t> speculated{0}, misspeculated{0};
 
   struct Replay {
     bool ok = false;
@@ -378,20 +401,42 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) it->first.copy_(it->second);
   };
   const TreeNode* n = e.root.get();
+  // The outputs of a speculated child (n's speculation ran it with n), kept until the guard is
+  // read; `ran` when n is that child and its outputs are already in env.
+  std::vector<Tensor> ahead;
+  bool ran = false;
   while (true) {
     if (n->exit != Exit::Return)
       for (Ref w : n->written) saved.push_back({env.at(w), env.at(w).clone()});
-    std::vector<Tensor> ins;
-    ins.reserve(n->inputs.size());
-    for (Ref ref : n->inputs) ins.push_back(env.at(ref));
-    std::vector<Tensor> outs;
-    try {
-      outs = run_node(*n, ins);
-    } catch (...) {
-      undo();
-      throw;
+    const int guess = ran ? -1 : n->predictor.guess();
+    const Speculation* spec = guess >= 0 && size_t(guess) < n->speculations.size() ? n->speculations[size_t(guess)].get() : nullptr;
+    if (!ran) {
+      std::vector<Tensor> outs;
+      try {
+        if (spec) {
+          std::optional<std::vector<Tensor>> both = run_speculation(*spec, env);
+          if (both) {
+            ahead.assign(std::make_move_iterator(both->begin() + ptrdiff_t(spec->own_outputs)),
+                         std::make_move_iterator(both->end()));
+            both->resize(spec->own_outputs);
+            outs = std::move(*both);
+          } else {
+            spec = nullptr;
+          }
+        }
+        if (!spec) {
+          std::vector<Tensor> ins;
+          ins.reserve(n->inputs.size());
+          for (Ref ref : n->inputs) ins.push_back(env.at(ref));
+          outs = run_node(*n, ins);
+        }
+      } catch (...) {
+        undo();
+        throw;
+      }
+      for (size_t k = 0; k < outs.size(); ++k) env.values[n->outputs[k]] = std::move(outs[k]);
     }
-    for (size_t k = 0; k < outs.size(); ++k) env.values[n->outputs[k]] = std::move(outs[k]);
+    ran = false;
     if (n->exit == Exit::Return) {
       for (Ref ref : n->returns) r.outputs.push_back(env.at(ref));
       r.ok = true;
@@ -410,8 +455,21 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
       key = guard_key(n->exit, n->access, env.at(n->guarded));
     }
     const TreeNode* next = nullptr;
-    for (const auto& [k, child] : n->children)
-      if (k == key) next = child.get();
+    for (size_t k = 0; k < n->children.size() && !next; ++k)
+      if (n->children[k].first == key) {
+        next = n->children[k].second.get();
+        n->predictor.observe(k);  // (a path not traced yet is observed when merge() adds it)
+      }
+    if (spec) {
+      if (next == spec->child) {
+        for (size_t k = 0; k < ahead.size(); ++k) env.values[next->outputs[k]] = std::move(ahead[k]);
+        ran = true;
+        speculated++;
+      } else {
+        misspeculated++;  // the child's outputs are dropped; it wrote nothing
+      }
+      ahead.clear();
+    }
     if (!next) {
       undo();
       std::string seen;
@@ -424,6 +482,8 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
   }
 }
 
+// Adds a freshly traced chain to the entry's tree; every guard on its path observes the child
+// the trace took (the trace is a call too, for the predictors).
 void Engine::State::merge(Entry& e, std::unique_ptr<TreeNode> chain) {
   std::unique_ptr<TreeNode>* slot = &e.root;
   std::unique_ptr<TreeNode>* owner = &chain;
@@ -435,6 +495,7 @@ void Engine::State::merge(Entry& e, std::unique_ptr<TreeNode> chain) {
       // its inputs and guards alone): the new path replaces the old subtree.
       if (cur) log.push_back("  (the new trace differs from the cached one at this point; it replaces it)");
       *slot = std::move(*owner);
+      for (TreeNode* n = slot->get(); n && !n->children.empty(); n = n->children[0].second.get()) n->predictor.observe(0);
       return;
     }
     if (nw->exit == Exit::Return) return;  // already there (another thread traced it first)
@@ -442,8 +503,16 @@ void Engine::State::merge(Entry& e, std::unique_ptr<TreeNode> chain) {
     auto it = std::find_if(cur->children.begin(), cur->children.end(), [&](auto& c) { return c.first == key; });
     if (it == cur->children.end()) {
       cur->children.push_back({key, std::move(next_new)});
+      // the new path's speculation, built against the new node's (same) graph
+      cur->speculations.resize(cur->children.size() - 1);
+      cur->speculations.push_back(nw->speculations.empty() ? nullptr : std::move(nw->speculations[0]));
+      if (!cur->speculations.back() && !nw->speculation_note.empty()) cur->speculation_note = nw->speculation_note;
+      cur->predictor.observe(cur->children.size() - 1);
+      for (TreeNode* n = cur->children.back().second.get(); n && !n->children.empty(); n = n->children[0].second.get())
+        n->predictor.observe(0);
       return;
     }
+    cur->predictor.observe(size_t(it - cur->children.begin()));
     slot = &it->second;
     owner = &next_new;
   }
@@ -471,6 +540,10 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
     chain = tracer.finish(outs);
     for (TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get())
       compile_node(*n, opts);
+    if (opts.speculate && opts.backend == CompileOptions::Backend::Compiled)
+      for (TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get())
+        if (n->exit != Exit::Return)
+          n->speculations.push_back(speculate(*n, 0, [&](const ir::Graph& g) { return compile_graph(g, opts); }));
   }
 
   std::unique_lock lock(mu);
@@ -601,6 +674,8 @@ CompileStats Engine::stats() const {
   st.compiles = s.compiles;
   st.breaks = s.breaks;
   st.eager_calls = s.eager_calls;
+  st.speculated = s.speculated;
+  st.misspeculated = s.misspeculated;
   return st;
 }
 
@@ -646,6 +721,13 @@ Explanation Engine::explain(std::span<const CallArg> args) const {
         g += (k ? ", " : "") + describe_key(n->exit, n->access, n->children[k].first);
       g += "}";
     }
+    std::string spec;
+    for (size_t k = 0; k < n->speculations.size() && k < n->children.size(); ++k)
+      if (n->speculations[k])
+        spec += (spec.empty() ? "" : ", ") + describe_key(n->exit, n->access, n->children[k].first) + ": " +
+                n->speculations[k]->note;
+    if (!spec.empty()) g += "; speculated when predicted: {" + spec + "}";
+    if (!n->speculation_note.empty()) g += "; " + n->speculation_note;
     ex.guards.push_back(g);
     for (auto it2 = n->children.rbegin(); it2 != n->children.rend(); ++it2) stack.push_back(it2->second.get());
   }
@@ -670,7 +752,7 @@ std::string Explanation::str() const {
   for (const auto& r : recompiles) o << "  " << r << "\n";
   o << "stats: calls " << stats.calls << ", hits " << stats.hits << ", misses " << stats.misses << ", guard failures "
     << stats.guard_failures << ", compiles " << stats.compiles << ", breaks " << stats.breaks << ", eager calls "
-    << stats.eager_calls << "\n";
+    << stats.eager_calls << ", speculated " << stats.speculated << ", misspeculated " << stats.misspeculated << "\n";
   return o.str();
 }
 

@@ -6,6 +6,7 @@
 // return, or a guard (the host value the C++ code took from a tensor) whose observed values
 // lead to child nodes.
 #pragma once
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <map>
@@ -44,6 +45,41 @@ enum class Exit : uint8_t {
   DataDependent,  // nonzero/masked_select/unique: replayed with `replay`, guarded on its shape
 };
 
+struct TreeNode;
+
+// Speculation past a guard (docs/compile.md): a node's graph and the graph of one of its
+// children, merged into one graph and compiled as one program. The passes then fuse across the
+// break (x.sum() and the x * 2 that follows it read x once), and replay runs the child's
+// kernels before the guard is read: when the guard leads to that child, its outputs are already
+// there; when not, they are dropped (the child writes nothing) and replay goes on as without.
+struct Speculation {
+  const TreeNode* child = nullptr;
+  ir::Graph graph;            // the node's nodes, then the child's
+  std::vector<Ref> inputs;    // where each input of `graph` comes from
+  size_t own_outputs = 0;     // the first outputs are the node's (its `outputs` slots), the rest the child's
+  std::shared_ptr<codegen::CompiledProgram> compiled;
+  std::string note;           // for explain(): the kernels merged and apart
+};
+
+// Which child a replay speculates on: a two-level predictor, as processors predict branches.
+// The last two children the guard led to index a table whose entry is the child that followed
+// them last time and how many times in a row it did; the replay runs that child ahead once
+// the count reaches kConfident. So a guard that always goes one way, or that alternates (a
+// loop's even and odd steps), is predicted, and one that goes either way at random is mostly
+// left alone (a wrong guess costs the dropped child's work). Updated by concurrent replays
+// without a lock: a lost update only delays a prediction.
+struct Predictor {
+  static constexpr uint32_t kPaths = 4;       // children 0..2 are predicted; 3 stands for any later one
+  static constexpr uint32_t kConfident = 2;   // a pattern followed this many times in a row
+  // The child to run ahead of the guard, or -1.
+  int guess() const;
+  // The guard led to child `child`.
+  void observe(size_t child);
+
+  std::atomic<uint32_t> history{0};  // older * kPaths + newer
+  std::atomic<uint32_t> table[kPaths * kPaths] = {};  // per history: child | in-a-row count << 8
+};
+
 struct TreeNode {
   ir::Graph graph;
   std::unique_ptr<ir::Executable> exe;
@@ -78,6 +114,11 @@ struct TreeNode {
   std::vector<std::pair<std::string, std::unique_ptr<TreeNode>>> children;
   // The key recorded while tracing (used when merging a new path into the tree).
   std::string key;
+  // Per child (as `children`), its speculation, or null where it cannot be speculated on
+  // (speculation_note says why); the predictor picks the child a replay runs ahead.
+  std::vector<std::unique_ptr<Speculation>> speculations;
+  std::string speculation_note;
+  mutable Predictor predictor;
 
   // Does `other` (a freshly traced node) describe the same graph and break as this one?
   bool same_step(const TreeNode& other) const {

@@ -427,4 +427,52 @@ TEST(CpuOpsReductionEdgeCases, FullReductionsSplitAcrossThreads) {
   else unsetenv("KILN_NUM_THREADS");
 }
 
+// Horizontal fusion puts elementwise siblings (x * 2 beside x.sum()) in the reduction's kernel;
+// the stores that need no reduction are written by the first pass over the row (expr.h,
+// RowPlan::early), so a full reduction with such stores still splits across threads, each
+// part writing its own elements. Checked with 2 and 3 threads, contiguous and transposed, a
+// length that is no multiple of the vector width; rows that mix early stores with stores that
+// need the row's reduction (x - mean); and a write into the reduced input itself, which must not
+// be early (the reduction's later passes read x: they must see the old values).
+TEST(CpuOpsReductionEdgeCases, SiblingStoresOfFullAndRowReductions) {
+  const char* saved = std::getenv("KILN_NUM_THREADS");
+  std::string restore = saved ? saved : "";
+  for (const char* threads : {"2", "3"}) {
+    setenv("KILN_NUM_THREADS", threads, 1);
+    for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt64}) {
+      for (auto [sizes, layout] : {std::pair<std::vector<int64_t>, Layout>{{300007}, Layout::Contiguous},
+                                   {{517, 131}, Layout::Transposed},
+                                   {{300, 301}, Layout::Contiguous},
+                                   {{7, 33}, Layout::Narrowed}}) {
+        SCOPED_TRACE(std::string(threads) + " threads, " + std::string(name(dt)) + ", " + layout_name(layout));
+        Inputs inputs = [&, sizes = sizes, layout = layout](int call) {
+          return V{make(dt, sizes, layout, 131 + uint64_t(dt) * 7 + uint64_t(call), Values::Any,
+                        call >= 2 ? Specials::Sparse : Specials::None)};
+        };
+        Fn full = [](const V& in) {
+          const Tensor& x = in[0];
+          return V{x.sum(), x * 2, x.amax(), x.abs() + 1};
+        };
+        check(full, inputs, Expect{});
+        if (!is_floating(dt)) continue;
+        Fn rows = [](const V& in) {
+          const Tensor& x = in[0];
+          return V{x.sum({-1}), sin(x), x - x.mean({-1}, true), x * 3};
+        };
+        check(rows, inputs, Expect{});
+        Fn in_place = [](const V& in) {
+          Tensor x = in[0].contiguous();
+          Tensor s = x.sum({-1}, true);
+          Tensor m = x.amax();
+          x.mul_(2);
+          return V{s, m, x, x / s};
+        };
+        check(in_place, inputs, Expect{});
+      }
+    }
+  }
+  if (saved) setenv("KILN_NUM_THREADS", restore.c_str(), 1);
+  else unsetenv("KILN_NUM_THREADS");
+}
+
 }  // namespace

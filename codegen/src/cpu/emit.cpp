@@ -423,7 +423,9 @@ class Emitter {
     std::vector<bool> in_row(k_.stores.size(), true);
     if (rows) {
       in_row.assign(k_.stores.size(), false);
-      for (size_t j : row_plan(k_, code_).in_row) in_row[j] = true;
+      RowPlan plan = row_plan(k_, code_, true);
+      for (size_t j : plan.in_row) in_row[j] = true;
+      for (size_t j : plan.early) in_row[j] = true;
     }
     for (size_t j = 0; j < k_.stores.size(); ++j) {
       const passes::Access& a = k_.stores[j];
@@ -633,8 +635,8 @@ class Emitter {
   // Per outer index: one loop over the row per reduction depth, then the stores.
   void outer_body() {
     acc_.assign(code_.code.size(), nullptr);
-    RowPlan plan = row_plan(k_, code_);
-    const std::vector<size_t>&in_row = plan.in_row, &per_row = plan.per_row;
+    RowPlan plan = row_plan(k_, code_, true);
+    const std::vector<size_t>&in_row = plan.in_row, &per_row = plan.per_row, &early = plan.early;
     const std::vector<std::vector<int>>&reduces = plan.reduces, &needs = plan.needs;
     plan_stash(needs);
     const int ahead = ahead_depth();
@@ -659,6 +661,8 @@ class Emitter {
           Value* a = B.CreateLoad(compute_type(in.type), acc_[size_t(r)]);
           B.CreateStore(combine(in, a, value(in.args[0])), acc_[size_t(r)]);
         }
+        if (depth == 1)
+          for (size_t j : early) store(j);
         forget_rows();
       }, depth == ahead);
       for (int r : reduces[size_t(depth)])
@@ -672,15 +676,16 @@ class Emitter {
       return;
     }
     for (size_t j : per_row) store(j);
-    if (in_row.empty()) return;
-    for (int id : needs.back())
-      if (!code_.code[size_t(id)].row) value(id);
-    start_scans(needs.back());
-    row_loops(reduce_from(), [&] {
-      for (size_t j : in_row) store(j);
-      forget_rows();
-    });
-    for (size_t j : in_row) {
+    if (!in_row.empty()) {
+      for (int id : needs.back())
+        if (!code_.code[size_t(id)].row) value(id);
+      start_scans(needs.back());
+      row_loops(reduce_from(), [&] {
+        for (size_t j : in_row) store(j);
+        forget_rows();
+      });
+    }
+    for (size_t j = 0; j < k_.stores.size(); ++j) {
       if (!stream_rows_ || !stream_buf_[j]) continue;
       std::vector<Value*> start(iv_.begin(), iv_.end());
       start[size_t(rank() - 1)] = llvm::ConstantInt::get(idx_, 0);
@@ -1133,7 +1138,7 @@ class Emitter {
 
 void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code, bool generic) {
   Emitter(m, k, code, ReductionPart::Whole, generic).emit(name);
-  if (!splits_reduction(k, code)) return;
+  if (!splits_reduction(k, code, true)) return;
   Emitter(m, k, code, ReductionPart::Partial, generic).emit(name + kPartialSuffix);
   Emitter(m, k, code, ReductionPart::Finish, generic).emit(name + kFinishSuffix);
 }

@@ -194,7 +194,7 @@ KernelFns kernel_fn(const passes::Kernel& k, const KernelCode& code, bool generi
   }
   KernelFns fns;
   fns.whole = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol));
-  if (splits_reduction(k, code)) {
+  if (splits_reduction(k, code, true)) {
     fns.partial = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol + cpu::kPartialSuffix));
     fns.finish = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol + cpu::kFinishSuffix));
   }

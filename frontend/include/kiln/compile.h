@@ -58,6 +58,11 @@ struct CompileOptions {
   // explain() says why. No effect on the cpu.
   enum class Mode { Default, ReduceOverhead };
   Mode mode = Mode::Default;
+  // Speculation past graph breaks: while a guard has only ever seen one value, the graph after
+  // it is merged with the graph before it into one program (fused across the break) that runs
+  // before the guard is read; its results are used when the guard holds and dropped when it
+  // fails. Only for breaks whose next graph writes nothing (docs/compile.md).
+  bool speculate = true;
 };
 
 struct CompileStats {
@@ -68,6 +73,8 @@ struct CompileStats {
   uint64_t compiles = 0;        // traces recorded (misses + guard failures + re-traces)
   uint64_t breaks = 0;          // graph breaks met while tracing
   uint64_t eager_calls = 0;     // calls run eagerly (nested in another trace, or not replayable)
+  uint64_t speculated = 0;      // guards met with the next graph's results already computed
+  uint64_t misspeculated = 0;   // guards that went another way than the speculated graph
 };
 
 // What explain() reports about one input signature.

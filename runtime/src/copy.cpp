@@ -64,7 +64,8 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
   if (numel() == 0) return *this;
   src = unalias(*this, src);
   if (src.dtype() == dtype() && src.is_contiguous() && is_contiguous()) {
-    if (data_ptr() != src.data_ptr()) std::memmove(data_ptr(), src.data_ptr(), size_t(nbytes()));
+    // (unalias left src either this very view or memory that does not overlap it)
+    if (data_ptr() != src.data_ptr()) cpu::copy_bytes(data_ptr(), src.data_ptr(), size_t(nbytes()));
     return *this;
   }
   cpu::Iter it({*this, src}, sizes());

@@ -108,6 +108,33 @@ TEST(Views, ContiguousCloneAndStridedCopy) {
   EXPECT_EQ(k.sum().item<double>(), 15.0);
 }
 
+TEST(Views, LargeContiguousCopyIsExactAtEveryByte) {
+  // Large contiguous copies split across threads at cache-line boundaries: a byte count that is
+  // not a multiple of the line, and views that start mid-line on both sides, must copy every
+  // byte once and touch nothing outside the destination.
+  const int64_t n = (int64_t(1) << 20) + 37;
+  Tensor src = arange(n + 5, kInt32).narrow(0, 3, n);                 // starts 12 bytes in
+  Tensor big = full({n + 9}, -1, TensorOptions(kInt32));
+  Tensor dst = big.narrow(0, 5, n);                                    // starts 20 bytes in
+  dst.copy_(src);
+  const int32_t* d = big.data_ptr<int32_t>();
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n + 9; ++i) {
+    const int32_t want = i < 5 || i >= n + 5 ? -1 : int32_t(i - 5 + 3);
+    wrong += d[i] != want;
+  }
+  EXPECT_EQ(wrong, 0);
+  // uint8: an odd byte count
+  Tensor b = arange(n, kInt64).remainder(251).to(kUInt8);
+  Tensor bc = b.clone();
+  ASSERT_NE(bc.data_ptr(), b.data_ptr());
+  const uint8_t* x = b.data_ptr<uint8_t>();
+  const uint8_t* y = bc.data_ptr<uint8_t>();
+  wrong = 0;
+  for (int64_t i = 0; i < n; ++i) wrong += x[i] != y[i] || y[i] != uint8_t(i % 251);
+  EXPECT_EQ(wrong, 0);
+}
+
 TEST(Views, InPlaceThroughOverlappingViewIsSafe) {
   // x += x.t() must read the original values, not ones already overwritten
   Tensor x = arange(4, kFloat32).view({2, 2});

@@ -50,6 +50,10 @@ class Iter {
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
 int num_threads();
 
+// memcpy of n bytes between buffers that do not overlap, split across the kernel threads at
+// cache-line boundaries when it is large.
+void copy_bytes(void* dst, const void* src, size_t n);
+
 // ---- typed inner loops ----
 
 // out = f(a): Out and In are the stored types.

@@ -319,6 +319,12 @@ const std::vector<LayoutCase>& layout_cases() {
       {"narrowed_offset", {7, 33}, L::Narrowed, {}, L::Contiguous},
       {"selected_offset", {7, 33}, L::Selected, {}, L::Narrowed},
       {"transposed_64x1023_row", {64, 1023}, L::Transposed, {1, 1023}, L::Contiguous},
+      // From 128 x 128 a transposed operand runs in 64 x 64 tiles (emit.cpp tiled()): full
+      // tiles are transposed in registers in square blocks of 8 to 16 lanes by the element's
+      // width (stage_blocks), partial ones (the last 32 columns, the last 3 rows) by a scalar
+      // loop; one transposed operand, then two.
+      {"tiles_192x160_and_contiguous", {192, 160}, L::Transposed, {}, L::Contiguous},
+      {"tiles_131x256_both", {131, 256}, L::Transposed, {}, L::Transposed},
       // Past 2^16 elements a kernel with a math call (the probe's sin) runs its innermost loop
       // in prefetching chunks of 256 (emit.cpp chunked()): a partial last chunk, chunks that
       // end mid-row, a strided operand that is not prefetched, rows with a gap between them.

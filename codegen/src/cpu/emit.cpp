@@ -93,6 +93,7 @@ class Emitter {
         if (!transposed(j)) continue;
         llvm::IRBuilder<> eb(entry_, entry_->begin());
         staged_[j].buf = eb.CreateAlloca(storage_type(k_.loads[j].dtype), eb.getInt64(kTileRows * kTileCols), "tile");
+        staged_[j].buf->setAlignment(llvm::Align(64));  // (stage_blocks stores whole vectors)
       }
     }
     if (!code_.checks.empty()) {
@@ -311,18 +312,37 @@ class Emitter {
           tile_j_ = j;
         };
         // Transposed operands first: copied into a tile buffer walking their own contiguous
-        // direction (a scalar loop: loads stay in the lines the tile brings in), then read back
-        // in the loop order below, where every access is contiguous and vectorises.
+        // direction (loads stay in the lines the tile brings in), then read back in the loop
+        // order below, where every access is contiguous and vectorises. A full tile of an
+        // operand with unit stride along d is transposed in registers, block by block
+        // (stage_blocks); partial tiles and reversed operands take a scalar loop.
         for (size_t j = 0; j < staged_.size(); ++j) {
           if (!staged_[j].buf) continue;
           llvm::Type* ty = storage_type(k_.loads[j].dtype);
-          loop(zero, n1, "stage", [&](Value* jj) {
-            loop(zero, n0, "stage", [&](Value* ii) {
-              at(ii, jj);
-              Value* raw = B.CreateLoad(ty, address(j));
-              B.CreateStore(raw, B.CreateInBoundsGEP(ty, staged_[j].buf, staged_index()));
-            }, 1, true);
-          });
+          auto scalar_stage = [&] {
+            loop(zero, n1, "stage", [&](Value* jj) {
+              loop(zero, n0, "stage", [&](Value* ii) {
+                at(ii, jj);
+                Value* raw = B.CreateLoad(ty, address(j));
+                B.CreateStore(raw, B.CreateInBoundsGEP(ty, staged_[j].buf, staged_index()));
+              }, 1, true);
+            });
+          };
+          if (k_.loads[j].strides[size_t(d)] != 1) {
+            scalar_stage();
+            continue;
+          }
+          BasicBlock* full = BasicBlock::Create(C, "stage.full", F_);
+          BasicBlock* part = BasicBlock::Create(C, "stage.part", F_);
+          BasicBlock* staged = BasicBlock::Create(C, "stage.done", F_);
+          B.CreateCondBr(B.CreateAnd(B.CreateICmpEQ(n0, rows), B.CreateICmpEQ(n1, cols)), full, part);
+          B.SetInsertPoint(full);
+          stage_blocks(j, at);
+          B.CreateBr(staged);
+          B.SetInsertPoint(part);
+          scalar_stage();
+          B.CreateBr(staged);
+          B.SetInsertPoint(staged);
         }
         loop(zero, n0, "outer", [&](Value* i) {
           loop(zero, n1, "outer", [&](Value* j) {
@@ -343,6 +363,50 @@ class Emitter {
         iv_[size_t(d)] = iv_[size_t(d + 1)] = nullptr;
       }, kTileCols);
     }, kTileRows);
+  }
+
+  // Copies a full tile of transposed load j into its tile buffer as square blocks of L x L
+  // elements (L lanes of at most 64 bytes, at most 16): L vector loads along the operand's
+  // contiguous direction (loop d: the tile's rows), a transpose in registers, L vector stores
+  // along the buffer's rows. The transpose is log2(L) rounds of interleaves: row 2k takes the
+  // low halves of rows k and k + L/2 lane by lane, row 2k + 1 their high halves; after log2(L)
+  // rounds row r holds column r. Against the scalar copy (one load and one store per element,
+  // which bounded x.t() + y even from cache), L loads, L log2(L) shuffles and L stores per
+  // L * L elements.
+  template <class At>
+  void stage_blocks(size_t j, At&& at) {
+    const DType dt = k_.loads[j].dtype;
+    llvm::Type* ty = storage_type(dt);
+    const uint64_t lanes = std::min<uint64_t>(16, 64 / uint64_t(itemsize(dt)));
+    auto* vty = llvm::FixedVectorType::get(ty, unsigned(lanes));
+    std::vector<int> lo_mask, hi_mask;
+    for (uint64_t l = 0; l < lanes / 2; ++l) {
+      lo_mask.insert(lo_mask.end(), {int(l), int(lanes + l)});
+      hi_mask.insert(hi_mask.end(), {int(lanes / 2 + l), int(lanes + lanes / 2 + l)});
+    }
+    const llvm::Align elem(uint64_t(itemsize(dt))), row_align(lanes * uint64_t(itemsize(dt)));
+    Value* zero = llvm::ConstantInt::get(idx_, 0);
+    loop(zero, llvm::ConstantInt::get(idx_, kTileRows), "stage.block", [&](Value* bi) {
+      loop(zero, llvm::ConstantInt::get(idx_, kTileCols), "stage.block", [&](Value* bj) {
+        std::vector<Value*> v(lanes);
+        for (uint64_t r = 0; r < lanes; ++r) {
+          at(bi, B.CreateAdd(bj, llvm::ConstantInt::get(idx_, r), "", true, true));
+          v[r] = B.CreateAlignedLoad(vty, address(j), elem);
+        }
+        for (uint64_t half = lanes / 2; half >= 1; half /= 2) {
+          std::vector<Value*> next(lanes);
+          for (uint64_t k = 0; k < lanes / 2; ++k) {
+            next[2 * k] = B.CreateShuffleVector(v[k], v[k + lanes / 2], lo_mask);
+            next[2 * k + 1] = B.CreateShuffleVector(v[k], v[k + lanes / 2], hi_mask);
+          }
+          v.swap(next);
+        }
+        for (uint64_t r = 0; r < lanes; ++r) {
+          at(B.CreateAdd(bi, llvm::ConstantInt::get(idx_, r), "", true, true), bj);
+          B.CreateAlignedStore(v[r], B.CreateInBoundsGEP(ty, staged_[j].buf, staged_index()), row_align);
+        }
+      }, lanes, true);
+    }, lanes, true);
   }
 
   // The innermost loop of an elementwise kernel as chunks of kPrefetchChunk elements, each
@@ -500,12 +564,21 @@ class Emitter {
     return false;
   }
 
-  // Prefetches the lines of the tile at (t0, t1) of loops d, d + 1 for every operand that is
-  // contiguous along one of them: its kTileRows or kTileCols runs of lines. A tile's operands
+  // Prefetches the lines of the tile at (t0, t1) of loops d, d + 1 for operands that are
+  // contiguous along one of them: their kTileRows or kTileCols runs of lines. A tile's operands
   // are many short runs (a transposed operand's column strip touches a new page in every row),
   // which the hardware prefetchers do not follow; the next tile's lines arrive while this one
   // computes. (Past the last tile the addresses are only hints.)
+  // Which: an operand contiguous along d (the transposed one: one short run per row of the
+  // source) always; loads contiguous along d + 1 (the tile's rows, each continuing where the
+  // previous tile left off) only in kernels that move at least kStreamMinBytes, which come from
+  // memory; stores along d + 1 never. Measured on x.t() + y (session 14, docs/perf.md): at
+  // [2048, 2048], from the last-level cache, 1.50 ms prefetching every operand, 1.34 without the
+  // prefetchw of the output, 1.00 with the transposed operand's lines alone; at [4096, 4096]
+  // y's lines are worth it (6.1 against 7.7 ms) and prefetching every other line is not enough
+  // (13 ms).
   void prefetch_tile(int d, Value* t0, Value* t1) {
+    const bool from_memory = k_.bytes_read + k_.bytes_written >= kStreamMinBytes;
     Value* zero = llvm::ConstantInt::get(idx_, 0);
     for (size_t j = 0; j < k_.loads.size() + k_.stores.size(); ++j) {
       const passes::Access& a = operand(j);
@@ -518,7 +591,7 @@ class Emitter {
       const int other = line == d ? d + 1 : d;
       const uint64_t runs = other == d ? kTileRows : kTileCols, run = line == d ? kTileRows : kTileCols;
       const bool write = j >= k_.loads.size();
-      if (write && stream_buf_[j - k_.loads.size()]) continue;  // written around the cache
+      if (line == d + 1 && (write || !from_memory)) continue;
       Value* base_line = line == d ? t0 : t1;
       Value* base_other = other == d ? t0 : t1;
       loop(zero, llvm::ConstantInt::get(idx_, runs), "prefetch", [&](Value* r) {

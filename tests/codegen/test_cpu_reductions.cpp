@@ -475,4 +475,47 @@ TEST(CpuOpsReductionEdgeCases, SiblingStoresOfFullAndRowReductions) {
   else unsetenv("KILN_NUM_THREADS");
 }
 
+// Math calls whose values a pass reduces (sum(exp(x - max)): the kernel computes them into
+// the row's stash in a loop of their own and reduces them in the next, emit.cpp plan_stash),
+// beside the other uses of such values in the same pass (stored as they are, stored early
+// beside the reduction, fed by a scan), per-row math that calls libm instead of SLEEF (the log
+// of log_softmax's sum, pow, exp2, log2 of a reduced value), and rows longer than the stash
+// (no split). Float dtypes, contiguous and transposed, rows shorter and longer than a vector.
+TEST(CpuOpsReductionEdgeCases, MathCallsReducedInTheirPass) {
+  for (DType dt : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
+    for (auto [sizes, layout] : {std::pair<std::vector<int64_t>, Layout>{{7, 33}, Layout::Contiguous},
+                                 {{64, 1023}, Layout::Contiguous},
+                                 {{131, 517}, Layout::Transposed},
+                                 {{5, 8200}, Layout::Contiguous}}) {
+      SCOPED_TRACE(std::string(name(dt)) + " [" + std::to_string(sizes[0]) + "," + std::to_string(sizes[1]) + "] " +
+                   layout_name(layout));
+      Inputs inputs = [&, sizes = sizes, layout = layout](int call) {
+        return V{make(dt, sizes, layout, 71 + uint64_t(dt) * 5 + uint64_t(call), Values::Any,
+                      call >= 2 ? Specials::Sparse : Specials::None)};
+      };
+      Fn fn = [](const V& in) {
+        const Tensor& x = in[0];
+        Tensor m = x.amax({-1}, true);
+        Tensor e = exp(x - m);
+        return V{e.sum({-1}),                     // the reduced calls alone
+                 log(e.sum({-1}, true)) + m,      // logsumexp by hand: the per-row log
+                 x.log_softmax(-1), x.softmax(-1),
+                 exp(x * 0.25).sum(),             // a full reduction of calls
+                 // a call reduced (positive terms: a 16-bit kernel sums the unrounded values,
+                 // eager the rounded ones, which a cancelling sum would magnify), another
+                 // stored beside it
+                 (sin(x * 0.5) + 1.5).sum({-1}), cos(x),
+                 exp2(x.abs().sum({-1}) * -0.01), log2(x.abs().sum({-1}) + 1),
+                 pow(x.abs().sum({-1}) + 1, 0.37)};
+      };
+      check(fn, inputs, Expect{});
+      Fn scan = [](const V& in) {  // a cumsum feeding the reduced calls, reduced itself and stored
+        Tensor c = in[0].cumsum(-1) * 0.01;
+        return V{exp(c).sum({-1}), c.sum({-1}), c * 2};
+      };
+      check(scan, inputs, Expect{});
+    }
+  }
+}
+
 }  // namespace

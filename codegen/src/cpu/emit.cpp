@@ -43,7 +43,9 @@ namespace {
 class Emitter : ScalarBuilder {
  public:
   Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code, ReductionPart part, bool generic)
-      : ScalarBuilder(m), k_(k), code_(code), part_(part), generic_(generic), memo_(code.code.size(), nullptr) {}
+      : ScalarBuilder(m), k_(k), code_(code), part_(part), generic_(generic), memo_(code.code.size(), nullptr) {
+    rowwise_ = reduce_from() < rank();
+  }
 
   void emit(const std::string& name) {
     const size_t nops = k_.loads.size() + k_.stores.size();
@@ -688,7 +690,7 @@ class Emitter : ScalarBuilder {
     RowPlan plan = row_plan(k_, code_, true);
     const std::vector<size_t>&in_row = plan.in_row, &per_row = plan.per_row, &early = plan.early;
     const std::vector<std::vector<int>>&reduces = plan.reduces, &needs = plan.needs;
-    plan_stash(needs);
+    plan_stash(needs, reduces);
     const int ahead = ahead_depth();
 
     // (a split reduction's finishing step has no row loops: it combines the parts instead)
@@ -703,6 +705,19 @@ class Emitter : ScalarBuilder {
         B.CreateStore(identity(in), acc_[size_t(r)]);
       }
       start_scans(need);
+      // Row values from math calls that this pass reduces get a loop of their own that fills
+      // their stash (plan_stash); the reducing loop below then reads them back.
+      bool calls = false;
+      for (int id : need) calls = calls || (stash_[size_t(id)] && !stash_ready_[size_t(id)]);
+      calls = calls && !reduces[size_t(depth)].empty();
+      if (calls) {
+        row_loops(reduce_from(), [&] {
+          for (int id : need)
+            if (stash_[size_t(id)] && !stash_ready_[size_t(id)]) value(id);
+          forget_rows();
+        }, depth == ahead);
+        start_scans(need);  // (a scan the calls needed runs again from the row's start)
+      }
       row_loops(reduce_from(), [&] {
         for (int id : need)
           if (code_.code[size_t(id)].row) value(id);
@@ -714,7 +729,7 @@ class Emitter : ScalarBuilder {
         if (depth == 1)
           for (size_t j : early) store(j);
         forget_rows();
-      }, depth == ahead);
+      }, depth == ahead && !calls);
       for (int r : reduces[size_t(depth)])
         memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), acc_[size_t(r)]);
     }
@@ -787,21 +802,34 @@ class Emitter : ScalarBuilder {
            op == EOp::Log1p || op == EOp::Tanh || op == EOp::Erf || op == EOp::Pow || op == EOp::Sin || op == EOp::Cos;
   }
 
-  // Row values that cost a transcendental call (softmax's exp) and are needed by more than
-  // one row loop are computed once: the first loop keeps them in a stack array the size of a
-  // row, later loops read them back (the row is in L1 either way; the call is what costs).
-  void plan_stash(const std::vector<std::vector<int>>& needs) {
+  // Row values that cost a transcendental call are kept in a stack array the size of a row
+  // (the row is in L1 either way; the call is what costs) when
+  // - more than one row loop needs them (softmax's exp): the first computes them, later loops
+  //   read them back instead of calling again;
+  // - a reduction of their pass depends on them (sum(exp(x - max)), log_softmax's): then they
+  //   are computed by a loop of their own and reduced by the next (outer_body). x86-64's calling
+  //   convention keeps no vector register across a call, so an accumulator updated between
+  //   calls is stored and reloaded around each one, and every call waits on the previous
+  //   iteration's store: log_softmax [4096, 1024] ran 1.57 ms that way and 1.39 split, softmax
+  //   (which already kept its exp) 1.17 either way (docs/perf.md, session 15).
+  void plan_stash(const std::vector<std::vector<int>>& needs, const std::vector<std::vector<int>>& reduces) {
     stash_.assign(code_.code.size(), nullptr);
     stash_ready_.assign(code_.code.size(), false);
     int64_t row = 1;
     for (int d = reduce_from(); d < rank(); ++d) row *= k_.loops[size_t(d)];
-    if (needs.size() < 2 || row > kMaxStash || generic_) return;  // (generic: the row's length is unknown)
+    if (row > kMaxStash || generic_) return;  // (generic: the row's length is unknown)
     std::vector<int> uses(code_.code.size(), 0);
-    for (const auto& need : needs)
-      for (int id : need) uses[size_t(id)]++;
+    std::vector<bool> reduced(code_.code.size(), false);  // needed by a pass that reduces
+    for (size_t d = 0; d < needs.size(); ++d) {
+      const bool reduces_here = d + 1 < reduces.size() && !reduces[d + 1].empty();
+      for (int id : needs[d]) {
+        uses[size_t(id)]++;
+        if (reduces_here) reduced[size_t(id)] = true;
+      }
+    }
     for (size_t i = 0; i < code_.code.size(); ++i) {
       const Instr& in = code_.code[i];
-      if (!in.row || !calls_math(in.op) || uses[i] < 2) continue;
+      if (!in.row || !calls_math(in.op) || (uses[i] < 2 && !reduced[i])) continue;
       llvm::IRBuilder<> eb(entry_, entry_->begin());
       stash_[i] = eb.CreateAlloca(compute_type(in.type), eb.getInt64(uint64_t(row)), "stash");
     }

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <deque>
 #include <mutex>
+#include <set>
 
 #include "kiln/runtime/error.h"
 
@@ -144,7 +145,11 @@ Jit& Jit::get() {
 }
 
 const std::string& Jit::target_id() const { return impl_->target_id; }
-std::string Jit::math_symbol(const char* base, bool f32) const { return scalar_symbol(base, f32); }
+std::string Jit::math_symbol(const char* base, bool f32, bool once) const {
+  static const std::set<std::string> kFastLibm = {"exp", "exp2", "log", "log2", "pow"};
+  if (once && kFastLibm.count(base)) return std::string(base) + (f32 ? "f" : "");
+  return scalar_symbol(base, f32);
+}
 const std::string& Jit::cpu() const { return impl_->cpu; }
 
 void Jit::prepare(llvm::Module& m) const {

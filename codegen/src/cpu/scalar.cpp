@@ -7,12 +7,9 @@ namespace kiln::codegen::cpu {
 
 using llvm::Value;
 
-// A math function by its double name ("sin"): SLEEF's scalar 1-ulp function where the
-// process has it, else libm's (Jit::math_symbol). Declared as not touching memory, so calls
-// can be hoisted and vectorised (libm's errno is never read).
-Value* ScalarBuilder::libm(const char* base, DType t, std::vector<Value*> args) {
-  std::string name = Jit::get().math_symbol(base, t == DType::Float32);
-  llvm::Type* ty = compute_type(t);
+Value* ScalarBuilder::libm(const char* base, const Instr& in, std::vector<Value*> args) {
+  std::string name = Jit::get().math_symbol(base, in.type == DType::Float32, rowwise_ && !in.row);
+  llvm::Type* ty = compute_type(in.type);
   std::vector<llvm::Type*> ps(args.size(), ty);
   llvm::FunctionCallee f = M.getOrInsertFunction(name, llvm::FunctionType::get(ty, ps, false));
   if (auto* fn = llvm::dyn_cast<llvm::Function>(f.getCallee())) {
@@ -49,24 +46,24 @@ Value* ScalarBuilder::arith(const Instr& in, const std::vector<Value*>& a, const
       else v = B.CreateSub(B.CreateZExt(pos, ty), B.CreateZExt(neg, ty));
       break;
     }
-    case EOp::Exp: v = libm("exp", in.type, {a[0]}); break;
-    case EOp::Exp2: v = libm("exp2", in.type, {a[0]}); break;
-    case EOp::Expm1: v = libm("expm1", in.type, {a[0]}); break;
-    case EOp::Log: v = libm("log", in.type, {a[0]}); break;
-    case EOp::Log2: v = libm("log2", in.type, {a[0]}); break;
-    case EOp::Log1p: v = libm("log1p", in.type, {a[0]}); break;
+    case EOp::Exp: v = libm("exp", in, {a[0]}); break;
+    case EOp::Exp2: v = libm("exp2", in, {a[0]}); break;
+    case EOp::Expm1: v = libm("expm1", in, {a[0]}); break;
+    case EOp::Log: v = libm("log", in, {a[0]}); break;
+    case EOp::Log2: v = libm("log2", in, {a[0]}); break;
+    case EOp::Log1p: v = libm("log1p", in, {a[0]}); break;
     case EOp::Sqrt: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]); break;
     case EOp::Recip: v = B.CreateFDiv(fconst(ty, 1.0), a[0]); break;
-    case EOp::Sin: v = libm("sin", in.type, {a[0]}); break;
-    case EOp::Cos: v = libm("cos", in.type, {a[0]}); break;
-    case EOp::Tan: v = libm("tan", in.type, {a[0]}); break;
-    case EOp::Asin: v = libm("asin", in.type, {a[0]}); break;
-    case EOp::Acos: v = libm("acos", in.type, {a[0]}); break;
-    case EOp::Atan: v = libm("atan", in.type, {a[0]}); break;
-    case EOp::Sinh: v = libm("sinh", in.type, {a[0]}); break;
-    case EOp::Cosh: v = libm("cosh", in.type, {a[0]}); break;
-    case EOp::Tanh: v = libm("tanh", in.type, {a[0]}); break;
-    case EOp::Erf: v = libm("erf", in.type, {a[0]}); break;
+    case EOp::Sin: v = libm("sin", in, {a[0]}); break;
+    case EOp::Cos: v = libm("cos", in, {a[0]}); break;
+    case EOp::Tan: v = libm("tan", in, {a[0]}); break;
+    case EOp::Asin: v = libm("asin", in, {a[0]}); break;
+    case EOp::Acos: v = libm("acos", in, {a[0]}); break;
+    case EOp::Atan: v = libm("atan", in, {a[0]}); break;
+    case EOp::Sinh: v = libm("sinh", in, {a[0]}); break;
+    case EOp::Cosh: v = libm("cosh", in, {a[0]}); break;
+    case EOp::Tanh: v = libm("tanh", in, {a[0]}); break;
+    case EOp::Erf: v = libm("erf", in, {a[0]}); break;
     case EOp::Floor: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::floor, a[0]); break;
     case EOp::Ceil: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, a[0]); break;
     case EOp::Round: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, a[0]); break;
@@ -99,8 +96,8 @@ Value* ScalarBuilder::arith(const Instr& in, const std::vector<Value*>& a, const
     case EOp::Sub: v = fl ? B.CreateFSub(a[0], a[1]) : B.CreateSub(a[0], a[1]); break;
     case EOp::Mul: v = fl ? B.CreateFMul(a[0], a[1]) : B.CreateMul(a[0], a[1]); break;
     case EOp::Div: v = fl ? B.CreateFDiv(a[0], a[1]) : int_div(in, a[0], a[1], false); break;
-    case EOp::Pow: v = libm("pow", in.type, {a[0], a[1]}); break;
-    case EOp::Atan2: v = libm("atan2", in.type, {a[0], a[1]}); break;
+    case EOp::Pow: v = libm("pow", in, {a[0], a[1]}); break;
+    case EOp::Atan2: v = libm("atan2", in, {a[0], a[1]}); break;
     case EOp::Fmod: v = fl ? B.CreateFRem(a[0], a[1]) : int_div(in, a[0], a[1], true); break;
     case EOp::Max: v = max_min(in.type, a[0], a[1], true); break;
     case EOp::Min: v = max_min(in.type, a[0], a[1], false); break;

@@ -27,6 +27,9 @@ class ScalarBuilder {
   llvm::Module& M;
   llvm::IRBuilder<> B;
   llvm::AllocaInst* flags_ = nullptr;  // the check flags raised so far (kernels with checks)
+  // The kernel has row loops: its instructions that are not row values then run once per row,
+  // outside any loop the vectoriser turns into vector code.
+  bool rowwise_ = false;
 
   llvm::Type* storage_type(DType t) {
     switch (t) {
@@ -177,10 +180,12 @@ class ScalarBuilder {
     return B.CreateICmp(p, a, b);
   }
 
-  // A math function by its double name ("sin"): SLEEF's scalar 1-ulp function where the
-  // process has it, else libm's (Jit::math_symbol). Declared as not touching memory, so calls
-  // can be hoisted and vectorised (libm's errno is never read).
-  Value* libm(const char* base, DType t, std::vector<Value*> args);
+  // A math function by its double name ("sin") for instruction `in`, as Jit::math_symbol
+  // names it: per row of a row-wise kernel (`in` not a row value) a fast libm function where
+  // one is as accurate, else SLEEF's scalar 1-ulp form, whose vector forms the vectoriser
+  // substitutes. Declared as not touching memory, so calls can be hoisted and vectorised
+  // (libm's errno is never read).
+  Value* libm(const char* base, const Instr& in, std::vector<Value*> args);
 
   // The value of instruction `in` from its arguments' values `a` and their types `t`, for
   // every op but those that read operands or row state (Load, Arg, RowCount, RowIndex, Reduce,

@@ -103,8 +103,27 @@ class ScalarBuilder {
     return nullptr;
   }
 
-  Value* combine(const Instr& in, Value* acc, Value* x) {
+  // Float max/min reductions whose NaNs the caller tracks apart (nan_apart: a flag of its own,
+  // emit.cpp) combine with maxnum/minnum under no-NaNs, a single vmaxps/vminps; otherwise with
+  // LLVM's NaN-propagating maximum/minimum, which x86 lowers to five or six instructions.
+  static bool tracks_nan_apart(const Instr& in) {
+    return is_floating(in.type) && (in.reducer == Reducer::Max || in.reducer == Reducer::Min);
+  }
+
+  Value* combine(const Instr& in, Value* acc, Value* x, bool nan_apart = false) {
     bool fl = is_floating(in.type);
+    if (nan_apart && tracks_nan_apart(in)) {
+      // (a NaN makes the result poison, which only the caller's select over its flag sees)
+      auto* r = llvm::cast<llvm::Instruction>(B.CreateBinaryIntrinsic(
+          in.reducer == Reducer::Max ? llvm::Intrinsic::maxnum : llvm::Intrinsic::minnum, acc, x));
+      // (no-signed-zeros too: the vectoriser takes a maxnum reduction only with both; which of
+      // +0 and -0 wins a tie was never defined: eager's lane order decides it there)
+      llvm::FastMathFlags fmf;
+      fmf.setNoNaNs();
+      fmf.setNoSignedZeros();
+      r->setFastMathFlags(fmf);
+      return r;
+    }
     llvm::FastMathFlags fmf;
     fmf.setAllowReassoc();  // partial sums in vector lanes: what makes the reduction vectorise
     switch (in.reducer) {

@@ -13,6 +13,8 @@ packages=(
   libgtest-dev libgmock-dev        # unit and conformance tests
   libbenchmark-dev                 # micro benchmarks
   libopenblas-dev                  # matmul / mm / bmm for float32 and float64
+  libopenblas-openmp-dev           # OpenBLAS's OpenMP build, which kiln links when present
+                                   # (its threads are kiln's OpenMP team: runtime/src/linalg.cpp)
   libfmt-dev                       # formatting (printing, error messages)
   libcli11-dev                     # command-line parsing for tools
   libgomp1                         # OpenMP runtime: parallel-for in the eager kernels

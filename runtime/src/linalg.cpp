@@ -7,8 +7,10 @@
 // the products themselves (the *_impl functions) work on either device, and the CUDA backend
 // calls them for the opaque kernels of its programs (device_ops::run_library).
 #include <cblas.h>
+#include <omp.h>
 
 #include <mutex>
+#include <optional>
 
 #include "cuda/blas.h"
 #include "ops_common.h"
@@ -76,10 +78,40 @@ void gemm_into(const Tensor& a, const Tensor& b, Tensor& out, double alpha, doub
   gemm_on_host(a, b, out, alpha, beta);
 }
 
-// OpenBLAS's own worker threads would spin on the cores kiln's threads run on (two pools on two
-// cores halve each other), so kiln splits its products across its own threads and has each BLAS
-// call run on its caller. The setting is the process's: it is switched to one thread while any
-// kiln product runs and restored after the last, so other BLAS users keep theirs.
+// Which threads the loaded OpenBLAS uses (openblas_get_parallel: 0 none, 1 its own pthreads,
+// 2 OpenMP). Its OpenMP build runs on kiln's own OpenMP team: a large product is then one BLAS
+// call that threads itself (one packing of the shared operand instead of one per thread), and a
+// call made inside kiln's parallel region runs on its caller. Its pthread build keeps a pool of
+// its own whose workers spin after each call on the cores kiln's threads run on: a compiled
+// epilogue right after a product threaded that way ran 9.6 ms against 6.5 split (session 15,
+// docs/perf.md), so with it kiln splits every product itself.
+bool blas_on_openmp() {
+  static const bool v = openblas_get_parallel() == 2;
+  return v;
+}
+
+// OpenBLAS's OpenMP build takes its thread count from the caller's omp_get_max_threads(): set
+// to kiln's for one call and restored after (through OpenBLAS, which caches the count).
+class BlasThreads {
+ public:
+  explicit BlasThreads(int n) : saved_(omp_get_max_threads()) {
+    if (n != saved_) openblas_set_num_threads(n);
+  }
+  ~BlasThreads() {
+    if (omp_get_max_threads() != saved_) openblas_set_num_threads(saved_);
+  }
+  BlasThreads(const BlasThreads&) = delete;
+  BlasThreads& operator=(const BlasThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+// OpenBLAS's pthread build: its own worker threads would spin on the cores kiln's threads run on
+// (two pools on two cores halve each other), so kiln splits its products across its own threads
+// and has each BLAS call run on its caller. The setting is the process's: it is switched to one
+// thread while any kiln product runs and restored after the last, so other BLAS users keep
+// theirs.
 class BlasOnCallers {
  public:
   BlasOnCallers() {
@@ -113,6 +145,13 @@ class BlasOnCallers {
 
 // Below this many multiply-adds a product runs on one thread (waking the others costs more).
 constexpr int64_t kGemmParallelWork = int64_t(1) << 18;
+// With OpenBLAS's OpenMP build, a product of at least this many columns runs as one call that
+// OpenBLAS threads; narrower ones split by rows (or columns) across kiln's threads, one call
+// each. relu(x @ W + b) compiled, an interleaved A/B (session 15, docs/perf.md), threaded
+// against split: [1024]^3 6.37 / 6.65 ms, [64,1024]x[1024,1024] 0.56 / 0.71,
+// [1024,4096]x[4096,1024] 24.9 / 26.7, [512,512]x[512,2048] 3.31 / 3.41; but [512]^3 0.92 /
+// 0.87, [1024,1024]x[1024,64] 0.64 / 0.52, [8192,512]x[512,512] 14.8 / 14.5.
+constexpr int64_t kBlasThreadedMinCols = 1024;
 
 // Rows [i0, i1) and columns [j0, j1) of product `batch_index` of a float32/float64 batch (out
 // points at that product), through one BLAS call.
@@ -140,10 +179,16 @@ void blas_products(const Tensor& a, const Tensor& b, Tensor& out, T alpha, T bet
   const int64_t batch = d == 3 ? out.sizes()[0] : 1, n = out.sizes()[d - 2], m = out.sizes()[d - 1];
   const int64_t k = a.sizes()[a.dim() - 1];
   BlasMat A = blas_view(a), B = blas_view(b);
-  BlasOnCallers on_callers;
   T* o = out.data_ptr<T>();
   const int64_t threads = cpu::num_threads();
+  const bool openmp = blas_on_openmp();
+  std::optional<BlasOnCallers> on_callers;
+  if (!openmp) on_callers.emplace();
   if (batch * n * m * k < kGemmParallelWork || threads <= 1) {
+    // (OpenBLAS's OpenMP build keeps products this small on their caller by itself: its
+    // threshold is the same 2^18 multiply-adds; a single thread asked for is set for the call)
+    std::optional<BlasThreads> one;
+    if (openmp && threads <= 1) one.emplace(1);
     for (int64_t i = 0; i < batch; ++i) blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, 0, m, alpha, beta);
     return;
   }
@@ -151,6 +196,11 @@ void blas_products(const Tensor& a, const Tensor& b, Tensor& out, T alpha, T bet
     cpu::parallel_for(batch, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t i = b0; i < b1; ++i) blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, 0, m, alpha, beta);
     });
+    return;
+  }
+  if (openmp && m >= kBlasThreadedMinCols && !omp_in_parallel()) {
+    BlasThreads team{int(threads)};
+    for (int64_t i = 0; i < batch; ++i) blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, 0, m, alpha, beta);
     return;
   }
   const bool by_rows = n >= m || n >= 16 * threads;
@@ -206,6 +256,15 @@ void gemm_on_host(const Tensor& a, const Tensor& b, Tensor& out, double alpha, d
     }
   });
 }
+
+}  // namespace
+
+std::string blas_library() {
+  const int p = openblas_get_parallel();
+  return std::string(openblas_get_config()) + (p == 2 ? " (OpenMP build)" : p == 1 ? " (pthread build)" : " (sequential build)");
+}
+
+namespace {
 
 void check_mm(std::string_view op, const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.dim() == 2, op, "self must be a matrix, got a ", a.dim(), "-D tensor of shape ", a.sizes().vec());

@@ -1,3 +1,10 @@
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
 #include "test_util.h"
 
 using namespace kiln;
@@ -96,5 +103,49 @@ TEST(Linalg, ThreadedProductsCoverEveryPartition) {
     Tensor q = randn({4, 8, 100, 64}, dt), k = randn({4, 8, 100, 64}, dt);
     Tensor s = einsum("bhqd,bhkd->bhqk", {q, k});
     EXPECT_LT(max_diff(s.index({3, 5}), ref_mm(q.index({3, 5}), k.index({3, 5}).t())), tol);
+  }
+}
+
+// Single products of at least 1024 columns run as one BLAS call that OpenBLAS's OpenMP build
+// threads over kiln's team (linalg.cpp, kBlasThreadedMinCols; with the pthread build they split
+// like the others), with kiln's thread count set for the call and restored after. The eager
+// kernels read KILN_NUM_THREADS once per process, so each thread count runs in a process of its
+// own (this binary again, running the child test below): results against the reference, a
+// batch that does not split by whole matrices, a transposed operand, addmm's beta; and the
+// process's OpenMP thread count unchanged after the products.
+TEST(Linalg, WideProductsChild) {
+  if (!std::getenv("KILN_LINALG_CHILD")) GTEST_SKIP() << "run by Linalg.WideProductsThreadedByTheBlas";
+  const int team = omp_get_max_threads();
+  manual_seed(31);
+  for (DType dt : {kFloat32, kFloat64}) {
+    const double tol = dt == kFloat32 ? 2e-3 : 1e-9;
+    Tensor a = randn({37, 90}, dt), b = randn({90, 1100}, dt);
+    EXPECT_LT(max_diff(mm(a, b), ref_mm(a, b)), tol);
+    Tensor bt = randn({1030, 90}, dt).t();  // b transposed, 1030 columns
+    EXPECT_LT(max_diff(mm(a, bt), ref_mm(a, bt)), tol);
+    Tensor c = randn({1100}, dt);
+    EXPECT_LT(max_diff(addmm(c, a, b, 2.0, 0.5), c * 2.0 + ref_mm(a, b) * 0.5), 2 * tol);
+    Tensor x = randn({3, 20, 40}, dt), y = randn({3, 40, 1030}, dt);  // 3 matrices: not split by matrix
+    Tensor got = bmm(x, y);
+    for (int64_t i = 0; i < 3; ++i)
+      EXPECT_LT(max_diff(got.select(0, i), ref_mm(x.select(0, i), y.select(0, i))), tol) << "batch " << i;
+  }
+  EXPECT_EQ(omp_get_max_threads(), team) << "a product left the OpenMP thread count changed";
+}
+
+TEST(Linalg, WideProductsThreadedByTheBlas) {
+  EXPECT_NE(blas_library().find("OpenBLAS"), std::string::npos) << blas_library();
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (const char* threads : {"", "3", "1"}) {
+    std::string cmd = std::string(*threads ? "KILN_NUM_THREADS=" : "") + threads + " KILN_LINALG_CHILD=1 '" + self +
+                      "' --gtest_filter=Linalg.WideProductsChild 2>&1";
+    if (!*threads) cmd = "env -u KILN_NUM_THREADS " + cmd;
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (p && std::fgets(buf, sizeof buf, p)) out += buf;
+    const int status = p ? pclose(p) : -1;
+    EXPECT_TRUE(status == 0 && out.find("[  PASSED  ] 1 test") != std::string::npos)
+        << "KILN_NUM_THREADS=" << threads << ":\n" << out;
   }
 }

@@ -403,7 +403,7 @@ json num_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); 
 json records(const std::vector<WorkloadResult>& rs, const Machine& m) {
   json out = json::array();
   out.push_back({{"tool", "machine"}, {"device", m.device}, {"stream_gbps", num_or_null(m.stream_gbps)}, {"cpu", m.cpu},
-                 {"threads", m.threads}, {"malloc", malloc_name()},
+                 {"threads", m.threads}, {"malloc", malloc_name()}, {"blas", blas_library()},
                  {"omp_wait_policy", std::getenv("OMP_WAIT_POLICY") ? std::getenv("OMP_WAIT_POLICY") : ""}});
   for (const WorkloadResult& r : rs)
     for (const VariantResult& v : r.variants) {
@@ -558,6 +558,7 @@ int main(int argc, char** argv) {
                   o.dtype.empty() ? "" : (", dtype " + o.dtype).c_str(), m.threads, m.cpu.c_str());
       std::printf("STREAM copy (2 x 128 MiB float32, %d threads, median of 10): %.1f GB/s; malloc: %s\n", m.threads,
                   m.stream_gbps, malloc_name().c_str());
+      std::printf("BLAS: %s\n", blas_library().c_str());
     }
 #ifdef KILN_BENCH_LIBTORCH
     if (o.libtorch && o.device == "cpu") std::printf("libtorch %s, %d threads\n", libtorch::version().c_str(), libtorch::threads());

@@ -2,6 +2,7 @@
 // kiln::matmul(a, b). Tensor's methods forward here. Broadcasting and type promotion follow
 // PyTorch exactly, with Scalars treated as Python numbers.
 #pragma once
+#include <string>
 #include <string_view>
 #include <tuple>
 #include <vector>
@@ -113,6 +114,8 @@ Tensor bmm(const Tensor& a, const Tensor& b);
 Tensor addmm(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta = 1,
              const Scalar& alpha = 1);
 Tensor einsum(std::string_view equation, const std::vector<Tensor>& operands);
+// The BLAS the products run on, as loaded: e.g. "OpenBLAS 0.3.21 ... (OpenMP build)".
+std::string blas_library();
 
 // ---- joining and indexing ----
 Tensor cat(const std::vector<Tensor>& ts, int64_t dim = 0);

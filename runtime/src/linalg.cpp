@@ -90,31 +90,23 @@ bool blas_on_openmp() {
   return v;
 }
 
-// OpenBLAS's OpenMP build takes its thread count from the caller's omp_get_max_threads(): set
-// to kiln's for one call and restored after (through OpenBLAS, which caches the count).
-class BlasThreads {
- public:
-  explicit BlasThreads(int n) : saved_(omp_get_max_threads()) {
-    if (n != saved_) openblas_set_num_threads(n);
-  }
-  ~BlasThreads() {
-    if (omp_get_max_threads() != saved_) openblas_set_num_threads(saved_);
-  }
-  BlasThreads(const BlasThreads&) = delete;
-  BlasThreads& operator=(const BlasThreads&) = delete;
-
- private:
-  int saved_;
-};
+// Whether products can leave the threading to OpenBLAS: its OpenMP build threads a call over
+// the caller's omp_get_max_threads() threads, so when that is kiln's thread count (the default,
+// or KILN_NUM_THREADS equal to it) nothing is set: a call inside kiln's parallel region runs on
+// its caller, one outside it on kiln's team. Otherwise (or with the pthread build) kiln splits
+// every product itself and sets OpenBLAS to one thread while it runs (BlasOnCallers), never a
+// per-call count: that setting is OpenBLAS's global, and products run on several threads at once.
+bool blas_on_kiln_team(int64_t threads) { return blas_on_openmp() && threads == omp_get_max_threads(); }
 
 // OpenBLAS's pthread build: its own worker threads would spin on the cores kiln's threads run on
 // (two pools on two cores halve each other), so kiln splits its products across its own threads
 // and has each BLAS call run on its caller. The setting is the process's: it is switched to one
 // thread while any kiln product runs and restored after the last, so other BLAS users keep
-// theirs.
+// theirs. (The OpenMP build's setter also sets the calling thread's OpenMP thread count: each
+// caller puts its own back.)
 class BlasOnCallers {
  public:
-  BlasOnCallers() {
+  BlasOnCallers() : omp_threads_(omp_get_max_threads()) {
     std::lock_guard<std::mutex> lock(mu());
     if (depth()++ == 0) {
       saved() = openblas_get_num_threads();
@@ -122,8 +114,11 @@ class BlasOnCallers {
     }
   }
   ~BlasOnCallers() {
-    std::lock_guard<std::mutex> lock(mu());
-    if (--depth() == 0 && saved() != 1) openblas_set_num_threads(saved());
+    {
+      std::lock_guard<std::mutex> lock(mu());
+      if (--depth() == 0 && saved() != 1) openblas_set_num_threads(saved());
+    }
+    if (omp_get_max_threads() != omp_threads_) omp_set_num_threads(omp_threads_);
   }
   BlasOnCallers(const BlasOnCallers&) = delete;
   BlasOnCallers& operator=(const BlasOnCallers&) = delete;
@@ -141,6 +136,7 @@ class BlasOnCallers {
     static int s = 1;
     return s;
   }
+  int omp_threads_;
 };
 
 // Below this many multiply-adds a product runs on one thread (waking the others costs more).
@@ -181,14 +177,12 @@ void blas_products(const Tensor& a, const Tensor& b, Tensor& out, T alpha, T bet
   BlasMat A = blas_view(a), B = blas_view(b);
   T* o = out.data_ptr<T>();
   const int64_t threads = cpu::num_threads();
-  const bool openmp = blas_on_openmp();
+  const bool team = blas_on_kiln_team(threads);
   std::optional<BlasOnCallers> on_callers;
-  if (!openmp) on_callers.emplace();
+  if (!team) on_callers.emplace();
   if (batch * n * m * k < kGemmParallelWork || threads <= 1) {
-    // (OpenBLAS's OpenMP build keeps products this small on their caller by itself: its
-    // threshold is the same 2^18 multiply-adds; a single thread asked for is set for the call)
-    std::optional<BlasThreads> one;
-    if (openmp && threads <= 1) one.emplace(1);
+    // (on kiln's team OpenBLAS keeps products this small on their caller by itself: its
+    // threshold is the same 2^18 multiply-adds)
     for (int64_t i = 0; i < batch; ++i) blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, 0, m, alpha, beta);
     return;
   }
@@ -198,8 +192,7 @@ void blas_products(const Tensor& a, const Tensor& b, Tensor& out, T alpha, T bet
     });
     return;
   }
-  if (openmp && m >= kBlasThreadedMinCols && !omp_in_parallel()) {
-    BlasThreads team{int(threads)};
+  if (team && m >= kBlasThreadedMinCols && !omp_in_parallel()) {
     for (int64_t i = 0; i < batch; ++i) blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, 0, m, alpha, beta);
     return;
   }

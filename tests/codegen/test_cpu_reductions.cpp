@@ -479,11 +479,13 @@ TEST(CpuOpsReductionEdgeCases, SiblingStoresOfFullAndRowReductions) {
 // the row's stash in a loop of their own and reduces them in the next, emit.cpp plan_stash),
 // beside the other uses of such values in the same pass (stored as they are, stored early
 // beside the reduction, fed by a scan), per-row math that calls libm instead of SLEEF (the log
-// of log_softmax's sum, pow, exp2, log2 of a reduced value), and rows longer than the stash
-// (no split). Float dtypes, contiguous and transposed, rows shorter and longer than a vector.
+// of log_softmax's sum, pow, exp2, log2 of a reduced value; rows of 5 keep SLEEF's), and rows
+// longer than the stash (no split). Float dtypes, contiguous and transposed, rows shorter and
+// longer than a vector.
 TEST(CpuOpsReductionEdgeCases, MathCallsReducedInTheirPass) {
   for (DType dt : {kFloat32, kFloat64, kBFloat16, kFloat16}) {
     for (auto [sizes, layout] : {std::pair<std::vector<int64_t>, Layout>{{7, 33}, Layout::Contiguous},
+                                 {{300, 5}, Layout::Contiguous},
                                  {{64, 1023}, Layout::Contiguous},
                                  {{131, 517}, Layout::Transposed},
                                  {{5, 8200}, Layout::Contiguous}}) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "test_util.h"
 
@@ -107,34 +108,46 @@ TEST(Linalg, ThreadedProductsCoverEveryPartition) {
 }
 
 // Single products of at least 1024 columns run as one BLAS call that OpenBLAS's OpenMP build
-// threads over kiln's team (linalg.cpp, kBlasThreadedMinCols; with the pthread build they split
-// like the others), with kiln's thread count set for the call and restored after. The eager
-// kernels read KILN_NUM_THREADS once per process, so each thread count runs in a process of its
-// own (this binary again, running the child test below): results against the reference, a
-// batch that does not split by whole matrices, a transposed operand, addmm's beta; and the
-// process's OpenMP thread count unchanged after the products.
+// threads over kiln's team when kiln's thread count is OpenMP's (linalg.cpp); with another
+// count, or the pthread build, kiln splits them and sets OpenBLAS to one thread meanwhile. The
+// eager kernels read KILN_NUM_THREADS once per process, so each count runs in a process of its
+// own (this binary again, running the child test below). There: results against the reference
+// (one column count over and one under kBlasThreadedMinCols, a transposed operand, addmm's beta,
+// a batch of 3 that does not split by whole matrices), the same products from two threads at
+// once, and every thread's OpenMP thread count unchanged after.
 TEST(Linalg, WideProductsChild) {
   if (!std::getenv("KILN_LINALG_CHILD")) GTEST_SKIP() << "run by Linalg.WideProductsThreadedByTheBlas";
-  const int team = omp_get_max_threads();
-  manual_seed(31);
-  for (DType dt : {kFloat32, kFloat64}) {
-    const double tol = dt == kFloat32 ? 2e-3 : 1e-9;
-    Tensor a = randn({37, 90}, dt), b = randn({90, 1100}, dt);
-    EXPECT_LT(max_diff(mm(a, b), ref_mm(a, b)), tol);
-    Tensor bt = randn({1030, 90}, dt).t();  // b transposed, 1030 columns
-    EXPECT_LT(max_diff(mm(a, bt), ref_mm(a, bt)), tol);
-    Tensor c = randn({1100}, dt);
-    EXPECT_LT(max_diff(addmm(c, a, b, 2.0, 0.5), c * 2.0 + ref_mm(a, b) * 0.5), 2 * tol);
-    Tensor x = randn({3, 20, 40}, dt), y = randn({3, 40, 1030}, dt);  // 3 matrices: not split by matrix
-    Tensor got = bmm(x, y);
-    for (int64_t i = 0; i < 3; ++i)
-      EXPECT_LT(max_diff(got.select(0, i), ref_mm(x.select(0, i), y.select(0, i))), tol) << "batch " << i;
-  }
-  EXPECT_EQ(omp_get_max_threads(), team) << "a product left the OpenMP thread count changed";
+  auto products = [](uint64_t seed) {
+    const int before = omp_get_max_threads();
+    manual_seed(seed);
+    for (DType dt : {kFloat32, kFloat64}) {
+      const double tol = dt == kFloat32 ? 2e-3 : 1e-9;
+      for (int64_t cols : {1100, 700}) {
+        Tensor a = randn({37, 90}, dt), b = randn({90, cols}, dt);
+        EXPECT_LT(max_diff(mm(a, b), ref_mm(a, b)), tol) << cols << " columns";
+        Tensor bt = randn({cols, 90}, dt).t();
+        EXPECT_LT(max_diff(mm(a, bt), ref_mm(a, bt)), tol) << cols << " columns, b transposed";
+        Tensor c = randn({cols}, dt);
+        EXPECT_LT(max_diff(addmm(c, a, b, 2.0, 0.5), c * 2.0 + ref_mm(a, b) * 0.5), 2 * tol) << cols << " columns";
+      }
+      Tensor x = randn({3, 20, 40}, dt), y = randn({3, 40, 1030}, dt);
+      Tensor got = bmm(x, y);
+      for (int64_t i = 0; i < 3; ++i)
+        EXPECT_LT(max_diff(got.select(0, i), ref_mm(x.select(0, i), y.select(0, i))), tol) << "batch " << i;
+    }
+    EXPECT_EQ(omp_get_max_threads(), before) << "a product left this thread's OpenMP thread count changed";
+  };
+  products(31);
+  std::thread other([&] { products(32); });
+  products(33);
+  other.join();
 }
 
 TEST(Linalg, WideProductsThreadedByTheBlas) {
   EXPECT_NE(blas_library().find("OpenBLAS"), std::string::npos) << blas_library();
+#if KILN_TEST_OPENMP_BLAS  // (CMake found OpenBLAS's OpenMP build: the binaries must load it)
+  EXPECT_NE(blas_library().find("(OpenMP build)"), std::string::npos) << blas_library();
+#endif
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   for (const char* threads : {"", "3", "1"}) {
     std::string cmd = std::string(*threads ? "KILN_NUM_THREADS=" : "") + threads + " KILN_LINALG_CHILD=1 '" + self +

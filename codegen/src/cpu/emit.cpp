@@ -44,7 +44,12 @@ class Emitter : ScalarBuilder {
  public:
   Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code, ReductionPart part, bool generic)
       : ScalarBuilder(m), k_(k), code_(code), part_(part), generic_(generic), memo_(code.code.size(), nullptr) {
-    rowwise_ = reduce_from() < rank();
+    // A row-wise kernel's per-row values run once per row, outside the vectorised row loops,
+    // unless the rows are so short that LLVM unrolls them whole and vectorises the outer loop
+    // instead: below kMinLibmRow elements the per-row calls stay SLEEF's, which it can.
+    int64_t row = 1;
+    for (int d = reduce_from(); d < rank(); ++d) row *= k_.loops[size_t(d)];
+    rowwise_ = reduce_from() < rank() && (generic_ || row >= kMinLibmRow);
   }
 
   void emit(const std::string& name) {
@@ -177,6 +182,8 @@ class Emitter : ScalarBuilder {
   std::vector<llvm::AllocaInst*> stash_;  // per row instruction: its row kept on the stack, or null
   std::vector<bool> stash_ready_;         // the stash holds the row (a later loop reads it)
   static constexpr int64_t kMaxStash = 8192;  // elements per row
+  static constexpr int64_t kStashBudget = int64_t(128) << 10;  // bytes of stash per kernel
+  static constexpr int64_t kMinLibmRow = 64;  // see the constructor
   static constexpr uint64_t kTileRows = 64, kTileCols = 64;
   // Software prefetch (see chunked()): chunks of this many elements, each prefetching the
   // lines of its contiguous loads this many elements ahead; only kernels with at least
@@ -844,11 +851,16 @@ class Emitter : ScalarBuilder {
         if (reduces_here) reduced[size_t(id)] = true;
       }
     }
+    int64_t bytes = 0;  // (on the kernel threads' stacks: at most kStashBudget, first come)
     for (size_t i = 0; i < code_.code.size(); ++i) {
       const Instr& in = code_.code[i];
       if (!in.row || !calls_math(in.op) || (uses[i] < 2 && !reduced[i])) continue;
+      llvm::Type* t = compute_type(in.type);
+      const int64_t size = row * int64_t(M.getDataLayout().getTypeAllocSize(t));
+      if (bytes + size > kStashBudget) continue;
+      bytes += size;
       llvm::IRBuilder<> eb(entry_, entry_->begin());
-      stash_[i] = eb.CreateAlloca(compute_type(in.type), eb.getInt64(uint64_t(row)), "stash");
+      stash_[i] = eb.CreateAlloca(t, eb.getInt64(uint64_t(row)), "stash");
     }
   }
 

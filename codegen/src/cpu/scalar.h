@@ -27,8 +27,8 @@ class ScalarBuilder {
   llvm::Module& M;
   llvm::IRBuilder<> B;
   llvm::AllocaInst* flags_ = nullptr;  // the check flags raised so far (kernels with checks)
-  // The kernel has row loops: its instructions that are not row values then run once per row,
-  // outside any loop the vectoriser turns into vector code.
+  // The kernel has row loops, long enough that its instructions that are not row values run
+  // once per row outside any loop the vectoriser turns into vector code (the Emitter decides).
   bool rowwise_ = false;
 
   llvm::Type* storage_type(DType t) {

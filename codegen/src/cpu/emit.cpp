@@ -179,10 +179,11 @@ class Emitter : ScalarBuilder {
   Value* tile_i_ = nullptr;  // the local indices inside the current tile
   Value* tile_j_ = nullptr;
   std::vector<Staged> staged_;  // per load
-  std::vector<llvm::AllocaInst*> stash_;  // per row instruction: its row kept on the stack, or null
+  std::vector<Value*> stash_;  // per row instruction: its row kept on the stack (first element), or null
   std::vector<bool> stash_ready_;         // the stash holds the row (a later loop reads it)
   static constexpr int64_t kMaxStash = 8192;  // elements per row
   static constexpr int64_t kStashBudget = int64_t(128) << 10;  // bytes of stash per kernel
+  static constexpr int64_t kPage = 4096, kStashSkew = kPage / 2;  // see plan_stash
   static constexpr int64_t kMinLibmRow = 64;  // see the constructor
   static constexpr uint64_t kTileRows = 64, kTileCols = 64;
   // Software prefetch (see chunked()): chunks of this many elements, each prefetching the
@@ -856,11 +857,20 @@ class Emitter : ScalarBuilder {
       const Instr& in = code_.code[i];
       if (!in.row || !calls_math(in.op) || (uses[i] < 2 && !reduced[i])) continue;
       llvm::Type* t = compute_type(in.type);
-      const int64_t size = row * int64_t(M.getDataLayout().getTypeAllocSize(t));
+      const int64_t size = row * int64_t(M.getDataLayout().getTypeAllocSize(t)) + kStashSkew;
       if (bytes + size > kStashBudget) continue;
       bytes += size;
+      // Half a page past a page boundary. A row of whole pages starts at the same offset in
+      // every page of a page-aligned buffer; a stash at about that offset too makes loads that
+      // follow its stores (the next elements of the row, or of the stash after the output's
+      // stores) match them in the address bits the core compares first (4K aliasing) and
+      // wait. Where the stash fell was up to the thread's stack: softmax [4096, 1024] ran 0.93-
+      // 1.01 ms in most processes, 1.18-1.78 in others, 1.21 in every one without address
+      // randomisation (docs/perf.md, session 15).
       llvm::IRBuilder<> eb(entry_, entry_->begin());
-      stash_[i] = eb.CreateAlloca(t, eb.getInt64(uint64_t(row)), "stash");
+      llvm::AllocaInst* a = eb.CreateAlloca(eb.getInt8Ty(), eb.getInt64(uint64_t(size)), "stash");
+      a->setAlignment(llvm::Align(kPage));
+      stash_[i] = eb.CreateConstInBoundsGEP1_64(eb.getInt8Ty(), a, uint64_t(kStashSkew), "stash.row");
     }
   }
 
@@ -960,9 +970,10 @@ class Emitter : ScalarBuilder {
   Value* value(int id) {
     if (Value* v = memo_[size_t(id)]) return v;
     const Instr& in = code_.code[size_t(id)];
-    llvm::AllocaInst* stash = stash_.empty() ? nullptr : stash_[size_t(id)];
+    Value* stash = stash_.empty() ? nullptr : stash_[size_t(id)];
+    llvm::Type* stash_type = compute_type(in.type);
     if (stash && stash_ready_[size_t(id)]) {
-      Value* v = B.CreateLoad(stash->getAllocatedType(), B.CreateInBoundsGEP(stash->getAllocatedType(), stash, row_index()));
+      Value* v = B.CreateLoad(stash_type, B.CreateInBoundsGEP(stash_type, stash, row_index()));
       memo_[size_t(id)] = v;
       return v;
     }
@@ -1005,7 +1016,7 @@ class Emitter : ScalarBuilder {
         v = arith(in, args, types);
       }
     }
-    if (stash) B.CreateStore(v, B.CreateInBoundsGEP(stash->getAllocatedType(), stash, row_index()));
+    if (stash) B.CreateStore(v, B.CreateInBoundsGEP(stash_type, stash, row_index()));
     memo_[size_t(id)] = v;
     return v;
   }

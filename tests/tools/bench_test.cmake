@@ -1,9 +1,11 @@
-# CTest script for kiln-bench (the bench.smoke test):
-#   cmake -DKILN_BENCH=<exe> -DWORK=<scratch dir> -DNAMES=a,b,... -P bench_test.cmake
-# Runs every workload on the small tier with few reps and no compile-time children, and checks
-# the exit status is 0, the JSON parses, it has the machine record and, for every workload of
-# NAMES, an eager and a compiled kiln record with check "ok" and a median; and that the SVG chart
-# was written.
+# CTest script for kiln-bench (the bench.smoke and bench.first_call tests):
+#   cmake -DKILN_BENCH=<exe> -DWORK=<scratch dir> -DNAMES=a,b,... [-DFIRST_CALL=ON] -P bench_test.cmake
+# Runs every workload of NAMES on the small tier with few reps, and checks the exit status is 0,
+# the JSON parses, it has the machine record and, for every workload of NAMES, an eager and a
+# compiled kiln record with check "ok" and a median; and that the SVG chart was written.
+# Without FIRST_CALL it runs every workload and no compile-time children; with it, only NAMES
+# and the children, and each compiled record must carry its cold and warm first calls and what
+# they cost beyond the child's eager run, as numbers.
 cmake_minimum_required(VERSION 3.25)
 
 function(fail)
@@ -15,8 +17,15 @@ file(MAKE_DIRECTORY "${WORK}")
 set(json_file "${WORK}/bench.json")
 set(svg_file "${WORK}/bench.svg")
 file(REMOVE "${json_file}" "${svg_file}")
+if(FIRST_CALL)
+  set(mode_args --filter "${NAMES}")
+  set(first_call_keys compile_cold_ms compile_warm_ms compile_cold_over_eager_ms compile_warm_over_eager_ms)
+else()
+  set(mode_args --no-compile-time)
+  set(first_call_keys "")
+endif()
 execute_process(
-  COMMAND "${KILN_BENCH}" --tier small --reps 3 --min-time 0 --no-compile-time --json "${json_file}"
+  COMMAND "${KILN_BENCH}" --tier small --reps 3 --min-time 0 ${mode_args} --json "${json_file}"
           --svg "${svg_file}"
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc STREQUAL "0")
@@ -62,6 +71,14 @@ foreach(i RANGE 0 ${last})
       fail("kiln-bench: ${workload} (${variant}): no '${key}' in ${rec}")
     endif()
   endforeach()
+  if(variant STREQUAL "compiled")
+    foreach(key IN LISTS first_call_keys)
+      string(JSON type TYPE "${rec}" ${key})
+      if(NOT type STREQUAL "NUMBER")
+        fail("kiln-bench: ${workload}: '${key}' is ${type}, expected a number: ${rec}")
+      endif()
+    endforeach()
+  endif()
   list(APPEND ${variant} ${workload})
 endforeach()
 if(NOT machine)

@@ -374,7 +374,7 @@ bool have_libtorch(const std::vector<WorkloadResult>& rs) {
 void print_header(bool libtorch_column) {
   std::printf("%-18s %10s %11s %8s %15s %15s", "workload", "eager ms", "compiled ms", "speedup", "eager GB/s", "compiled GB/s");
   if (libtorch_column) std::printf(" %11s %9s", "libtorch ms", "vs lt");
-  std::printf(" %9s %9s  %s\n", "cold ms", "warm ms", "check");
+  std::printf(" %9s %9s %15s  %s\n", "cold ms", "warm ms", "beyond eager", "check");
 }
 
 void print_row(const WorkloadResult& r, const Machine& m, bool libtorch_column) {
@@ -387,8 +387,11 @@ void print_row(const WorkloadResult& r, const Machine& m, bool libtorch_column) 
     std::printf(" %11s %9s", cell(l, "%.3f").c_str(), cell(l / c, "%.2fx").c_str());
   }
   std::string check = r.failed ? "FAILED" : r.variants.empty() ? "-" : r.find("compiled")->check;
-  std::printf(" %9s %9s  %s\n", cell(r.compile.cold_ms.value_or(kNaN), "%.1f").c_str(),
-              cell(r.compile.warm_ms.value_or(kNaN), "%.1f").c_str(), check.c_str());
+  const std::string beyond = r.compile.cold_over_eager_ms && r.compile.warm_over_eager_ms
+                                 ? cell(*r.compile.cold_over_eager_ms, "%.1f") + " / " + cell(*r.compile.warm_over_eager_ms, "%.1f")
+                                 : "-";
+  std::printf(" %9s %9s %15s  %s\n", cell(r.compile.cold_ms.value_or(kNaN), "%.1f").c_str(),
+              cell(r.compile.warm_ms.value_or(kNaN), "%.1f").c_str(), beyond.c_str(), check.c_str());
   if (const VariantResult* g = r.find("compiled_graphs"); g && !g->seconds.empty()) {
     const double gm = med_ms(g);
     std::printf("  %-16s %10s %11s %8s %15s %15s\n", "(CUDA graphs)", "", cell(gm, "%.3f").c_str(), cell(e / gm, "%.2fx").c_str(),
@@ -423,6 +426,8 @@ json records(const std::vector<WorkloadResult>& rs, const Machine& m) {
                 {"stream_gbps", num_or_null(m.stream_gbps)},
                 {"compile_cold_ms", kiln && v.variant == "compiled" ? num_or_null(r.compile.cold_ms.value_or(kNaN)) : json(nullptr)},
                 {"compile_warm_ms", kiln && v.variant == "compiled" ? num_or_null(r.compile.warm_ms.value_or(kNaN)) : json(nullptr)},
+                {"compile_cold_over_eager_ms", kiln && v.variant == "compiled" ? num_or_null(r.compile.cold_over_eager_ms.value_or(kNaN)) : json(nullptr)},
+                {"compile_warm_over_eager_ms", kiln && v.variant == "compiled" ? num_or_null(r.compile.warm_over_eager_ms.value_or(kNaN)) : json(nullptr)},
                 {"check", v.check},
                 {"threads", m.threads},
                 {"device", m.device},
@@ -456,19 +461,33 @@ std::string chart(const std::vector<WorkloadResult>& rs, const Machine& m, const
 
 // Times the first call of a fresh compiled function (trace, optimize, codegen or cache load) on
 // every path of the workload, after one eager run per path warmed the process (allocator,
-// threads), and prints "first_call_ms X".
+// threads), and prints "first_call_ms X". A trace runs the program eagerly, so the child also
+// times a second eager run of every path just before ("eager_ms X"): what the first call costs
+// beyond it is what the compiler and its cache add.
 int first_call_main(const Options& o) {
   const wl::Workload* w = wl::find_workload(o.first_call);
   KILN_CHECK(w, "bench", "no workload named '", o.first_call, "'");
   std::vector<std::vector<Tensor>> sets = w->path_inputs(tier_of(o), o.seed, dtype_override(o));
-  for (const auto& s : sets) w->run(w->mutates_inputs ? clone_all(s) : s);
-  std::vector<std::vector<Tensor>> args;
-  for (const auto& s : sets) args.push_back(w->mutates_inputs ? clone_all(s) : s);
+  auto copies = [&] {
+    std::vector<std::vector<Tensor>> args;
+    for (const auto& s : sets) args.push_back(w->mutates_inputs ? clone_all(s) : s);
+    return args;
+  };
+  auto since = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (const auto& a : copies()) w->run(a);
+  std::vector<std::vector<Tensor>> args = copies();
   auto t0 = std::chrono::steady_clock::now();
+  for (const auto& a : args) w->run(a);
+  const double eager_ms = since(t0);
+  args = copies();
+  t0 = std::chrono::steady_clock::now();
   auto f = kiln::compile([w](const std::vector<Tensor>& v) { return w->run(v); }, CompileOptions{.name = w->name});
   for (const auto& a : args) f(a);
-  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("first_call_ms %.6f\ncompiles %llu\n", ms, (unsigned long long)f.stats().compiles);
+  const double ms = since(t0);
+  std::printf("first_call_ms %.6f\neager_ms %.6f\ncompiles %llu\n", ms, eager_ms,
+              (unsigned long long)f.stats().compiles);
   return 0;
 }
 

@@ -73,10 +73,14 @@ std::string malloc_name();
 
 struct CompileTimes {
   std::optional<double> cold_ms, warm_ms;
+  // The same first calls less an eager run of the program timed just before in the same child:
+  // what tracing, the passes and codegen (cold) or the disk cache's load (warm) add to it.
+  std::optional<double> cold_over_eager_ms, warm_over_eager_ms;
   std::string error;  // why they are missing
 };
 // Runs `self --first-call NAME <args>` twice with KILN_CACHE_DIR set to one fresh temporary
 // directory (cold: empty; warm: what the first run left there), then removes the directory;
+// each child also prints the time of an eager run just before its first call;
 // three such pairs, and the median of each kind (a single child's first call includes the
 // trace's first touch of fresh memory, whose cost on a shared host varies up to tenfold).
 CompileTimes measure_compile_times(const std::string& workload, const std::vector<std::string>& args);

@@ -292,11 +292,12 @@ std::optional<std::string> run_self(const std::vector<std::string>& args, const 
   return out;
 }
 
-std::optional<double> parse_first_call(const std::string& out, std::string& error) {
+// The value of the child's line "KEY X".
+std::optional<double> parse_child_line(const std::string& out, const std::string& key, std::string& error) {
   std::istringstream in(out);
   for (std::string line; std::getline(in, line);)
-    if (line.rfind("first_call_ms ", 0) == 0) return std::atof(line.c_str() + 14);
-  error = "the child printed no first_call_ms line";
+    if (line.size() > key.size() && line.rfind(key + " ", 0) == 0) return std::atof(line.c_str() + key.size() + 1);
+  error = "the child printed no " + key + " line";
   return std::nullopt;
 }
 
@@ -312,7 +313,7 @@ CompileTimes measure_compile_times(const std::string& workload, const std::vecto
     if (std::strncmp(*e, "KILN_CACHE_DIR=", 15) != 0) env.emplace_back(*e);
   std::vector<std::string> argv = {"kiln-bench", "--first-call", workload};
   argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<double> cold, warm;
+  std::vector<double> cold, warm, cold_over, warm_over;
   for (int pair = 0; pair < kPairs && ct.error.empty(); ++pair) {
     std::error_code ec;
     fs::path dir = fs::temp_directory_path(ec) /
@@ -326,13 +327,19 @@ CompileTimes measure_compile_times(const std::string& workload, const std::vecto
     with_dir.push_back("KILN_CACHE_DIR=" + dir.string());
     for (int pass = 0; pass < 2 && ct.error.empty(); ++pass) {
       std::optional<std::string> out = run_self(argv, with_dir, ct.error);
-      std::optional<double> ms = out ? parse_first_call(*out, ct.error) : std::nullopt;
-      if (ms) (pass == 0 ? cold : warm).push_back(*ms);
+      std::optional<double> ms = out ? parse_child_line(*out, "first_call_ms", ct.error) : std::nullopt;
+      std::optional<double> eager = ms ? parse_child_line(*out, "eager_ms", ct.error) : std::nullopt;
+      if (eager) {
+        (pass == 0 ? cold : warm).push_back(*ms);
+        (pass == 0 ? cold_over : warm_over).push_back(*ms - *eager);
+      }
     }
     fs::remove_all(dir, ec);
   }
   if (!cold.empty()) ct.cold_ms = median(cold);
   if (!warm.empty()) ct.warm_ms = median(warm);
+  if (!cold_over.empty()) ct.cold_over_eager_ms = median(cold_over);
+  if (!warm_over.empty()) ct.warm_over_eager_ms = median(warm_over);
   return ct;
 }
 

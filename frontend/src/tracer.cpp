@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kiln/ir/exec.h"
+#include "kiln/ir/infer.h"
 #include "kiln/runtime/factories.h"
 
 namespace kiln::detail {
@@ -93,9 +94,7 @@ ir::Value* Tracer::value_of(const Tensor& t) {
             " was made while tracing by an operation the tracer did not see; this is a kiln bug");
 }
 
-void Tracer::record(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs,
-                    std::span<const Tensor> outputs) {
-  if (!not_replayable_.empty()) return;
+std::vector<ir::Value*> Tracer::operand_values(std::span<const trace::Operand> inputs) {
   std::vector<ir::Value*> ins;
   for (const auto& in : inputs) {
     if (in.tensor) {
@@ -109,16 +108,38 @@ void Tracer::record(OpId op, std::span<const trace::Operand> inputs, std::vector
     t.wrapped = true;
     ins.push_back(tail_->graph.add_node(OpId::Constant, {}, {{"value", scalar_attr(s)}}, {t})->outputs[0]);
   }
+  return ins;
+}
+
+void Tracer::record(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs,
+                    std::span<const Tensor> outputs) {
+  if (!not_replayable_.empty()) return;
+  std::vector<ir::Value*> ins = operand_values(inputs);
   std::vector<ir::Type> types;
   for (const Tensor& o : outputs) types.push_back(type_of(o));
   ir::Node* n = tail_->graph.add_node(op, std::move(ins), std::move(attrs), std::move(types));
   for (size_t k = 0; k < outputs.size(); ++k) bind(outputs[k], n->outputs[k]);
 }
 
+void Tracer::record_inplace(const Tensor& self, OpId op, std::span<const trace::Operand> inputs,
+                            std::vector<Attr> attrs) {
+  if (!not_replayable_.empty()) return;
+  std::vector<ir::Value*> ins = operand_values(inputs);
+  std::vector<ir::Type> in_types;
+  for (const ir::Value* v : ins) in_types.push_back(v->type);
+  // The types eager's functional op would give its result (ir/infer.h keeps them equal).
+  std::vector<ir::Type> types = ir::infer_types(op, in_types, attrs);
+  ir::Node* n = tail_->graph.add_node(op, std::move(ins), std::move(attrs), std::move(types));
+  write_back_value(self, n->outputs.at(0));
+}
+
 void Tracer::write_back(const Tensor& dst, const Tensor& src) {
   if (!not_replayable_.empty()) return;
+  write_back_value(dst, value_of(src));
+}
+
+void Tracer::write_back_value(const Tensor& dst, ir::Value* vs) {
   ir::Value* vd = value_of(dst);
-  ir::Value* vs = value_of(src);
   ir::Node* n = tail_->graph.add_node(OpId::Copy, {vd, vs}, {}, {type_of(dst)});
   bind(dst, n->outputs[0]);
   // A write into an argument or a captured tensor: remembered so that a replay which fails a

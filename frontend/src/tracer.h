@@ -23,6 +23,8 @@ class Tracer final : public trace::Recorder {
   void record(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs,
               std::span<const Tensor> outputs) override;
   void write_back(const Tensor& dst, const Tensor& src) override;
+  void record_inplace(const Tensor& self, OpId op, std::span<const trace::Operand> inputs,
+                      std::vector<Attr> attrs) override;
   void created(const Tensor& t, std::string_view factory) override;
   void host_access(const Tensor& t, trace::HostAccess what, const std::source_location& where,
                    const void* pc) override;
@@ -53,6 +55,8 @@ class Tracer final : public trace::Recorder {
   };
   ir::Value* value_of(const Tensor& t);
   ir::Value* add_input(const Tensor& t, Ref ref);
+  std::vector<ir::Value*> operand_values(std::span<const trace::Operand> inputs);  // numbers become constants
+  void write_back_value(const Tensor& dst, ir::Value* src);  // dst now holds src's values
   void bind(const Tensor& t, ir::Value* v);
   // Closes the current graph with every live value as an output and opens the next one,
   // whose inputs are those values. Returns the closed node.

@@ -258,7 +258,7 @@ Tensor relu(const Tensor& x) {
   return same_unary("relu", x, false, [](auto v) { return v < 0 ? decltype(v)(0) : v; });
 }
 Tensor& relu_(Tensor& x) {
-  KILN_TRACE_INPLACE(x, relu(x), relu_(x))
+  KILN_TRACE_INPLACE(x, Relu, (x), (), relu_(x))
   same_unary("relu_", x, false, [](auto v) { return v < 0 ? decltype(v)(0) : v; }, &x);
   return x;
 }
@@ -692,8 +692,6 @@ Tensor floor_divide(const Tensor& a, const Scalar& b) {
   KILN_TRACE(Div, (a, b), ({"rounding_mode", std::string("floor")}), floor_divide(a, b))
   return div_impl("floor_divide", a, b, DivMode::Floor, nullptr);
 }
-#undef KILN_ALPHA
-#undef KILN_MODE
 Tensor remainder(const Tensor& a, const Tensor& b) {
   KILN_TRACE(Remainder, (a, b), (), remainder(a, b))
   return remainder_like("remainder", a, b, true);
@@ -890,16 +888,25 @@ namespace {
 // clamp's operands are x and the bounds that are present (attributes has_min, has_max). Traced,
 // or on a GPU, clamp reports itself (or runs on the device) with those operands; nullopt else.
 template <typename B>
-std::optional<Tensor> clamp_hooks(const Tensor& x, const std::optional<B>& lo, const std::optional<B>& hi) {
-  trace::Recorder* r = trace::active();
+std::vector<trace::Operand> clamp_operands(const Tensor& x, const std::optional<B>& lo, const std::optional<B>& hi) {
   std::vector<trace::Operand> in{x};
   if (lo) in.emplace_back(*lo);
   if (hi) in.emplace_back(*hi);
+  return in;
+}
+template <typename B>
+std::vector<Attr> clamp_attrs(const std::optional<B>& lo, const std::optional<B>& hi) {
+  return {{"has_max", bool(hi)}, {"has_min", bool(lo)}};
+}
+template <typename B>
+std::optional<Tensor> clamp_hooks(const Tensor& x, const std::optional<B>& lo, const std::optional<B>& hi) {
+  trace::Recorder* r = trace::active();
+  std::vector<trace::Operand> in = clamp_operands(x, lo, hi);
   bool on_device = false;
   for (const trace::Operand& o : in) on_device |= o.tensor && !o.tensor->device().is_cpu();
   if (!r && !on_device) [[likely]]
     return std::nullopt;
-  std::vector<Attr> attrs{{"has_max", bool(hi)}, {"has_min", bool(lo)}};
+  std::vector<Attr> attrs = clamp_attrs(lo, hi);
   if (!r) return device_ops::run(OpId::Clamp, in, std::move(attrs));
   Tensor out;
   {
@@ -922,7 +929,7 @@ Tensor clamp(const Tensor& x, const std::optional<Tensor>& lo, const std::option
   return clamp_impl("clamp", x, opt_arg(lo), opt_arg(hi), nullptr);
 }
 Tensor& clamp_(Tensor& x, std::optional<Scalar> lo, std::optional<Scalar> hi) {
-  KILN_TRACE_INPLACE(x, clamp(x, lo, hi), clamp_(x, lo, hi))
+  KILN_TRACE_INPLACE_WITH(x, Clamp, clamp_operands(x, lo, hi), clamp_attrs(lo, hi), clamp_(x, lo, hi))
   clamp_impl("clamp_", x, opt_arg(lo), opt_arg(hi), &x);
   return x;
 }
@@ -1050,53 +1057,55 @@ Tensor Tensor::clamp(std::optional<Scalar> lo, std::optional<Scalar> hi) const {
 Tensor Tensor::masked_fill(const Tensor& m, const Scalar& v) const { return kiln::masked_fill(*this, m, v); }
 
 Tensor& Tensor::add_(const Tensor& o, const Scalar& al) {
-  KILN_TRACE_INPLACE(*this, kiln::add(*this, o, al), add_(o, al))
+  KILN_TRACE_INPLACE(*this, Add, (*this, o), KILN_ALPHA(al), add_(o, al))
   add_impl("add_", *this, o, al, this);
   return *this;
 }
 Tensor& Tensor::add_(const Scalar& o, const Scalar& al) {
-  KILN_TRACE_INPLACE(*this, kiln::add(*this, o, al), add_(o, al))
+  KILN_TRACE_INPLACE(*this, Add, (*this, o), KILN_ALPHA(al), add_(o, al))
   add_impl("add_", *this, o, al, this);
   return *this;
 }
 Tensor& Tensor::sub_(const Tensor& o, const Scalar& al) {
-  KILN_TRACE_INPLACE(*this, kiln::sub(*this, o, al), sub_(o, al))
+  KILN_TRACE_INPLACE(*this, Sub, (*this, o), KILN_ALPHA(al), sub_(o, al))
   check_sub(*this, o);
   add_impl("sub_", *this, o, -al, this);
   return *this;
 }
 Tensor& Tensor::sub_(const Scalar& o, const Scalar& al) {
-  KILN_TRACE_INPLACE(*this, kiln::sub(*this, o, al), sub_(o, al))
+  KILN_TRACE_INPLACE(*this, Sub, (*this, o), KILN_ALPHA(al), sub_(o, al))
   check_sub(*this, o);
   add_impl("sub_", *this, o, -al, this);
   return *this;
 }
 Tensor& Tensor::mul_(const Tensor& o) {
-  KILN_TRACE_INPLACE(*this, kiln::mul(*this, o), mul_(o))
+  KILN_TRACE_INPLACE(*this, Mul, (*this, o), (), mul_(o))
   mul_impl(*this, o, this);
   return *this;
 }
 Tensor& Tensor::mul_(const Scalar& o) {
-  KILN_TRACE_INPLACE(*this, kiln::mul(*this, o), mul_(o))
+  KILN_TRACE_INPLACE(*this, Mul, (*this, o), (), mul_(o))
   mul_impl(*this, o, this);
   return *this;
 }
 Tensor& Tensor::div_(const Tensor& o, std::optional<std::string_view> m) {
-  KILN_TRACE_INPLACE(*this, kiln::div(*this, o, m), div_(o, m))
+  KILN_TRACE_INPLACE(*this, Div, (*this, o), KILN_MODE(m), div_(o, m))
   div_impl("div_", *this, o, parse_mode(m), this);
   return *this;
 }
 Tensor& Tensor::div_(const Scalar& o, std::optional<std::string_view> m) {
-  KILN_TRACE_INPLACE(*this, kiln::div(*this, o, m), div_(o, m))
+  KILN_TRACE_INPLACE(*this, Div, (*this, o), KILN_MODE(m), div_(o, m))
   div_impl("div_", *this, o, parse_mode(m), this);
   return *this;
 }
 Tensor& Tensor::relu_() { return kiln::relu_(*this); }
 Tensor& Tensor::clamp_(std::optional<Scalar> lo, std::optional<Scalar> hi) { return kiln::clamp_(*this, lo, hi); }
 Tensor& Tensor::masked_fill_(const Tensor& m, const Scalar& v) {
-  KILN_TRACE_INPLACE(*this, kiln::masked_fill(*this, m, v), masked_fill_(m, v))
+  KILN_TRACE_INPLACE(*this, MaskedFill, (*this, m), ({"value", scalar_attr(v)}), masked_fill_(m, v))
   masked_fill_impl("masked_fill_", *this, m, v, this);
   return *this;
 }
+#undef KILN_ALPHA
+#undef KILN_MODE
 
 }  // namespace kiln

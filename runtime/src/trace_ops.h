@@ -39,30 +39,34 @@
     KILN_ON_DEVICE(id, kiln_dev_in_, attrs)                                                  \
   }
 
-// KILN_TRACE_INPLACE(self, functional, call): an in-place op on `self`. Records the functional
-// form, then runs the eager in-place op unrecorded (its checks, casts and errors are eager's)
-// and records the write-back. On a failing functional form the eager op's own error wins.
+// KILN_TRACE_INPLACE(self, OpId, (operands...), (attrs...), call): an in-place op on `self`
+// whose functional form is the op OpId on the operands (self first) with the attributes. While
+// tracing, the eager in-place op `call` runs unrecorded (its checks, casts, errors and values
+// are eager's), then the recorder adds the functional node and the write-back into `self`: the
+// functional form is recorded, never computed (a trace used to run both, the functional one into
+// a fresh tensor, which made the first call of an in-place chain over 64 MiB cost four times its
+// eager run). On a GPU the functional form runs on the device and is copied into `self`.
 // (Used where ops_common.h is included: a GPU `self` takes eager's checks from it.)
-#define KILN_TRACE_INPLACE(self, functional, ...)                                             \
+#define KILN_TRACE_INPLACE(self, id, operands, attrs, ...)                                    \
+  KILN_TRACE_INPLACE_WITH(self, id, (std::vector<::kiln::trace::Operand>{KILN_UNPACK operands}), \
+                          (std::vector<::kiln::Attr>{KILN_UNPACK attrs}), __VA_ARGS__)
+
+// The same with the operands and attributes as expressions (a std::vector<trace::Operand> and a
+// std::vector<Attr>), evaluated only when tracing or on a GPU.
+#define KILN_TRACE_INPLACE_WITH(self, id, operands, attrs, ...)                               \
   if (::kiln::trace::Recorder* kiln_rec_ = ::kiln::trace::active()) [[unlikely]] {           \
-    ::kiln::Tensor kiln_res_;                                                                \
-    try {                                                                                    \
-      kiln_res_ = functional;                                                                \
-    } catch (const ::kiln::Error&) {                                                         \
-      ::kiln::trace::Pause kiln_pause_;                                                      \
-      __VA_ARGS__;                                                                           \
-      throw;                                                                                 \
-    }                                                                                        \
     {                                                                                        \
       ::kiln::trace::Pause kiln_pause_;                                                      \
       __VA_ARGS__;                                                                           \
     }                                                                                        \
-    kiln_rec_->write_back(self, kiln_res_);                                                  \
+    const std::vector<::kiln::trace::Operand> kiln_in_ = operands;                           \
+    kiln_rec_->record_inplace(self, ::kiln::OpId::id, kiln_in_, attrs);                      \
     return self;                                                                             \
   }                                                                                          \
   if (!(self).device().is_cpu()) [[unlikely]] {                                              \
     /* on a GPU: the functional form on the device, eager's in-place checks, the write */    \
-    ::kiln::Tensor kiln_res_ = functional;                                                   \
+    const std::vector<::kiln::trace::Operand> kiln_in_ = operands;                           \
+    ::kiln::Tensor kiln_res_ = ::kiln::device_ops::run(::kiln::OpId::id, kiln_in_, attrs);   \
     ::kiln::detail::check_inplace(__func__, self, kiln_res_.dtype(), kiln_res_.sizes());     \
     (self).copy_(kiln_res_);                                                                 \
     return self;                                                                             \

@@ -139,6 +139,66 @@ TEST(InPlace, KeepsDestinationDtypeAndWritesBase) {
   expect_values(c, {2, 2}, {1, -1, 1, -1}, 0);
 }
 
+// While tracing, an in-place op runs eagerly once and reports its functional form (op,
+// operands, attributes) for the recorder to type; the functional result is never computed:
+// the traced op allocates no more than the untraced one.
+TEST(InPlace, TracingReportsTheFunctionalFormWithoutComputingIt) {
+  Tensor x = randn({1 << 20}), y = randn({1 << 20}), mask = randn({1 << 20}) > 0;
+  struct Case {
+    const char* what;
+    OpId op;
+    size_t operands, tensors;
+    std::vector<Attr> attrs;
+    std::function<void(Tensor&)> run;
+  };
+  const std::vector<Case> cases = {
+      {"add_ tensor", OpId::Add, 2, 2, {{"alpha", scalar_attr(2.0)}}, [&](Tensor& t) { t.add_(y, 2.0); }},
+      {"add_ number", OpId::Add, 2, 1, {{"alpha", scalar_attr(int64_t(1))}}, [](Tensor& t) { t.add_(1.5); }},
+      {"sub_ tensor", OpId::Sub, 2, 2, {{"alpha", scalar_attr(int64_t(1))}}, [&](Tensor& t) { t.sub_(y); }},
+      {"mul_ number", OpId::Mul, 2, 1, {}, [](Tensor& t) { t.mul_(0.5); }},
+      {"div_ floor", OpId::Div, 2, 2, {{"rounding_mode", std::string("floor")}},
+       [&](Tensor& t) { t.div_(y, "floor"); }},
+      {"relu_", OpId::Relu, 1, 1, {}, [](Tensor& t) { t.relu_(); }},
+      {"clamp_ max only", OpId::Clamp, 2, 1, {{"has_max", true}, {"has_min", false}},
+       [](Tensor& t) { t.clamp_(std::nullopt, 0.25); }},
+      {"masked_fill_", OpId::MaskedFill, 2, 2, {{"value", scalar_attr(3.0)}},
+       [&](Tensor& t) { t.masked_fill_(mask, 3.0); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Tensor want = x.clone(), got = x.clone();
+    const auto a0 = cpu_allocator::stats();
+    c.run(want);
+    const auto a1 = cpu_allocator::stats();
+    kiln::testing::FakeRecorder rec;
+    {
+      trace::Install install(&rec);
+      c.run(got);
+    }
+    const auto a2 = cpu_allocator::stats();
+    EXPECT_EQ(a2.hits + a2.misses - a1.hits - a1.misses, a1.hits + a1.misses - a0.hits - a0.misses);
+    EXPECT_TRUE(eq(got, want).all().item<bool>());  // the eager op computed the values
+    ASSERT_EQ(rec.inplace.size(), 1u);
+    EXPECT_EQ(rec.records, 0);  // the functional op did not run (it would report itself)
+    EXPECT_EQ(rec.write_backs, 0);
+    const auto& r = rec.inplace[0];
+    EXPECT_EQ(r.op, c.op);
+    EXPECT_EQ(r.self, got.impl_ptr().get());
+    EXPECT_EQ(r.operands, c.operands);
+    ASSERT_EQ(r.tensors.size(), c.tensors);
+    EXPECT_EQ(r.tensors[0], got.impl_ptr().get());
+    EXPECT_EQ(r.attrs, c.attrs);
+  }
+  // A failing in-place op raises eager's error and reports nothing.
+  Tensor i = from_vector<int32_t>({1, 2, 3});
+  kiln::testing::FakeRecorder rec;
+  {
+    trace::Install install(&rec);
+    expect_error([&] { i.add_(0.5); }, "result type float32 can't be cast to the desired output type int32");
+  }
+  EXPECT_EQ(rec.other_reports(), 0);
+}
+
 TEST(Elementwise, EmptyAndZeroDim) {
   Tensor e = empty({0, 4});
   EXPECT_EQ((e + 1).sizes().vec(), (std::vector<int64_t>{0, 4}));

@@ -292,37 +292,8 @@ TEST(Unique, LargeMatchesSortedCounting) {
 
 // ---------------------------------------------------------------- tracing hook
 
-namespace {
-struct DataDependentCall {
-  std::string op;
-  std::vector<Tensor> inputs;
-  Tensor output;
-  std::function<Tensor(std::span<const Tensor>)> replay;
-  uint_least32_t line;
-};
-
-// Counts every report; the data-dependent ones are kept.
-class FakeRecorder : public trace::Recorder {
- public:
-  int records = 0, write_backs = 0, creations = 0, host_accesses = 0;
-  std::vector<DataDependentCall> calls;
-  void record(OpId, std::span<const trace::Operand>, std::vector<Attr>, std::span<const Tensor>) override {
-    ++records;
-  }
-  void write_back(const Tensor&, const Tensor&) override { ++write_backs; }
-  void created(const Tensor&, std::string_view) override { ++creations; }
-  void host_access(const Tensor&, trace::HostAccess, const std::source_location&, const void*) override {
-    ++host_accesses;
-  }
-  void data_dependent(std::string_view op, std::span<const Tensor> inputs, const Tensor& output,
-                      std::function<Tensor(std::span<const Tensor>)> replay,
-                      const std::source_location& where) override {
-    calls.push_back({std::string(op), std::vector<Tensor>(inputs.begin(), inputs.end()), output,
-                     std::move(replay), where.line()});
-  }
-  int other_reports() const { return records + write_backs + creations + host_accesses; }
-};
-}  // namespace
+using kiln::testing::FakeRecorder;
+using kiln::testing::DataDependentCall;
 
 TEST(SelectTracing, NonzeroReportsItselfOnlyWithAReplay) {
   Tensor x = from_vector<float>({0, 2, 0, 3}, {2, 2});

@@ -70,6 +70,12 @@ class Recorder {
                       std::span<const Tensor> outputs) = 0;
   // An in-place op ran: `dst` now holds `src` (converted to dst's dtype); `src` was recorded.
   virtual void write_back(const Tensor& dst, const Tensor& src) = 0;
+  // An in-place op ran on `self` (unrecorded, so its checks, casts and values are eager's):
+  // record its functional form, `op` on `inputs` with `attrs`, and the write-back of that
+  // result into `self`. Nothing computes the functional result: the recorder infers its type.
+  // `inputs` are read for their identity and type only (`self` already holds the new values).
+  virtual void record_inplace(const Tensor& self, OpId op, std::span<const Operand> inputs,
+                              std::vector<Attr> attrs) = 0;
   // A factory made `t` (zeros, ones, arange, from_vector, ...): it becomes a constant.
   virtual void created(const Tensor& t, std::string_view factory) = 0;
   // `t` is about to become a host value. `pc` is the caller's return address where no
@@ -123,31 +129,6 @@ Tensor traced(OpId op, std::initializer_list<Operand> inputs, Attrs&& attrs, Com
   return out;
 }
 inline std::vector<Attr> no_attrs() { return {}; }
-
-// An in-place op while tracing: records `functional()` (the out-of-place result), then runs the
-// eager in-place op `eager()` unrecorded, so checks, casts and errors are exactly eager's, and
-// records the write-back into `self`. Without a recorder it just runs `eager()`.
-template <typename Functional, typename Eager>
-void traced_inplace(const Tensor& self, Functional&& functional, Eager&& eager) {
-  Recorder* r = active();
-  if (!r) [[likely]] {
-    eager();
-    return;
-  }
-  Tensor result;
-  try {
-    result = functional();
-  } catch (const Error&) {
-    Pause p;
-    eager();  // eager's own error, when it has one
-    throw;
-  }
-  {
-    Pause p;
-    eager();
-  }
-  r->write_back(self, result);
-}
 
 // Reports a host access of `t` to the recorder, when tracing.
 void host_access(const Tensor& t, HostAccess what, const std::source_location& where,

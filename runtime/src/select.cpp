@@ -3,11 +3,13 @@
 // They read their inputs in row-major (logical) order through the strides, so non-contiguous
 // views need no copy. None of them can be traced into a graph: while tracing each computes its
 // real result with recording paused and then reports itself to the recorder as a
-// data-dependent op (trace::Recorder::data_dependent), with a replay that recomputes it.
+// data-dependent op (trace::Recorder::data_dependent), with a replay that recomputes it. On a
+// GPU they read the data on the host (via_host).
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <span>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -163,6 +165,25 @@ Tensor unique_impl(const Tensor& x, bool sorted, Tensor* inverse) {
   });
 }
 
+// On a GPU: the size of the result is known only once the data has been read, so these ops
+// read it on the host, as PyTorch's synchronise with the device: operands that all live on one
+// GPU are copied over, the CPU kernel runs, and its results go back to that device. Operands
+// on different devices reach the CPU kernel as they are, which raises eager's device error.
+template <typename Kernel>
+auto via_host(std::vector<Tensor> in, Kernel&& kernel) {
+  const Device dev = in.empty() ? Device::cpu() : in[0].device();
+  bool one_gpu = !dev.is_cpu();
+  for (const Tensor& t : in) one_gpu &= t.device() == dev;
+  if (!one_gpu) return kernel(in);
+  for (Tensor& t : in) t = t.to(Device::cpu());
+  auto out = kernel(in);
+  if constexpr (std::is_same_v<decltype(out), Tensor>) {
+    return out.to(dev);
+  } else {
+    return decltype(out){std::get<0>(out).to(dev), std::get<1>(out).to(dev)};
+  }
+}
+
 // Runs `compute` and, while tracing, reports it as the data-dependent op `op` (with recording
 // paused inside, so the public ops it uses do not record).
 template <typename Compute, typename Replay>
@@ -184,32 +205,38 @@ Tensor data_dependent(std::string_view op, std::vector<Tensor> inputs, Compute&&
 
 Tensor nonzero(const Tensor& x, std::source_location where) {
   return data_dependent(
-      "nonzero", {x}, [&] { return nonzero_impl(x); },
+      "nonzero", {x}, [&] { return via_host({x}, [](const auto& h) { return nonzero_impl(h[0]); }); },
       [](std::span<const Tensor> in) { return nonzero(in[0]); }, where);
 }
 
 Tensor masked_select(const Tensor& x, const Tensor& mask, std::source_location where) {
   return data_dependent(
-      "masked_select", {x, mask}, [&] { return masked_select_impl(x, mask); },
+      "masked_select", {x, mask},
+      [&] { return via_host({x, mask}, [](const auto& h) { return masked_select_impl(h[0], h[1]); }); },
       [](std::span<const Tensor> in) { return masked_select(in[0], in[1]); }, where);
 }
 
 Tensor unique(const Tensor& x, bool sorted, std::source_location where) {
   return data_dependent(
-      "unique", {x}, [&] { return unique_impl(x, sorted, nullptr); },
+      "unique", {x}, [&] { return via_host({x}, [&](const auto& h) { return unique_impl(h[0], sorted, nullptr); }); },
       [sorted](std::span<const Tensor> in) { return unique(in[0], sorted); }, where);
 }
 
 std::tuple<Tensor, Tensor> unique_inverse(const Tensor& x, bool sorted, std::source_location where) {
+  auto compute = [&] {
+    return via_host({x}, [&](const auto& h) {
+      Tensor inv;
+      Tensor vals = unique_impl(h[0], sorted, &inv);
+      return std::tuple<Tensor, Tensor>{vals, inv};
+    });
+  };
   trace::Recorder* r = trace::active();
+  if (!r) [[likely]]
+    return compute();
   Tensor values, inverse;
-  if (!r) [[likely]] {
-    values = unique_impl(x, sorted, &inverse);
-    return {values, inverse};
-  }
   {
     trace::Pause p;
-    values = unique_impl(x, sorted, &inverse);
+    std::tie(values, inverse) = compute();
   }
   // The recorder takes one output per data-dependent op: the values and the inverse (whose
   // shape is x's but whose contents depend on the data) are reported as two, each replayed

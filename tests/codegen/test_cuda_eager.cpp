@@ -107,6 +107,45 @@ TEST(CudaEager, InPlaceOpsWriteTheDeviceTensor) {
   EXPECT_EQ(z.sum().item<int64_t>(), 120);  // (item() of a device result)
 }
 
+// The ops whose output shape depends on the data read it on the host and hand back device
+// tensors; operands on two devices get eager's device error; compiled, they are graph breaks
+// whose replays run them the same way.
+TEST(CudaEager, DataDependentOpsReadTheDataOnTheHost) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(5);
+  Tensor x = randint(-3, 4, {6, 7}).to(kFloat32), mask = x > 0;
+  Tensor t = x.t();  // a strided operand
+  Tensor dx = x.to(kGpu), dmask = mask.to(kGpu), dt = dx.t();
+  auto same = [](const Tensor& got, const Tensor& want) {
+    EXPECT_TRUE(got.is_cuda());
+    EXPECT_EQ(got.dtype(), want.dtype());
+    EXPECT_TRUE(kiln::testing::close(cpu(got), want));
+  };
+  same(nonzero(dx), nonzero(x));
+  same(nonzero(dt), nonzero(t));
+  same(masked_select(dx, dmask), masked_select(x, mask));
+  same(masked_select(dt, dmask.t()), masked_select(t, mask.t()));
+  same(unique(dx), unique(x));
+  auto [dv, di] = unique_inverse(dt);
+  auto [v, i] = unique_inverse(t);
+  same(dv, v);
+  same(di, i);
+  EXPECT_NE(error_of([&] { masked_select(dx, mask); }).find("same device"), std::string::npos)
+      << error_of([&] { masked_select(dx, mask); });
+
+  auto fn = [](const Tensor& a) {
+    Tensor pos = masked_select(a, a > 0);  // a graph break: its size depends on the data
+    return pos * 2 + pos.sum();
+  };
+  auto f = compile(fn);
+  for (int round = 0; round < 3; ++round) {
+    Tensor h = randn({50});
+    Tensor got = f(h.to(kGpu));
+    same(got, fn(h));
+  }
+  EXPECT_GE(f.stats().breaks, 1u);
+}
+
 // copy_ on one GPU between layouts or dtypes: one kernel of the backend (the write-back op),
 // storing through the destination's strides and leaving the elements between untouched.
 TEST(CudaEager, CopiesBetweenLayoutsAndDtypesRunOnTheDevice) {

@@ -106,6 +106,12 @@ Term contract(const Term& a, const Term& b, const std::vector<int>& keep) {
     if (!in(a.labels, l)) right.push_back(l);
   auto arrange = [&](const Term& x, std::initializer_list<const std::vector<int>*> groups,
                      std::vector<int64_t>& flat) {
+    // (the error type inference gives, rather than expand's, which names no subscript)
+    for (int l : x.labels) {
+      const int64_t n = size_of(x, l), full = std::max(size_of(a, l), size_of(b, l));
+      KILN_CHECK(n == full || n == 1, "einsum", "the expanded size of the tensor (", full,
+                 ") must match the existing size (", n, ") for subscript ", label_char(l));
+    }
     std::vector<int64_t> perm, sizes;
     for (auto* g : groups) {
       int64_t n = 1;
@@ -142,8 +148,15 @@ Term contract(const Term& a, const Term& b, const std::vector<int>& keep) {
 
 Tensor einsum(std::string_view eq, const std::vector<Tensor>& operands) {
   KILN_TRACE_LIST(Einsum, operands, ({"equation", std::string(eq)}), einsum(eq, operands))
-  KILN_CHECK(!operands.empty(), "einsum", "einsum(): must provide at least one operand");
   for (auto& t : operands) check_cpu("einsum", {t});
+  return detail::einsum_impl(eq, operands);
+}
+
+// The contraction itself, on whichever device the operands share: its steps are public ops
+// (views, sums, bmm), so on a GPU they run there (the CUDA backend calls this through
+// device_ops::run_library).
+Tensor detail::einsum_impl(std::string_view eq, const std::vector<Tensor>& operands) {
+  KILN_CHECK(!operands.empty(), "einsum", "einsum(): must provide at least one operand");
   for (auto& t : operands)
     KILN_CHECK(t.dtype() == operands[0].dtype(), "einsum", "expected scalar type ", name(operands[0].dtype()),
                " but found ", name(t.dtype()));

@@ -384,7 +384,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 
 namespace device_ops {
 
-bool has_library(OpId op) { return op == OpId::Matmul || op == OpId::Mm || op == OpId::Bmm || op == OpId::Addmm; }
+bool has_library(OpId op) {
+  return op == OpId::Matmul || op == OpId::Mm || op == OpId::Bmm || op == OpId::Addmm || op == OpId::Einsum;
+}
 
 Tensor run_library(OpId op, std::span<const Tensor> in, const std::vector<Attr>& attrs) {
   auto arg = [&](size_t i) -> const Tensor& {
@@ -401,6 +403,14 @@ Tensor run_library(OpId op, std::span<const Tensor> in, const std::vector<Attr>&
     case OpId::Mm: return mm_impl(arg(0), arg(1));
     case OpId::Bmm: return bmm_impl(arg(0), arg(1));
     case OpId::Addmm: return addmm_impl(arg(0), arg(1), arg(2), scalar("beta"), scalar("alpha"));
+    case OpId::Einsum: {
+      // (its steps are public ops: nothing of them is recorded should a trace be running)
+      trace::Pause pause;
+      std::string eq;
+      for (const Attr& a : attrs)
+        if (auto* s = std::get_if<std::string>(&a.value); s && a.name == "equation") eq = *s;
+      return einsum_impl(eq, std::vector<Tensor>(in.begin(), in.end()));
+    }
     default: KILN_FAIL("run_library", "op ", int(op), " is not a library op with a device implementation");
   }
 }

@@ -59,6 +59,9 @@ inline char* first_element(const Tensor& t) {
 // Checks that the CPU eager path can run the op on these tensors.
 void check_cpu(std::string_view op, std::initializer_list<Arg> args);
 
+// einsum's contraction on the operands' own device (runtime/src/einsum.cpp).
+Tensor einsum_impl(std::string_view eq, const std::vector<Tensor>& operands);
+
 // copy_ where either tensor is on a GPU (runtime/src/cuda/transfer.cpp): the values are
 // converted and broadcast on the host and written through dst's strides.
 Tensor& copy_across_devices(Tensor& dst, const Tensor& src);

@@ -4,7 +4,7 @@
 // Every graph of every workload runs with its inputs copied to the device; its outputs come
 // back and are compared with the reference executor on the host (fresh device memory reads as
 // NaN or -1 on the emulator, so an element no kernel wrote is caught). The inputs are compared
-// too (in-place writes). Library ops (matmul) run on the host with their epilogue on the device.
+// too (in-place writes). Library ops run on the device (test_cuda_library.cpp), their epilogues too.
 #include <gtest/gtest.h>
 #include <kiln/codegen/cuda.h>
 #include <kiln/ir/exec.h>

@@ -12,6 +12,7 @@
 
 #include "../common/close.h"
 #include "../emulation/emulated_driver.h"
+#include "cuda_util.h"
 #include "workloads.h"
 
 using namespace kiln;
@@ -19,23 +20,10 @@ namespace wl = kiln::workloads;
 
 namespace {
 
-const Device kGpu = Device::cuda();
-Tensor cpu(const Tensor& t) { return t.to(Device::cpu()); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
-struct EagerCase {
-  std::string name;
-  std::function<Tensor(const std::vector<Tensor>&)> fn;
-  std::vector<Tensor> inputs;
-};
+using kiln::testing::cpu;
+using kiln::testing::error_of;
+using kiln::testing::kGpu;
+using EagerCase = kiln::testing::DeviceCase;
 
 Tensor values(DType dt, std::vector<int64_t> sizes) {
   if (is_floating(dt)) return (randn(sizes) * 3).to(dt);

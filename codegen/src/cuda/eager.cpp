@@ -4,11 +4,14 @@
 // its operands' dtypes, devices, sizes and strides. A cache hit costs a hash lookup and the
 // launch; the compiled kernels themselves also sit in the CUBIN caches, so a new size of an
 // op seen before reruns the passes and loads, but compiles nothing it has compiled before.
+// Library ops (products, einsum, cat, gather, index_select: library.h) are calls of their own
+// after the op's type checks.
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
 
 #include "eager.h"
+#include "library.h"
 #include "kiln/codegen/cuda.h"
 #include "kiln/ir/infer.h"
 #include "kiln/passes/pass.h"
@@ -46,6 +49,32 @@ std::string signature(OpId op, std::span<const trace::Operand> in, const std::ve
   throw e;
 }
 
+std::vector<ir::Type> operand_types(std::span<const trace::Operand> in) {
+  std::vector<ir::Type> types;
+  for (const trace::Operand& x : in) {
+    if (x.tensor) {
+      const Tensor& t = *x.tensor;
+      types.push_back(ir::Type::tensor(t.dtype(), t.sizes().vec(), t.strides().vec(), t.device()));
+    } else {
+      const Scalar& s = x.scalar;
+      types.push_back(ir::Type::scalar(s.is_bool() ? kBool : s.is_integral() ? kInt64 : kFloat64));
+    }
+  }
+  return types;
+}
+
+// The op's result type; a shape, dtype or device error is raised as the op's own.
+ir::Type result_type(OpId op, const std::vector<ir::Type>& types, const std::vector<Attr>& attrs) {
+  std::vector<ir::Type> outs;
+  try {
+    outs = ir::infer_types(op, types, attrs);
+  } catch (const Error& e) {
+    rethrow_as_op(e);
+  }
+  KILN_CHECK(outs.size() == 1, "cuda", "op ", int(op), " has ", outs.size(), " results; eager ops have one");
+  return outs[0];
+}
+
 std::shared_ptr<CompiledProgram> build(OpId op, std::span<const trace::Operand> in, const std::vector<Attr>& attrs) {
   Device dev = Device::cpu();
   for (const trace::Operand& x : in)
@@ -55,26 +84,9 @@ std::shared_ptr<CompiledProgram> build(OpId op, std::span<const trace::Operand> 
     }
   ir::Graph g("eager");
   std::vector<ir::Value*> values;
-  std::vector<ir::Type> types;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const trace::Operand& x = in[i];
-    if (x.tensor) {
-      const Tensor& t = *x.tensor;
-      types.push_back(ir::Type::tensor(t.dtype(), t.sizes().vec(), t.strides().vec(), t.device()));
-    } else {
-      const Scalar& s = x.scalar;
-      types.push_back(ir::Type::scalar(s.is_bool() ? kBool : s.is_integral() ? kInt64 : kFloat64));
-    }
-    values.push_back(g.add_input("x" + std::to_string(i), types.back()));
-  }
-  std::vector<ir::Type> outs;
-  try {
-    outs = ir::infer_types(op, types, attrs);
-  } catch (const Error& e) {
-    rethrow_as_op(e);
-  }
-  KILN_CHECK(outs.size() == 1, "cuda", "op ", int(op), " has ", outs.size(), " results; eager ops have one");
-  ir::Node* n = g.add_node(op, values, attrs, outs);
+  std::vector<ir::Type> types = operand_types(in);
+  for (size_t i = 0; i < types.size(); ++i) values.push_back(g.add_input("x" + std::to_string(i), types[i]));
+  ir::Node* n = g.add_node(op, values, attrs, {result_type(op, types, attrs)});
   g.set_outputs({n->outputs[0]});
   passes::Module m = passes::optimize(g);
   return compile_cuda(std::shared_ptr<const passes::KernelProgram>(std::move(m.program)), std::move(types), dev);
@@ -97,6 +109,13 @@ size_t cuda_eager_programs() {
 }
 
 Tensor run_eager_on_cuda(OpId op, std::span<const trace::Operand> in, std::vector<Attr> attrs) {
+  if (cuda_library(op)) {
+    // A library op is its own call on the device: no program around it, no copy of its result.
+    std::vector<Tensor> operands;
+    for (const trace::Operand& x : in)
+      if (x.tensor) operands.push_back(*x.tensor);
+    if (operands.size() == in.size()) return run_cuda_library(op, operands, attrs, result_type(op, operand_types(in), attrs));
+  }
   auto& [mu, cache] = programs();
   std::string key = signature(op, in, attrs);
   std::shared_ptr<CompiledProgram> program;

@@ -44,6 +44,10 @@ struct GraphReplay {
     const int dev = device.index;
     if (!failed.empty()) return runner.run(in);
     if (!graph) {
+      // The first call runs as usual: it returns its own outputs, and every eager program a
+      // library call's steps use (einsum's, cat's copies) is compiled and loaded before the
+      // capture, which must not load modules or allocate outside the graph.
+      std::vector<Tensor> first = runner.run(in);
       // The fixed buffers (allocated before the capture: nothing allocates inside it).
       for (const ir::Type& t : input_types) {
         ir::Slot s;
@@ -60,8 +64,8 @@ struct GraphReplay {
                      failed.c_str());
         inputs.clear();
         buffers.clear();
-        return runner.run(in);
       }
+      return first;
     }
     for (size_t i = 0; i < in.size(); ++i)
       if (size_t n = span_bytes(in[i].tensor))

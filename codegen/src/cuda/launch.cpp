@@ -1,8 +1,9 @@
 // Compiling a kernel program for a GPU (compile_cuda): each rendered kernel loaded as a module
 // (its CUBIN from the caches or NVRTC; CUDA source on the emulated driver) and launched on the
 // device's stream over the program's device buffers, which the kernel program runner sets up.
-// The matmul family runs through cuBLAS on the device, other library ops on the host on copies
-// of their operands; a fused epilogue runs on the GPU either way.
+// Library ops (products, einsum, cat, gather, index_select) run on the device as calls
+// (library.h), other opaque ops on the host on copies of their operands; a fused epilogue runs
+// on the GPU either way.
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -14,6 +15,8 @@
 #include "../epilogue.h"
 #include "eager.h"
 #include "graph.h"
+#include "library.h"
+#include "module.h"
 #include "kiln/codegen/cuda.h"
 #include "kiln/ir/exec.h"
 #include "kiln/runtime/cuda.h"
@@ -22,10 +25,6 @@
 
 namespace kiln::codegen {
 
-namespace {
-
-// The kernel named after what it computes: identical kernels of different programs (and the
-// single-op kernels of eager calls) share one cache entry and one loaded module.
 void name_by_content(CudaKernel& k) {
   auto replace_all = [](std::string& s, const std::string& from, const std::string& to) {
     for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
@@ -39,14 +38,7 @@ void name_by_content(CudaKernel& k) {
 }
 
 // Loaded modules, one per kernel and device, for the life of the process.
-struct LoadedKernel {
-  std::shared_ptr<cuda::Module> module;
-  void* main = nullptr;
-  void* finish = nullptr;
-  CudaBinary::From from = CudaBinary::From::Memory;
-};
-
-LoadedKernel load(const CudaKernel& k, int device, int arch) {
+LoadedKernel load_kernel(const CudaKernel& k, int device, int arch) {
   static std::mutex mu;
   // (never destroyed: unloading modules during static destruction would race the driver's own)
   static auto& modules = *new std::map<std::pair<std::string, int>, std::shared_ptr<cuda::Module>>();
@@ -74,6 +66,8 @@ LoadedKernel load(const CudaKernel& k, int device, int arch) {
   if (!k.finish.empty()) out.finish = out.module->function(k.finish);
   return out;
 }
+
+namespace {
 
 // The status word of kernels without checks: written never, read never, one per device.
 void* sink_word(int device) {
@@ -147,22 +141,27 @@ struct Launch {
   }
 };
 
-// A library op of the matmul family run on the device (cuBLAS, through the runtime's
-// device_ops::run_library): a one-node graph whose inputs are kernel loads.
+// A library op run on the device (library.h: cuBLAS, einsum's steps, cat's copies, the gather
+// kernel): a one-node graph whose inputs are kernel loads.
 struct LibraryCall {
   OpId op = OpId::Matmul;
   std::vector<Attr> attrs;
+  ir::Type result;
   std::vector<int> loads;  // per operand of the op: the kernel load it reads
   // Why the call cannot be captured in a CUDA graph ("" when it can): work on the host.
   std::string graph_refusal;
 
-  Tensor operator()(const passes::Kernel& k, std::span<const Tensor> buffers) const {
-    std::vector<Tensor> operands;
+  std::vector<Tensor> operands(const passes::Kernel& k, std::span<const Tensor> buffers) const {
+    std::vector<Tensor> out;
     for (int j : loads) {
       const passes::Access& a = k.loads[size_t(j)];
-      operands.push_back(passes::access_view(buffers[size_t(a.buffer)], a));
+      out.push_back(passes::access_view(buffers[size_t(a.buffer)], a));
     }
-    return device_ops::run_library(op, operands, attrs);
+    return out;
+  }
+  // The result as a tensor of its own (for an epilogue to read).
+  Tensor operator()(const passes::Kernel& k, std::span<const Tensor> buffers) const {
+    return run_cuda_library(op, operands(k, buffers), attrs, result);
   }
 };
 
@@ -171,15 +170,13 @@ struct LibraryCall {
 std::optional<LibraryCall> library_call(const ir::Graph& g, const passes::Kernel& k, std::span<const int> load_of_input) {
   if (g.nodes().size() != 1 || g.outputs().size() != 1) return std::nullopt;
   const ir::Node& n = *g.nodes()[0];
-  if (!device_ops::has_library(n.op) || g.outputs()[0] != n.outputs[0]) return std::nullopt;
-  LibraryCall c{n.op, n.attrs, {}, ""};
-  // (cuBLAS calls, the result's allocation and any copies of operands are captured; these are not)
-  if (!is_floating(n.outputs[0]->type.dtype)) c.graph_refusal = "an integer product runs on the host";
+  if (!cuda_library(n.op) || g.outputs()[0] != n.outputs[0]) return std::nullopt;
+  LibraryCall c{n.op, n.attrs, n.outputs[0]->type, {}, cuda_library_graph_refusal(n.op, n.outputs[0]->type.dtype)};
   for (const ir::Value* v : n.inputs) {
     auto it = std::find(g.inputs().begin(), g.inputs().end(), v);
     if (it == g.inputs().end()) return std::nullopt;
     int load = load_of_input[size_t(it - g.inputs().begin())];
-    if (k.loads[size_t(load)].buffer < 0) return std::nullopt;  // (a host number: not a matrix)
+    if (k.loads[size_t(load)].buffer < 0) return std::nullopt;  // (a host number: not a tensor)
     c.loads.push_back(load);
   }
   return c;
@@ -191,18 +188,15 @@ struct LibraryLaunch {
   LibraryCall call;
 
   void operator()(std::span<const Tensor> buffers, std::span<const ir::Slot>) const {
-    Tensor result = call(*kernel, buffers);
     const passes::Access& s = kernel->stores[0];
-    Tensor dst = passes::access_view(buffers[size_t(s.buffer)], s);
-    KILN_CHECK(dst.sizes() == result.sizes(), "cuda", "a library op's result ", result.sizes().vec(),
-               " does not fit its store ", dst.sizes().vec());
-    dst.copy_(result);
+    run_cuda_library_into(call.op, call.operands(*kernel, buffers), call.attrs,
+                          passes::access_view(buffers[size_t(s.buffer)], s));
   }
 };
 
-// An opaque kernel split into its library op and the rendered epilogue: the op runs through
-// cuBLAS on the device (`call`) or, for ops without a device implementation, on the host's
-// eager kernels on copies of its operands; the epilogue reads its result on the device.
+// An opaque kernel split into its library op and the rendered epilogue: the op runs on the
+// device (`call`) or, for ops without a device implementation, on the host's eager kernels on
+// copies of its operands; the epilogue reads its result on the device.
 struct SplitLaunch {
   const passes::Kernel* kernel = nullptr;
   std::shared_ptr<EpilogueSplit> split;
@@ -252,8 +246,9 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
   // A library call of kernel i on the device: cuBLAS set up now (never inside a capture).
   auto adopt = [&](const LibraryCall& call, size_t i, const char* what) {
     if (library_refusal.empty()) library_refusal = call.graph_refusal;
-    cuda::blas_prepare(device.index);
-    stats.library.push_back("k" + std::to_string(i) + ": " + std::string(ir::op_info(call.op).name) + what);
+    if (cuda_library_uses_blas(call.op)) cuda::blas_prepare(device.index);
+    stats.library.push_back("k" + std::to_string(i) + ": " + std::string(ir::op_info(call.op).name) + " (" +
+                            cuda_library_how(call.op) + ")" + what);
   };
   std::vector<std::pair<std::shared_ptr<std::unique_ptr<DeviceScratch>>, size_t>> split_launches;  // slots, bytes
   for (size_t i = 0; i < rendered.size(); ++i) {
@@ -262,7 +257,7 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
       std::vector<int> loads(k.loads.size());
       for (size_t j = 0; j < loads.size(); ++j) loads[j] = int(j);
       if (auto call = library_call(k.body, k, loads)) {
-        adopt(*call, i, " (cuBLAS)");
+        adopt(*call, i, "");
         impls[i] = LibraryLaunch{&k, std::move(*call)};
         continue;
       }
@@ -276,7 +271,7 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
     CudaKernel ck = std::move(*rendered[i].kernel);
     name_by_content(ck);
     Launch l;
-    l.fn = load(ck, device.index, info.arch);
+    l.fn = load_kernel(ck, device.index, info.arch);
     l.dims = cuda_launch_dims(ck, info.multiprocessors, block);
     l.device = device.index;
     l.sink = sink_word(device.index);
@@ -297,7 +292,7 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
     s->op = std::make_shared<ir::Executable>(s->split->op);
     s->call = library_call(s->split->op, k, s->split->op_loads);
     if (s->call)
-      adopt(*s->call, i, " (cuBLAS) + compiled epilogue");
+      adopt(*s->call, i, " + compiled epilogue");
     else
       stats.interpreted.push_back("k" + std::to_string(i) + ": the library op of an opaque kernel (on the host; its "
                                   "epilogue on the device)");

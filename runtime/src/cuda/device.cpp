@@ -32,6 +32,7 @@ struct DeviceState {
   CUmemoryPool pool = nullptr;
   DeviceInfo info;
   std::atomic<size_t> allocated{0}, peak{0};
+  std::atomic<size_t> to_host{0}, to_device{0};  // bytes copied each way
 };
 
 std::array<DeviceState, kMaxDevices>& states() {
@@ -144,12 +145,18 @@ void empty_cache(int device) {
 void copy_to_device(void* dst, const void* src, size_t n, int device) {
   if (n == 0) return;
   DeviceState& s = state(device, "to");
+  s.to_device += n;
   driver().check("cuMemcpyHtoDAsync", driver().cuMemcpyHtoDAsync_v2(CUdeviceptr(uintptr_t(dst)), src, n, s.stream));
 }
 void copy_to_host(void* dst, const void* src, size_t n, int device) {
   if (n == 0) return;
   DeviceState& s = state(device, "to");
+  s.to_host += n;
   driver().check("cuMemcpyDtoHAsync", driver().cuMemcpyDtoHAsync_v2(dst, CUdeviceptr(uintptr_t(src)), n, s.stream));
+}
+HostTransfers host_transfers(int device) {
+  DeviceState& s = state(device, "host_transfers");
+  return {s.to_host.load(), s.to_device.load()};
 }
 void copy_on_device(void* dst, const void* src, size_t n, int device) {
   if (n == 0) return;

@@ -113,21 +113,23 @@ CacheKey cuda_kernel_key(const CudaKernel& k, int arch);
 // as its own module (CUBIN for the device's architecture through the caches; on the emulated
 // driver its source) and launched on the device's stream with the launch geometry from the
 // device's multiprocessor count. The program's buffers live on `device`: inputs must be there,
-// outputs are made there. The matmul family (matmul, mm, bmm, addmm) runs through cuBLAS on
-// the device, its fused epilogue as a compiled kernel on the result (stats().library names
-// them); other library ops (cat, gather, einsum, ...) run on the host's eager kernels on copies
-// of their operands, their epilogues on the GPU; a cond runs on the host. Kernels with checks
+// outputs are made there. Library ops run on the device as calls (stats().library names them):
+// the matmul family through cuBLAS, einsum as views, sums and cuBLAS products, cat as device
+// copies, gather and index_select as a gather kernel whose index check the host reads; a fused
+// epilogue runs as a compiled kernel on the result. Other opaque ops and a cond run on the
+// host on copies of their operands (stats().interpreted). Kernels with checks
 // (integer division by zero) make the host wait for their status word; everything else is
 // asynchronous. stats().interpreted names each kernel that runs on the host. Throws
 // kiln::Error when CUDA is unavailable or NVRTC fails.
 struct CudaCompileOptions {
   int block = 0;  // threads per block, a multiple of 32 up to kCudaBlock (0: kCudaBlock; 64 on the emulator)
-  // Replay the program as a CUDA graph (kiln::compile's reduce_overhead): its launches are
-  // captured at the first run over buffers that stay put; each run copies the inputs in,
-  // launches the graph and copies the outputs out (so a later run never overwrites a tensor
-  // an earlier one returned). Runs of one program are serialised. Programs with work on the
-  // host (library ops, conds, integer-division checks), cuBLAS calls or host-number inputs run
-  // as usual; stats().graphs says which.
+  // Replay the program as a CUDA graph (kiln::compile's reduce_overhead): the first run goes
+  // as usual, then the launches are captured over buffers that stay put; each later run copies
+  // the inputs in, launches the graph and copies the outputs out (so a later run never
+  // overwrites a tensor an earlier one returned). Runs of one program are serialised. Programs
+  // with work on the host (opaque ops other than the library ops, conds, integer products),
+  // checks the host reads (integer division, gather's indices) or host-number inputs run as
+  // usual; stats().graphs says which.
   bool graphs = false;
 };
 std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,

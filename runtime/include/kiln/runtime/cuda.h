@@ -55,6 +55,12 @@ void empty_cache(int device = 0);             // returns the cached bytes to the
 void copy_to_device(void* dst, const void* src, size_t n, int device = 0);
 void copy_to_host(void* dst, const void* src, size_t n, int device = 0);
 void copy_on_device(void* dst, const void* src, size_t n, int device = 0);
+// Bytes copied between the host and the device since the process started: what shows whether
+// a program kept its work on the GPU (a status word read back is 8 bytes).
+struct HostTransfers {
+  size_t to_host = 0, to_device = 0;
+};
+HostTransfers host_transfers(int device = 0);
 void fill_bytes(void* dst, unsigned char value, size_t n, int device = 0);
 // Page-locked host memory: copies from it are asynchronous.
 void* allocate_pinned(size_t nbytes);

@@ -1,0 +1,287 @@
+// Library ops on GPU tensors (library.h): cuBLAS products and einsum through the runtime's
+// device_ops::run_library, cat as device copies, gather and index_select as one gather kernel.
+#include "library.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "kiln/runtime/cuda.h"
+#include "kiln/runtime/device_ops.h"
+#include "kiln/runtime/error.h"
+#include "kiln/runtime/factories.h"
+#include "module.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+bool is_product(OpId op) {
+  return op == OpId::Matmul || op == OpId::Mm || op == OpId::Bmm || op == OpId::Addmm || op == OpId::Einsum;
+}
+
+int64_t int_attr(const std::vector<Attr>& attrs, std::string_view name) {
+  for (const Attr& a : attrs)
+    if (auto* v = std::get_if<int64_t>(&a.value); v && a.name == name) return *v;
+  KILN_FAIL("cuda", "a library op lacks its integer attribute ", name);
+}
+
+int64_t wrap(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
+
+const char* first_byte(const Tensor& t) {
+  return static_cast<const char*>(t.storage()->data()) + t.storage_offset() * t.element_size();
+}
+
+// ---------------------------------------------------------------- gather
+
+// One gather: out[p] = x[p with dim d replaced by index[p]] over the loop space `sizes` (the
+// index's and the result's sizes). index_select is a gather whose index is read along d only
+// (stride 0 over the other dims). Every size and stride is baked into the kernel, as in the
+// rendered kernels: one kernel per shape, cached like them.
+struct Gather {
+  std::vector<int64_t> sizes, x_strides, i_strides, o_strides;  // x_strides[d] is unused (0)
+  int64_t d = 0, size_d = 1, x_stride_d = 0;
+  size_t elem = 4;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : sizes) n *= s;
+    return n;
+  }
+  // Whether every index and offset fits in 31 bits.
+  bool fits32() const {
+    const int64_t lim = int64_t(1) << 31;
+    int64_t rx = (size_d - 1) * x_stride_d, ri = 0, ro = 0;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      rx += (sizes[k] - 1) * x_strides[k];
+      ri += (sizes[k] - 1) * i_strides[k];
+      ro += (sizes[k] - 1) * o_strides[k];
+    }
+    return numel() < lim && rx < lim && ri < lim && ro < lim;
+  }
+
+  CudaKernel kernel() const {
+    static const char* const bits[] = {"", "unsigned char", "unsigned short", "", "unsigned", "", "", "", "unsigned long long"};
+    const std::string T = bits[elem], name = "kiln_gather";
+    const bool i32 = fits32();
+    const std::string I = i32 ? "unsigned" : "unsigned long long", S = i32 ? "int" : "long long";
+    std::ostringstream o;
+    o << "// gather: " << elem << "-byte elements, " << numel() << " items, dim " << d << " of size " << size_d << "\n"
+      << "extern \"C\" __global__ void __launch_bounds__(" << kCudaBlock << ") " << name << "(const " << T
+      << "* __restrict__ x, const long long* __restrict__ index, " << T
+      << "* __restrict__ out, unsigned long long* __restrict__ status) {\n"
+      << "  for (" << I << " i = (" << I << ")blockIdx.x * blockDim.x + threadIdx.x; i < " << numel() << (i32 ? "u" : "ull")
+      << "; i += ("
+      << I << ")gridDim.x * blockDim.x) {\n"
+      << "    " << I << " r = i;\n    " << S << " xo = 0, io = 0, oo = 0;\n";
+    // innermost dim first; the outermost takes what is left of r
+    for (size_t k = sizes.size(); k-- > 0;) {
+      if (sizes[k] == 1) continue;
+      o << "    { const " << I << " c = " << (k == 0 ? "r" : "r % " + std::to_string(sizes[k]) + "u") << ";";
+      if (k) o << " r /= " << sizes[k] << "u;";
+      auto term = [&](const char* var, int64_t stride) {
+        if (stride) o << ' ' << var << " += (" << S << ")c * " << stride << ';';
+      };
+      term("xo", k == size_t(d) ? 0 : x_strides[k]);
+      term("io", i_strides[k]);
+      term("oo", o_strides[k]);
+      o << " }\n";
+    }
+    o << "    const long long j = index[io];\n"
+      << "    if (j < 0 || j >= " << size_d << "ll) { atomicMin(status, (unsigned long long)i); continue; }\n"
+      << "    out[oo] = x[xo + (" << S << ")j * " << x_stride_d << "];\n"
+      << "  }\n}\n"
+      << "#if defined(KILN_CUDA_EMULATION)\n"
+      << "extern \"C\" void " << name << "_emu(void** p, unsigned grid, unsigned block) {\n"
+      << "  kiln_emu::launch(grid, block, [&] { " << name << "(*(const " << T << "**)p[0], *(const long long**)p[1], *("
+      << T << "**)p[2], *(unsigned long long**)p[3]); });\n}\n"
+      << "extern \"C\" const int " << name << "_emu_params = 4;\n"
+      << "#endif\n";
+    CudaKernel k;
+    k.name = name;
+    k.body = o.str();
+    k.items = numel();
+    k.index32 = i32;
+    k.param_types = {"const " + T + "*", "const long long*", T + "*"};
+    name_by_content(k);
+    return k;
+  }
+};
+
+struct LoadedGather {
+  LoadedKernel fn;
+  CudaLaunch dims;
+};
+
+// Runs the gather; on an index out of range raises `fail(value, position)` for the first one.
+template <class Fail>
+void run_gather(const Gather& g, const Tensor& x, const Tensor& index, const Tensor& out, Fail&& fail) {
+  const int dev = out.device().index;
+  if (g.numel() == 0) return;
+  static std::mutex mu;
+  static std::map<std::pair<std::string, int>, LoadedGather> kernels;  // by geometry and device
+  std::ostringstream key;
+  key << g.elem << ' ' << g.d << ' ' << g.size_d << ' ' << g.x_stride_d;
+  for (size_t k = 0; k < g.sizes.size(); ++k)
+    key << ' ' << g.sizes[k] << ':' << g.x_strides[k] << ':' << g.i_strides[k] << ':' << g.o_strides[k];
+  LoadedGather lg;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = kernels.find({key.str(), dev});
+    if (it != kernels.end()) lg = it->second;
+  }
+  if (!lg.fn.main) {
+    CudaKernel k = g.kernel();
+    const cuda::DeviceInfo info = cuda::device_info(dev);
+    lg.fn = load_kernel(k, dev, info.arch);
+    lg.dims = cuda_launch_dims(k, info.multiprocessors, cuda::emulated() ? 64 : kCudaBlock);
+    std::lock_guard<std::mutex> lock(mu);
+    kernels.emplace(std::pair{key.str(), dev}, lg);
+  }
+  void* status = cuda::allocate(sizeof(uint64_t), dev);
+  struct Release {
+    void* p;
+    int dev;
+    ~Release() { cuda::release(p, sizeof(uint64_t), dev); }
+  } release{status, dev};
+  cuda::fill_bytes(status, 0xff, sizeof(uint64_t), dev);
+  uint64_t v[4] = {uint64_t(reinterpret_cast<uintptr_t>(first_byte(x))),
+                   uint64_t(reinterpret_cast<uintptr_t>(first_byte(index))),
+                   uint64_t(reinterpret_cast<uintptr_t>(first_byte(out))), uint64_t(reinterpret_cast<uintptr_t>(status))};
+  void* params[4] = {&v[0], &v[1], &v[2], &v[3]};
+  cuda::launch(lg.fn.main, lg.dims.grid, lg.dims.block, params, dev);
+  // The index check: the host waits for it, so that a bad index raises eager's error here.
+  uint64_t word = 0;
+  cuda::copy_to_host(&word, status, sizeof word, dev);
+  cuda::synchronize(dev);
+  if (word == ~uint64_t(0)) [[likely]]
+    return;
+  // The first item out of range: its position in the loop space and its index value.
+  std::vector<int64_t> at(g.sizes.size());
+  int64_t rest = int64_t(word), io = 0;
+  for (size_t k = g.sizes.size(); k-- > 0;) {
+    at[k] = rest % g.sizes[k];
+    rest /= g.sizes[k];
+    io += at[k] * g.i_strides[k];
+  }
+  int64_t j = 0;
+  cuda::copy_to_host(&j, first_byte(index) + io * int64_t(sizeof(int64_t)), sizeof j, dev);
+  cuda::synchronize(dev);
+  fail(j, at);
+}
+
+// x (at least 1-d) gathered along d by `index` (int64, the loop space's sizes) into `out`.
+Gather gather_geometry(const Tensor& x, int64_t d, const Tensor& index, const Tensor& out) {
+  Gather g;
+  g.sizes = index.sizes().vec();
+  g.x_strides = x.strides().vec();
+  g.x_strides[size_t(d)] = 0;
+  g.i_strides = index.strides().vec();
+  g.o_strides = out.strides().vec();
+  g.d = d;
+  g.size_d = x.size(d);
+  g.x_stride_d = x.stride(d);
+  g.elem = x.element_size();
+  return g;
+}
+
+// A 0-d tensor as a 1-d view of its one element.
+Tensor at_least_1d(const Tensor& t) { return t.dim() == 0 ? t.unsqueeze(0) : t; }
+
+void gather_into(const Tensor& x_in, int64_t dim, const Tensor& index_in, const Tensor& dst) {
+  const int64_t d = wrap(dim, std::max<int64_t>(x_in.dim(), 1));
+  Tensor x = at_least_1d(x_in), index = at_least_1d(index_in), out = at_least_1d(dst);
+  const int64_t size = x.size(d);
+  run_gather(gather_geometry(x, d, index, out), x, index, out, [&](int64_t j, const std::vector<int64_t>&) {
+    KILN_FAIL("gather", "index ", j, " is out of bounds for dimension ", d, " with size ", size);
+  });
+}
+
+void index_select_into(const Tensor& x_in, int64_t dim, const Tensor& index_in, const Tensor& dst) {
+  const int64_t d = wrap(dim, std::max<int64_t>(x_in.dim(), 1));
+  Tensor x = at_least_1d(x_in), out = at_least_1d(dst);
+  Tensor index = at_least_1d(index_in);
+  if (index.dtype() != kInt64) index = index.to(kInt64);  // (int32 indices: one cast on the device)
+  // The index read along d and broadcast over the other dims: a gather.
+  std::vector<int64_t> strides(size_t(out.dim()), 0);
+  strides[size_t(d)] = index.stride(0);
+  Tensor along = index.as_strided(out.sizes().vec(), strides, index.storage_offset());
+  const int64_t size = x.size(d);
+  run_gather(gather_geometry(x, d, along, out), x, along, out, [&](int64_t j, const std::vector<int64_t>& at) {
+    KILN_FAIL("index_select", "index out of range in self: index ", j, " at position ", at[size_t(d)],
+              " for dimension ", d, " of size ", size);
+  });
+}
+
+// ---------------------------------------------------------------- cat
+
+void cat_into(std::span<const Tensor> ts, int64_t dim, const Tensor& dst) {
+  // (legacy 1-d empty tensors are skipped when the others have more dims, as eager does)
+  auto legacy_empty = [](const Tensor& t) { return t.dim() == 1 && t.numel() == 0; };
+  const Tensor* ref = &ts[0];
+  for (const Tensor& t : ts)
+    if (!legacy_empty(t)) {
+      ref = &t;
+      break;
+    }
+  const int64_t nd = ref->dim(), d = wrap(dim, nd);
+  int64_t off = 0;
+  for (const Tensor& t : ts) {
+    if (legacy_empty(t) && nd != 1) continue;
+    Tensor slice = dst.narrow(d, off, t.size(d));
+    slice.copy_(t);  // (one device memcpy where both are contiguous alike, else one copy kernel)
+    off += t.size(d);
+  }
+}
+
+}  // namespace
+
+bool cuda_library(OpId op) {
+  return device_ops::has_library(op) || op == OpId::Cat || op == OpId::Gather || op == OpId::IndexSelect;
+}
+
+std::string cuda_library_how(OpId op) {
+  switch (op) {
+    case OpId::Einsum: return "views, sums and cuBLAS products";
+    case OpId::Cat: return "device copies";
+    case OpId::Gather:
+    case OpId::IndexSelect: return "a gather kernel";
+    default: return "cuBLAS";
+  }
+}
+
+bool cuda_library_uses_blas(OpId op) { return is_product(op); }
+
+std::string cuda_library_graph_refusal(OpId op, DType result) {
+  if (is_product(op) && !is_floating(result)) return "an integer product runs on the host";
+  if (op == OpId::Gather || op == OpId::IndexSelect)
+    return std::string(ir::op_info(op).name) + "'s index check is read by the host after its kernel";
+  return "";
+}
+
+void run_cuda_library_into(OpId op, std::span<const Tensor> in, const std::vector<Attr>& attrs, Tensor dst) {
+  trace::Pause pause;  // (the steps are eager ops: a trace running around this call records none of them)
+  switch (op) {
+    case OpId::Cat: return cat_into(in, int_attr(attrs, "dim"), dst);
+    case OpId::Gather: return gather_into(in[0], int_attr(attrs, "dim"), in[1], dst);
+    case OpId::IndexSelect: return index_select_into(in[0], int_attr(attrs, "dim"), in[1], dst);
+    default: break;
+  }
+  Tensor r = device_ops::run_library(op, in, attrs);
+  KILN_CHECK(dst.sizes() == r.sizes(), "cuda", "a library op's result ", r.sizes().vec(), " does not fit its store ",
+             dst.sizes().vec());
+  dst.copy_(r);
+}
+
+Tensor run_cuda_library(OpId op, std::span<const Tensor> in, const std::vector<Attr>& attrs, const ir::Type& result) {
+  if (device_ops::has_library(op)) {
+    trace::Pause pause;
+    return device_ops::run_library(op, in, attrs);
+  }
+  Tensor out = empty_strided(result.sizes, result.strides, TensorOptions(result.dtype).device(result.device));
+  run_cuda_library_into(op, in, attrs, out);
+  return out;
+}
+
+}  // namespace kiln::codegen

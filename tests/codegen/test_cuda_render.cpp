@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "../../codegen/src/cuda/library.h"
 #include "../common/close.h"
 #include "../emulation/emulated_driver.h"
 #include "../passes/check_program.h"
@@ -427,6 +428,28 @@ TEST(CudaNvrtc, EveryWorkloadsKernelsCompileForSm90) {
       strategies[std::string(codegen::cuda_strategy_name(r.kernel->strategy))]++;
     }
   EXPECT_EQ(strategies.size(), 5u) << "every strategy compiled";
+}
+
+// The gather kernel of gather and index_select (codegen/src/cuda/library.cpp) is written by
+// hand, not rendered: NVRTC compiles it for every element size and both index widths.
+TEST(CudaNvrtc, TheGatherKernelCompilesForSm90) {
+  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  for (DType dt : {kBool, kFloat16, kFloat32, kInt64}) {
+    Tensor x = empty({6, 5}, dt), index = zeros({4, 5}, kInt64), out = empty({4, 5}, dt);
+    codegen::CudaKernel k = codegen::cuda_gather_kernel(x.t(), 1, index.t(), out.t());
+    EXPECT_TRUE(k.index32);
+    // past 2^31 elements of reach: 64-bit index math (sizes only: nothing is allocated)
+    Tensor wide = empty({1}, dt).expand({3, 1000000000});
+    codegen::CudaKernel w = codegen::cuda_gather_kernel(wide, 0, zeros({1}, kInt64).expand({3, 1000000000}), wide);
+    EXPECT_FALSE(w.index32);
+    for (const codegen::CudaKernel* c : {&k, &w}) {
+      SCOPED_TRACE(std::string(name(dt)) + (c->index32 ? " 32-bit" : " 64-bit"));
+      codegen::CudaBinary b;
+      ASSERT_NO_THROW(b = codegen::cuda_cubin(*c, 90));
+      EXPECT_EQ(b.cubin.substr(0, 4), std::string("\x7f" "ELF"));
+      EXPECT_NE(b.cubin.find(c->name), std::string::npos);
+    }
+  }
 }
 
 // dump-ir --emit=ptx: NVRTC's PTX for compute_90, one entry per rendered kernel; a kernel

@@ -237,6 +237,10 @@ void cat_into(std::span<const Tensor> ts, int64_t dim, const Tensor& dst) {
 
 }  // namespace
 
+CudaKernel cuda_gather_kernel(const Tensor& x, int64_t d, const Tensor& index, const Tensor& out) {
+  return gather_geometry(x, d, index, out).kernel();
+}
+
 bool cuda_library(OpId op) {
   return device_ops::has_library(op) || op == OpId::Cat || op == OpId::Gather || op == OpId::IndexSelect;
 }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/codegen/cuda.h"
 #include "kiln/ir/graph.h"
 
 namespace kiln::codegen {
@@ -30,6 +31,11 @@ bool cuda_library_uses_blas(OpId op);
 // Why a call of `op` whose result has dtype `result` cannot be captured in a CUDA graph, or ""
 // when it can (work on the host, or a check the host reads after the call).
 std::string cuda_library_graph_refusal(OpId op, DType result);
+
+// The gather kernel that gathers x (at least 1-d) along d by `index` (int64, its sizes the loop
+// space's) into `out`: only their sizes, strides and element size matter, so tests render it
+// from host tensors (to compile it with NVRTC, which the emulated driver never does).
+CudaKernel cuda_gather_kernel(const Tensor& x, int64_t d, const Tensor& index, const Tensor& out);
 
 // The op on its operands (all on one GPU; sizes and dtypes as type inference accepted them),
 // written into `dst`, a view with the sizes and dtype of the op's result.

@@ -325,6 +325,19 @@ std::vector<Want> strategy_wants() {
       {"thread rows (columns)", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {0})}; }, {randn({50, 3000})}, S::ThreadRow},
       {"thread rows (scan)", [](const std::vector<Tensor>& v) { return std::vector{cumsum(v[0], 1)}; }, {randn({70, 33})}, S::ThreadRow},
       {"elementwise 3d", [](const std::vector<Tensor>& v) { return std::vector{v[0].permute({2, 0, 1}) + 1}; }, {randn({5, 6, 7})}, S::Elementwise},
+      // partial tiles on both sides; a broadcast operand read directly beside the staged one
+      {"tiled transpose", [](const std::vector<Tensor>& v) { return std::vector{v[0].t() * v[1] + v[2]}; },
+       {randn({70, 45}), randn({45, 70}), randn({70})}, S::Tiled},
+      // a batch loop outside the tile, two staged operands in float16, two outputs
+      {"tiled batched f16",
+       [](const std::vector<Tensor>& v) {
+         Tensor a = v[0].transpose(1, 2), b = v[1].permute({0, 2, 1});
+         return std::vector{a - b, a.to(kFloat32) * b.to(kFloat32)};
+       },
+       {randn({3, 40, 33}).to(kFloat16), randn({3, 40, 33}).to(kFloat16)}, S::Tiled},
+      // integer division by zero checked inside a tile
+      {"tiled int", [](const std::vector<Tensor>& v) { return std::vector{floor_divide(v[0].t(), v[1])}; },
+       {randint(-50, 50, {32, 48}, kInt32), randint(1, 9, {48, 32}, kInt32)}, S::Tiled},
   };
 }
 std::vector<Case> strategy_cases() {
@@ -392,10 +405,27 @@ TEST(CudaSource, ContiguousOperandsUseVectorAccessesAndThirtyTwoBitIndices) {
 }
 
 TEST(CudaSource, StridedOperandsGetIndexMathAndNoVectorAccess) {
-  std::string s = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].t() + v[1]}; }, {randn({64, 32}), randn({32, 64})});
+  std::string s = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].slice(1, 0, 128, 2) + v[1]}; },
+                            {randn({64, 130}), randn({64, 64})});
   std::string body = s.substr(s.find("extern \"C\""));
   EXPECT_EQ(body.find("kiln_vec"), std::string::npos) << body;
   EXPECT_NE(body.find("% 64u"), std::string::npos) << body;
+  EXPECT_NE(body.find("(int)c1 * 2]"), std::string::npos) << body;
+}
+
+// A transposed operand is staged through shared memory, read along its own contiguous dim
+// (lanes tx walk it: stride 1), and read back transposed while the store walks its rows.
+TEST(CudaSource, TransposedOperandsAreStagedThroughSharedMemory) {
+  std::string s = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].t() + v[1]}; },
+                            {randn({4096, 4096}), randn({4096, 4096})});
+  EXPECT_NE(s.find("tiled, 16384 tiles of 32 x 32"), std::string::npos) << s;
+  EXPECT_NE(s.find("__shared__ float tile0[32][33];"), std::string::npos) << s;
+  EXPECT_NE(s.find("tile0[k][tx] = p0[(int)ct + (int)ca * 4096];"), std::string::npos) << s;
+  EXPECT_NE(s.find("= tile0[tx][k];"), std::string::npos) << s;
+  EXPECT_NE(s.find("s2[(int)ct * 4096 + (int)ca] = "), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned ct = bt + k, ca = ba + tx;"), std::string::npos) << s;
+  // y is read where it is stored: straight from memory
+  EXPECT_NE(s.find("p1[(int)ct * 4096 + (int)ca]"), std::string::npos) << s;
 }
 
 TEST(CudaSource, IndicesPastTwoToThe31UseSixtyFourBits) {
@@ -427,7 +457,7 @@ TEST(CudaNvrtc, EveryWorkloadsKernelsCompileForSm90) {
       EXPECT_NE(b.cubin.find(r.kernel->name), std::string::npos);
       strategies[std::string(codegen::cuda_strategy_name(r.kernel->strategy))]++;
     }
-  EXPECT_EQ(strategies.size(), 5u) << "every strategy compiled";
+  EXPECT_EQ(strategies.size(), 6u) << "every strategy compiled";
 }
 
 // The gather kernel of gather and index_select (codegen/src/cuda/library.cpp) is written by

@@ -58,7 +58,8 @@ CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block)
   int64_t per_block = block;  // items one block takes per step
   switch (k.strategy) {
     case CudaStrategy::Elementwise: per_block = int64_t(block) * k.vector; break;
-    case CudaStrategy::BlockRow: per_block = 1; break;
+    case CudaStrategy::BlockRow:
+    case CudaStrategy::Tiled: per_block = 1; break;
     case CudaStrategy::WarpRow: per_block = block / 32; break;
     case CudaStrategy::ThreadRow:
     case CudaStrategy::Split: per_block = block; break;
@@ -117,7 +118,10 @@ std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch) {
     }
     const CudaKernel& ck = *rendered[i].kernel;
     o << (ck.epilogue ? ", the epilogue after its library op" : "") << ": " << cuda_strategy_name(ck.strategy) << ", "
-      << ck.items << (ck.strategy == CudaStrategy::Elementwise || ck.strategy == CudaStrategy::Split ? " elements" : " rows")
+      << ck.items
+      << (ck.strategy == CudaStrategy::Elementwise || ck.strategy == CudaStrategy::Split ? " elements"
+          : ck.strategy == CudaStrategy::Tiled                                           ? " tiles of 32 x 32"
+                                                                                          : " rows")
       << (ck.vector > 1 ? ", " + std::to_string(ck.vector) + "-wide vector accesses" : "")
       << (ck.index32 ? ", 32-bit indices" : ", 64-bit indices") << "\n";
     if (what == CudaEmit::Source) o << ck.body << "\n";

@@ -24,6 +24,7 @@ std::string_view cuda_strategy_name(CudaStrategy s) {
     case CudaStrategy::WarpRow: return "warp-per-row";
     case CudaStrategy::ThreadRow: return "thread-per-row";
     case CudaStrategy::Split: return "split";
+    case CudaStrategy::Tiled: return "tiled";
   }
   return "?";
 }
@@ -38,6 +39,11 @@ constexpr int64_t kWarpRowMax = 2048;
 constexpr int64_t kSplitMin = int64_t(1) << 16;
 // Rows read with a stride (a column of the operand) go one per thread when there are this many.
 constexpr int64_t kThreadRowMin = 2048;
+// Tiled: the side of a tile, the fewest elements along both of its loops, and the most
+// operands staged through shared memory (32 x 33 elements each: at most 8.4 KiB).
+constexpr int64_t kTile = 32;
+constexpr int64_t kTileMin = 16;
+constexpr int kMaxStaged = 4;
 
 const char* ctype(DType t) {
   switch (t) {
@@ -149,6 +155,10 @@ class Renderer {
       open_kernel(out_.name, params);
       elementwise();
       close_kernel();
+    } else if (out_.strategy == CudaStrategy::Tiled) {
+      open_kernel(out_.name, params);
+      tiled();
+      close_kernel();
     } else if (out_.strategy == CudaStrategy::Split) {
       open_kernel(out_.name, params + ",\n    unsigned long long* __restrict__ parts");
       split_partial();
@@ -198,6 +208,9 @@ class Renderer {
   std::vector<std::string> memo_;     // per instruction: its variable where the code is now
   std::vector<bool> linear_;          // per operand: its offset is the flat index (Elementwise)
   int vec_ = 0;                       // > 0 inside the vector path: loads and stores go via lanes
+  int across_ = -1, along_ = -1;      // Tiled: the staged operands' contiguous loop, the stores'
+  std::vector<bool> staged_;          // Tiled: per load, read through a shared-memory tile
+  bool from_tiles_ = false;           // inside the Tiled compute loop: staged loads read the tiles
   int tmp_ = 0;
   int64_t rows_ = 1, row_len_ = 1;
 
@@ -225,6 +238,7 @@ class Renderer {
     S_ = out_.index32 ? "int" : "long long";
     linear_.assign(nops(), false);
     if (rf() == rank()) {
+      if (plan_tiles()) return;
       out_.strategy = CudaStrategy::Elementwise;
       out_.items = total;
       plan_vector();
@@ -254,6 +268,39 @@ class Renderer {
       if (a.buffer >= 0 && moves(a, last) && std::abs(a.strides[last]) == 1) return true;
     return false;
   }
+
+  // Tiled, when the stores are contiguous along the innermost loop (`along_`) and some load is
+  // contiguous along another (`across_`) while strided along the stores' loop: a warp reading
+  // it at the stores' coordinates would touch 32 rows. Such loads (at most kMaxStaged, all
+  // contiguous along the same loop) are staged.
+  bool plan_tiles() {
+    int along = -1;
+    for (int d = rank() - 1; d >= 0 && along < 0; --d)
+      if (k_.loops[size_t(d)] > 1) along = d;
+    if (along < 0) return false;
+    for (const passes::Access& a : k_.stores)
+      if (a.buffer < 0 || !moves(a, size_t(along)) || a.strides[size_t(along)] != 1) return false;
+    int across = -1, staged = 0;
+    std::vector<bool> stage(k_.loads.size(), false);
+    for (size_t j = 0; j < k_.loads.size() && staged < kMaxStaged; ++j) {
+      const passes::Access& a = k_.loads[j];
+      if (a.buffer < 0 || !moves(a, size_t(along)) || a.strides[size_t(along)] == 1) continue;
+      for (int d = 0; d < rank(); ++d) {
+        if (d == along || !moves(a, size_t(d)) || a.strides[size_t(d)] != 1) continue;
+        if (across < 0) across = d;
+        if (d == across) stage[j] = true, ++staged;
+        break;
+      }
+    }
+    if (staged == 0 || k_.loops[size_t(across)] < kTileMin || k_.loops[size_t(along)] < kTileMin) return false;
+    across_ = across, along_ = along, staged_ = std::move(stage);
+    out_.strategy = CudaStrategy::Tiled;
+    out_.items = tiles(across_) * tiles(along_);
+    for (int d = 0; d < rank(); ++d)
+      if (d != across_ && d != along_) out_.items *= k_.loops[size_t(d)];
+    return true;
+  }
+  int64_t tiles(int d) const { return (k_.loops[size_t(d)] + kTile - 1) / kTile; }
 
   // Elementwise: operands whose offset is the flat index; vector accesses when every buffer
   // operand is either that or read at one element, VEC elements per 16 bytes (at most 8).
@@ -329,6 +376,10 @@ class Renderer {
     for (int d = lo; d < hi; ++d)
       if (k_.loops[size_t(d)] > 1) dims.push_back(d);
     for (int d = lo; d < hi; ++d) coord_[size_t(d)] = "";
+    decompose_dims(var, dims);
+  }
+  // The same over the loops `dims` (in order, each of more than one element).
+  void decompose_dims(const std::string& var, const std::vector<int>& dims) {
     if (dims.empty()) return;
     if (dims.size() == 1) {
       coord_[size_t(dims[0])] = var;
@@ -392,7 +443,9 @@ class Renderer {
   std::string load(int j, DType to, const std::string& flat) {
     const passes::Access& a = k_.loads[size_t(j)];
     if (a.buffer < 0) return convert("a" + std::to_string(j), is_floating(a.dtype) ? DType::Float64 : DType::Int64, to);
-    std::string raw = vec_ && linear_[size_t(j)] ? "l" + std::to_string(j) + ".v[u]" : element(size_t(j), flat);
+    std::string raw = vec_ && linear_[size_t(j)]                  ? "l" + std::to_string(j) + ".v[u]"
+                      : from_tiles_ && staged_[size_t(j)] ? "tile" + std::to_string(j) + "[tx][k]"
+                                                          : element(size_t(j), flat);
     return convert(widen(raw, a.dtype), compute_dtype(a.dtype), to);
   }
 
@@ -578,6 +631,62 @@ class Renderer {
     --indent_;
     line() << "}\n";
     line() << "i0 = nv * " << V << "u;\n";
+    --indent_;
+    line() << "}\n";
+  }
+
+  // ---- Tiled ----
+
+  // Per tile (kTile x kTile elements of the loops across_ x along_, grid-stride over tiles and
+  // the other loops): the block's warps copy each staged operand's tile into shared memory,
+  // lanes walking across_ (the operand's contiguous loop), then compute and store, lanes
+  // walking along_ (the stores' contiguous loop) and reading the staged values transposed out
+  // of the tiles. A tile row is padded to kTile + 1 elements, so that the transposed reads of
+  // a warp fall in 32 different banks. Every thread of a block takes the same tiles, so both
+  // barriers are reached by all of them.
+  void tiled() {
+    coord_.assign(size_t(rank()), "");
+    const std::string T = std::to_string(kTile) + "u";
+    const std::string nt = std::to_string(k_.loops[size_t(across_)]) + "u",
+                      na = std::to_string(k_.loops[size_t(along_)]) + "u";
+    line() << "const unsigned tx = threadIdx.x & 31u, ty = threadIdx.x >> 5, ny = blockDim.x >> 5;\n";
+    for (size_t j = 0; j < k_.loads.size(); ++j)
+      if (staged_[j])
+        line() << "__shared__ " << storage_ctype(k_.loads[j].dtype) << " tile" << j << "[" << kTile << "][" << kTile + 1
+               << "];\n";
+    line() << "for (" << I_ << " t = blockIdx.x; t < " << out_.items << "u; t += gridDim.x) {\n";
+    ++indent_;
+    line() << I_ << " rt = t;\n";
+    line() << "const " << I_ << " ba = rt % " << tiles(along_) << "u * " << T << "; rt /= " << tiles(along_) << "u;\n";
+    line() << "const " << I_ << " bt = rt % " << tiles(across_) << "u * " << T << "; rt /= " << tiles(across_) << "u;\n";
+    std::vector<int> rest;
+    for (int d = 0; d < rank(); ++d)
+      if (d != across_ && d != along_ && k_.loops[size_t(d)] > 1) rest.push_back(d);
+    decompose_dims("rt", rest);
+    coord_[size_t(across_)] = "ct", coord_[size_t(along_)] = "ca";
+    auto over_tile = [&](const char* ct, const char* ca, auto&& body) {
+      line() << "for (unsigned k = ty; k < " << T << "; k += ny) {\n";
+      ++indent_;
+      line() << "const " << I_ << " ct = bt + " << ct << ", ca = ba + " << ca << ";\n";
+      line() << "if (ct < " << nt << " && ca < " << na << ") {\n";
+      ++indent_;
+      body();
+      --indent_;
+      line() << "}\n";
+      --indent_;
+      line() << "}\n";
+      line() << "__syncthreads();\n";
+    };
+    over_tile("tx", "k", [&] {  // staging: lanes along the operand's contiguous loop
+      for (size_t j = 0; j < k_.loads.size(); ++j)
+        if (staged_[j]) line() << "tile" << j << "[k][tx] = " << element(j) << ";\n";
+    });
+    over_tile("k", "tx", [&] {  // computing: lanes along the stores' contiguous loop
+      memo_.assign(code_.code.size(), "");
+      from_tiles_ = true;
+      for (size_t j = 0; j < k_.stores.size(); ++j) store(j, "");
+      from_tiles_ = false;
+    });
     --indent_;
     line() << "}\n";
   }

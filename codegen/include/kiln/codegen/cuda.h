@@ -18,6 +18,10 @@
 //                sums (cumsum), which must add in row order.
 //   Split        a full reduction of a large tensor: every block reduces its share into
 //                8-byte slots, then a one-block finishing kernel combines the slots in order.
+//   Tiled        elementwise work that reads an operand transposed (contiguous along another
+//                loop than the one the stores are contiguous along: x.t() + y): 32 x 32 tiles,
+//                each transposed operand first staged through shared memory read along its
+//                own contiguous dim, so that both its reads and the stores are coalesced.
 // Indices are 32-bit where the loop space and every operand's reach fit (most kernels).
 //
 // A kernel's parameters, in order: per load a pointer (`const T*`) to its first element, or
@@ -40,7 +44,7 @@
 
 namespace kiln::codegen {
 
-enum class CudaStrategy : uint8_t { Elementwise, BlockRow, WarpRow, ThreadRow, Split };
+enum class CudaStrategy : uint8_t { Elementwise, BlockRow, WarpRow, ThreadRow, Split, Tiled };
 std::string_view cuda_strategy_name(CudaStrategy s);
 
 // Threads per block every kernel is written for (at most; any multiple of 32 below works).
@@ -53,7 +57,7 @@ struct CudaKernel {
   std::string finish;     // Split: the finishing step's entry point
   std::string body;       // the kernel's CUDA C++ (both entry points), to follow cuda_prelude()
   CudaStrategy strategy = CudaStrategy::Elementwise;
-  int64_t items = 0;  // what the grid spreads over: elements (Elementwise, Split), rows (others)
+  int64_t items = 0;  // what the grid spreads over: elements (Elementwise, Split), tiles (Tiled), rows (others)
   int vector = 1;     // Elementwise: elements per vector access on the fast path (1: none)
   bool index32 = true;
   int slots = 0;      // Split: 8-byte accumulator slots each block writes

@@ -428,6 +428,35 @@ TEST(CudaSource, TransposedOperandsAreStagedThroughSharedMemory) {
   EXPECT_NE(s.find("p1[(int)ct * 4096 + (int)ca]"), std::string::npos) << s;
 }
 
+// A warp-per-row kernel of several passes over its rows (layernorm: the mean, the variance,
+// the stores) reads each row once: the lanes keep their elements in registers (an unrolled
+// pass, `it` a constant in each copy). The weight and bias, the same for every row, are read
+// where they are used.
+TEST(CudaSource, WarpRowsKeepTheirRowInRegistersAcrossPasses) {
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+    return n;
+  };
+  std::string s = source_of(
+      [](const std::vector<Tensor>& v) {
+        Tensor mean = v[0].mean({-1}, true), var = v[0].var({-1}, 0, true);
+        return std::vector{(v[0] - mean) / sqrt(var + 1e-5) * v[1] + v[2]};
+      },
+      {randn({300, 1000}), randn({1000}), randn({1000})});
+  std::string body = s.substr(s.find("extern \"C\""));
+  body = body.substr(0, body.find("#if defined(KILN_CUDA_EMULATION)"));
+  EXPECT_NE(body.find("float rc0[32];  // row cache"), std::string::npos) << body;
+  EXPECT_EQ(count(body, "p0["), 1u) << body;      // the row: once
+  EXPECT_EQ(count(body, "= rc0[it];"), 2u) << body;  // then from registers in the two later passes
+  EXPECT_EQ(count(body, "#pragma unroll"), 3u) << body;
+  EXPECT_EQ(count(body, "p1[(int)e]"), 1u) << body;  // the weight: not cached
+  EXPECT_EQ(body.find("rc1"), std::string::npos) << body;
+  // rows past what registers hold are read once per pass
+  std::string wide = source_of([](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({4, 3000})});
+  EXPECT_EQ(wide.find("row cache"), std::string::npos) << wide;
+}
+
 TEST(CudaSource, IndicesPastTwoToThe31UseSixtyFourBits) {
   // Rendering needs no memory: a graph with 3e9 elements is only typed.
   ir::Graph g = ir::parse("graph @big(%x: f32[3000000000]{1}) {\n  %0 = mul(%x, %x) : f32[3000000000]{1}\n  return %0\n}\n");

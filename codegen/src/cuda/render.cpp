@@ -44,6 +44,9 @@ constexpr int64_t kThreadRowMin = 2048;
 constexpr int64_t kTile = 32;
 constexpr int64_t kTileMin = 16;
 constexpr int kMaxStaged = 4;
+// WarpRow: a row's loaded values a lane keeps in registers across the passes over its row, at
+// most this many 4-byte registers per lane (all cached loads together).
+constexpr int64_t kRowCacheMax = 64;
 
 const char* ctype(DType t) {
   switch (t) {
@@ -211,6 +214,8 @@ class Renderer {
   int across_ = -1, along_ = -1;      // Tiled: the staged operands' contiguous loop, the stores'
   std::vector<bool> staged_;          // Tiled: per load, read through a shared-memory tile
   bool from_tiles_ = false;           // inside the Tiled compute loop: staged loads read the tiles
+  int64_t cache_iters_ = 0;           // WarpRow with a row cache: row elements per lane (0: none)
+  std::vector<int> cached_;           // per instruction: 0, or cached: 1 to fill, 3 filling (this pass), 2 filled
   int tmp_ = 0;
   int64_t rows_ = 1, row_len_ = 1;
 
@@ -476,6 +481,12 @@ class Renderer {
     std::string e;
     switch (in.op) {
       case EOp::Load:
+        if (!cached_.empty() && cached_[size_t(id)] == 2) {
+          e = "rc" + std::to_string(id) + "[it]";
+          break;
+        }
+        e = load(in.index, in.type, flat);
+        break;
       case EOp::Arg: e = load(in.index, in.type, flat); break;
       case EOp::Const: e = literal(in.type, in.f, in.i); break;
       case EOp::RowCount: e = literal(in.type, double(row_len_), row_len_); break;
@@ -562,6 +573,10 @@ class Renderer {
     }
     std::string v = "v" + std::to_string(id);
     line() << "const " << T << " " << v << " = " << e << ";\n";
+    if (!cached_.empty() && cached_[size_t(id)] == 1) {
+      line() << "rc" << id << "[it] = " << v << ";\n";
+      cached_[size_t(id)] = 3;
+    }
     memo_[size_t(id)] = v;
     return v;
   }
@@ -706,15 +721,62 @@ class Renderer {
   }
 
   // A pass over the row: `body` at each element this thread visits (coordinates declared).
+  // With a row cache the pass is unrolled (`it` a constant in each copy, so that the cache's
+  // elements are registers); the cached loads filled by this pass are read from it afterwards.
   template <class Body>
   void row_loop(const std::string& from, const std::string& step, Body&& body) {
-    line() << "for (" << I_ << " e = " << from << "; e < " << row_len_ << "u; e += " << step << ") {\n";
-    ++indent_;
+    if (cache_iters_) {
+      line() << "#pragma unroll\n";
+      line() << "for (unsigned it = 0; it < " << cache_iters_ << "u; ++it) {\n";
+      ++indent_;
+      line() << "const " << I_ << " e = " << from << " + it * " << step << ";\n";
+      line() << "if (e < " << row_len_ << "u) {\n";
+      ++indent_;
+    } else {
+      line() << "for (" << I_ << " e = " << from << "; e < " << row_len_ << "u; e += " << step << ") {\n";
+      ++indent_;
+    }
     decompose("e", rf(), rank());
     body();
     forget_rows();
+    if (cache_iters_) {
+      --indent_;
+      line() << "}\n";
+    }
     --indent_;
     line() << "}\n";
+    for (int& c : cached_) c = c == 3 ? 2 : c;  // (filled by this pass: read from the cache after it)
+  }
+
+  // WarpRow rows read in more than one pass (softmax: the max,
+  // the sum of exponentials, the stores): the loads that differ from row to row are kept in
+  // registers from the first pass that reads them, so the row is read from memory once. Loads
+  // broadcast over the rows (layernorm's weight and bias) are left to the caches.
+  void plan_row_cache(const RowPlan& p) {
+    if (out_.strategy != CudaStrategy::WarpRow) return;
+    const int64_t iters = (row_len_ + 31) / 32;
+    std::vector<int> passes(code_.code.size(), 0);
+    size_t npasses = size_t(code_.depth) + (p.in_row.empty() ? 0 : 1);
+    for (size_t pass = 0; pass < npasses; ++pass) {
+      const std::vector<int>& need = pass < size_t(code_.depth) ? p.needs[pass] : p.needs.back();
+      for (int id : need) passes[size_t(id)]++;
+    }
+    std::vector<int> cached(code_.code.size(), 0);
+    int64_t budget = kRowCacheMax;
+    for (size_t id = 0; id < code_.code.size(); ++id) {
+      const Instr& in = code_.code[id];
+      const int64_t regs = iters * (itemsize(in.type) == 8 ? 2 : 1);  // 4-byte registers per lane
+      if (in.op != EOp::Load || !in.row || passes[id] < 2 || budget < regs) continue;
+      const passes::Access& a = k_.loads[size_t(in.index)];
+      bool per_row = false;
+      for (int d = 0; d < rf(); ++d) per_row |= moves(a, size_t(d));
+      if (a.buffer < 0 || !per_row) continue;
+      cached[id] = 1;
+      budget -= regs;
+    }
+    if (budget == kRowCacheMax) return;
+    cache_iters_ = iters;
+    cached_ = std::move(cached);
   }
 
   void declare_scans(const std::vector<int>& need) {
@@ -742,6 +804,9 @@ class Renderer {
     ++indent_;
     decompose("row", 0, rf());
     RowPlan p = row_plan(k_, code_);
+    plan_row_cache(p);
+    for (size_t id = 0; id < cached_.size(); ++id)
+      if (cached_[id]) line() << ctype(code_.code[id].type) << " rc" << id << "[" << cache_iters_ << "];  // row cache\n";
     for (int depth = 1; depth <= code_.depth; ++depth) {
       const std::vector<int>& need = p.needs[size_t(depth - 1)];
       for (int id : need)

@@ -1,11 +1,12 @@
 # CTest script for kiln-bench (the bench.smoke and bench.first_call tests):
-#   cmake -DKILN_BENCH=<exe> -DWORK=<scratch dir> -DNAMES=a,b,... [-DFIRST_CALL=ON] -P bench_test.cmake
+#   cmake -DKILN_BENCH=<exe> -DWORK=<scratch dir> -DNAMES=a,b,... [-DFIRST_CALL=ON [-DDEVICE=cuda]] -P bench_test.cmake
 # Runs every workload of NAMES on the small tier with few reps, and checks the exit status is 0,
 # the JSON parses, it has the machine record and, for every workload of NAMES, an eager and a
 # compiled kiln record with check "ok" and a median; and that the SVG chart was written.
 # Without FIRST_CALL it runs every workload and no compile-time children; with it, only NAMES
 # and the children, and each compiled record must carry its cold and warm first calls and what
-# they cost beyond the child's eager run, as numbers.
+# they cost beyond the child's eager run, as numbers. DEVICE=cuda runs all of it on a GPU (the
+# emulated driver in CI).
 cmake_minimum_required(VERSION 3.25)
 
 function(fail)
@@ -19,6 +20,9 @@ set(svg_file "${WORK}/bench.svg")
 file(REMOVE "${json_file}" "${svg_file}")
 if(FIRST_CALL)
   set(mode_args --filter "${NAMES}")
+  if(DEVICE)
+    list(APPEND mode_args --device "${DEVICE}")
+  endif()
   set(first_call_keys compile_cold_ms compile_warm_ms compile_cold_over_eager_ms compile_warm_over_eager_ms)
 else()
   set(mode_args --no-compile-time)

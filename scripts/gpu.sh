@@ -7,10 +7,17 @@
 #                               (SLEEF, OpenBLAS, fmt, nlohmann/json, GoogleTest, CLI11: headers,
 #                               libraries and CMake configs) into .gpu-deps/deps.tar.xz (ignored by
 #                               git; about 10 MB). Take .gpu-deps along to the GPU machine.
-#   scripts/gpu.sh run OUTDIR   on the GPU machine: unpacks .gpu-deps, builds kiln with
-#                               -DKILN_WITH_LLVM=OFF (CPU kernels on the reference executor), runs the
-#                               CUDA tests and then the whole suite, and writes every log, the
-#                               device's description and the rendered CUDA of the workloads to OUTDIR.
+#   scripts/gpu.sh run OUTDIR [PHASE ...]
+#                               on the GPU machine: unpacks .gpu-deps, builds kiln with
+#                               -DKILN_WITH_LLVM=OFF (CPU kernels on the reference executor) and
+#                               runs the phases (default: all of them, in this order): test (the
+#                               CUDA suite on the GPU), memcheck, all (the whole suite), small
+#                               (per-call overhead; NVRTC compile vs disk-cache load), bench[=W,...]
+#                               (the gpu tier against PyTorch eager and torch.compile), dump (the
+#                               rendered CUDA). Each phase fits one ten-minute call of a lent machine:
+#                               e.g. `run $OUT test small`, then `run $OUT bench=add_sin_cos,poly,...`
+#                               in a few calls (torch.compile compiles for tens of seconds per
+#                               workload). Logs and results go to OUTDIR, a summary last.
 #
 # The libraries are Debian 12's (glibc 2.36): they load on any x86-64 Linux with that glibc or newer.
 set -euo pipefail
@@ -47,17 +54,20 @@ gather() {
   echo "[gpu] packed $(du -h .gpu-deps/deps.tar.xz | cut -f1) into .gpu-deps/deps.tar.xz"
 }
 
-run() {
-  local out=${1:?usage: scripts/gpu.sh run OUTDIR}
-  mkdir -p "$out"
-  out=$(cd "$out" && pwd)
+# Unpacks .gpu-deps and builds kiln (incrementally: a machine that kept build-gpu from an
+# earlier call only relinks what changed). Sets `build` and the library paths for the phases.
+prepare() {
+  local out=$1
   [[ -f .gpu-deps/deps.tar.xz ]] || { echo "[gpu] .gpu-deps/deps.tar.xz is missing: run scripts/gpu.sh gather first" >&2; exit 2; }
   local prefix=/tmp/kiln-deps
-  rm -rf "$prefix" && mkdir -p "$prefix"
-  tar -C "$prefix" -xJf .gpu-deps/deps.tar.xz
-  local usr=$prefix/usr lib=$prefix/usr/lib/x86_64-linux-gnu
-  # pkg-config files (where pkg-config exists) name /usr: point them at the unpacked tree
-  find "$usr" -name '*.pc' -exec sed -i "s|/usr|$usr|g" {} +
+  if [[ ! -f $prefix/.unpacked ]]; then
+    rm -rf "$prefix" && mkdir -p "$prefix"
+    tar -C "$prefix" -xJf .gpu-deps/deps.tar.xz
+    find "$prefix/usr" -name '*.pc' -exec sed -i "s|/usr|$prefix/usr|g" {} +
+    touch "$prefix/.unpacked"
+  fi
+  usr=$prefix/usr
+  local lib=$prefix/usr/lib/x86_64-linux-gnu
   export PKG_CONFIG_PATH=$lib/pkgconfig:$lib/openblas-pthread/pkgconfig:$usr/share/pkgconfig
   export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread:${LD_LIBRARY_PATH:-}
   {
@@ -66,45 +76,85 @@ run() {
     cmake --version | head -1
     c++ --version | head -1
   } >"$out/machine.txt" 2>&1
-  local build=build-gpu
-  cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_LLVM=OFF -DKILN_BUILD_TESTS=ON \
-        -DCMAKE_PREFIX_PATH="$usr" -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu 2>&1 | tee "$out/configure.log"
-  cmake --build $build 2>&1 | tee "$out/build.log"
-  local status=0
-  # the CUDA suite on the real GPU first (its log is what a short call must bring back), then
-  # everything (the emulated CUDA tests included)
-  # (fresh device memory poisoned: an element no kernel writes reads as NaN / -1)
-  KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 ctest --test-dir $build -j4 -R 'Cuda|cuda' \
-    -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin' --output-on-failure 2>&1 | tee "$out/ctest-cuda.log" || status=1
-  # compute-sanitizer's memcheck over the GPU suite, where the toolkit has it
-  if command -v compute-sanitizer >/dev/null; then
-    KILN_TEST_REAL_CUDA=1 timeout 900 compute-sanitizer --tool memcheck --error-exitcode 1 \
-      $build/tests/codegen/cuda_backend_tests 2>&1 | tail -200 >"$out/memcheck.log" || status=1
+  build=build-gpu
+  if [[ ! -f $build/build.ninja ]]; then
+    cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_LLVM=OFF -DKILN_BUILD_TESTS=ON \
+          -DCMAKE_PREFIX_PATH="$usr" -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu >"$out/configure.log" 2>&1 ||
+      { tail -30 "$out/configure.log"; exit 1; }
   fi
-  ctest --test-dir $build -j16 --output-on-failure 2>&1 | tee "$out/ctest-all.log" || status=1
-  # the benchmark: kiln eager, compiled and compiled with CUDA graphs against PyTorch eager,
-  # torch.compile and its reduce-overhead mode, workload by workload; then the per-call
-  # overhead at the small tier (tiny tensors: launch-bound)
-  if [[ -x $build/tools/kiln-bench ]]; then
-    python3 tools/bench/compare.py --kiln-bench $build/tools/kiln-bench --python python3 --device cuda \
-      --tier gpu --out "$out/bench-gpu" 2>&1 | tee "$out/bench-gpu.log" || status=1
-    $build/tools/kiln-bench --device cuda --tier small --json "$out/bench-small.json" \
-      2>&1 | tee "$out/bench-small.log" || status=1
-  fi
-  if [[ -x $build/tools/dump-ir/dump-ir ]]; then
-    for w in add_sin_cos softmax layernorm sum_f64 transpose_add; do
-      $build/tools/dump-ir/dump-ir "$w" --size gpu --emit=cuda >"$out/$w.cu" 2>&1 || status=1
-    done
-  fi
+  cmake --build $build >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+}
+
+# The phases of a GPU run, each small enough for one call of a lent machine (at most ten
+# minutes); `run OUTDIR` does them all in order. Every phase appends "phase: status" to
+# OUTDIR/summary.txt, which is printed last.
+phase_test() {  # the CUDA suite on the real GPU, fresh device memory poisoned (NaN / -1)
+  KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 timeout 540 ctest --test-dir $build -j4 -R 'Cuda|cuda' \
+    -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin' --output-on-failure >"$out/ctest-cuda.log" 2>&1
+}
+phase_memcheck() {  # compute-sanitizer's memcheck over the GPU suite, where the toolkit has it
+  command -v compute-sanitizer >/dev/null || { echo "no compute-sanitizer" >"$out/memcheck.log"; return 0; }
+  KILN_TEST_REAL_CUDA=1 timeout 540 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    $build/tests/codegen/cuda_backend_tests >"$out/memcheck-full.log" 2>&1
+  local rc=$?
+  tail -200 "$out/memcheck-full.log" >"$out/memcheck.log"
+  return $rc
+}
+phase_all() {  # everything else (the emulated CUDA tests included)
+  timeout 540 ctest --test-dir $build -j16 --output-on-failure >"$out/ctest-all.log" 2>&1
+}
+phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torch.compile and its
+                 # reduce-overhead mode at the gpu tier, workload by workload (FILTER: a comma list)
+  local filter=${1:-} tag=${1:-all}
+  timeout 560 python3 tools/bench/compare.py --kiln-bench $build/tools/kiln-bench --python python3 --device cuda \
+    --tier gpu --no-compile-time ${filter:+--filter "$filter"} --out "$out/bench-gpu-${tag//,/+}" \
+    >"$out/bench-gpu-${tag//,/+}.log" 2>&1
+}
+phase_small() {  # tiny tensors: the per-call host overhead; and NVRTC compile vs disk-cache load
+                 # (the cold and warm first calls in child processes)
+  timeout 540 $build/tools/kiln-bench --device cuda --tier small --json "$out/bench-small.json" \
+    >"$out/bench-small.log" 2>&1
+}
+phase_dump() {  # the rendered CUDA of a few workloads at the gpu tier
+  local w
+  for w in add_sin_cos softmax layernorm sum_f64 transpose_add; do
+    $build/tools/dump-ir/dump-ir "$w" --size gpu --emit=cuda >"$out/$w.cu" 2>&1 || return 1
+  done
+}
+
+run() {
+  out=${1:?usage: scripts/gpu.sh run OUTDIR [PHASE ...]}
+  shift
+  mkdir -p "$out"
+  out=$(cd "$out" && pwd)
+  local phases=("$@")
+  [[ ${#phases[@]} -gt 0 ]] || phases=(test memcheck all small bench dump)
+  prepare "$out"
+  local status=0 p rc
+  for p in "${phases[@]}"; do
+    local name=${p%%=*} arg=
+    [[ $p == *=* ]] && arg=${p#*=}
+    declare -F "phase_$name" >/dev/null || { echo "[gpu] no phase '$name' (test memcheck all small bench[=W,...] dump)" >&2; exit 2; }
+    local t0=$SECONDS
+    set +e
+    "phase_$name" $arg
+    rc=$?
+    set -e
+    echo "$p: $([[ $rc == 0 ]] && echo ok || echo "FAILED ($rc)") in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+    [[ $rc == 0 ]] || status=1
+  done
+  # the short story last: what the reply of a lent machine's call carries
+  grep -h -E "tests passed|tests failed|ERROR SUMMARY" "$out"/ctest-*.log "$out"/memcheck.log 2>/dev/null || true
+  for f in "$out"/bench-gpu-*/table.txt; do [[ -f $f ]] && cat "$f"; done
   echo "[gpu] results in $out (status $status)"
   return $status
 }
 
 case "${1:-}" in
   gather) gather ;;
-  run) run "${2:-}" ;;
+  run) shift && run "$@" ;;
   *)
-    echo "usage: scripts/gpu.sh gather | run OUTDIR" >&2
+    echo "usage: scripts/gpu.sh gather | run OUTDIR [test | memcheck | all | small | bench[=W,...] | dump ...]" >&2
     exit 2
     ;;
 esac

@@ -112,7 +112,9 @@ ReduceInfo reduce_info(const ir::Node& n) {
     return r;
   }
   if (const ir::Attr* dims = n.attr("dims")) {
-    for (int64_t d : std::get<IntList>(dims->value)) r.dims.push_back(norm_dim(d, rank));
+    // (a 0-d tensor's dim 0 or -1 is its one element: a reduction over all of its no dims)
+    if (rank > 0)
+      for (int64_t d : std::get<IntList>(dims->value)) r.dims.push_back(norm_dim(d, rank));
   } else if (const ir::Attr* dim = n.attr("dim"); dim && std::holds_alternative<int64_t>(dim->value)) {
     if (rank > 0) r.dims = {norm_dim(std::get<int64_t>(dim->value), rank)};
   }

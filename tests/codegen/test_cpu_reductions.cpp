@@ -391,6 +391,20 @@ TEST(CpuOpsReductionEdgeCases, SoftmaxOverAnEmptyDim) {
   }
 }
 
+// A 0-d tensor's dim 0 (or -1) is its one element: PyTorch reduces over it, and so must a
+// compiled graph (the lowering used to index the reduced dim 0 of an empty loop space and crash).
+TEST(CpuOpsReductionEdgeCases, ReductionsOverDimZeroOfAZeroDimTensor) {
+  Inputs inputs = [](int call) { return V{full({}, 0.75 + call)}; };
+  in_child_process([&] {
+    return check(
+        [](const V& in) {
+          const Tensor& x = in[0];
+          return V{x.sum({0}), x.amax({-1}, true), x.mean({0}), x.var({0}, 0), logsumexp(x, {0}), x.prod({0}) * 2};
+        },
+        inputs, Expect{});
+  });
+}
+
 // Full reductions (every dim) of large tensors split loop 0 across threads: each thread
 // reduces its part into its own accumulators, then one call combines them in order. With 2
 // and 3 threads (a part count that divides nothing here), contiguous and transposed, sizes

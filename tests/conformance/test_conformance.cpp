@@ -31,6 +31,7 @@
 #include <fstream>
 #include <functional>
 #include <kiln/kiln.h>
+#include <kiln/runtime/cuda.h>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -38,6 +39,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "../emulation/emulated_driver.h"
 
 #ifndef KILN_CONFORMANCE_CASES
 #error "KILN_CONFORMANCE_CASES must name tests/conformance/cases.json"
@@ -95,9 +98,14 @@ struct Arg {
   std::vector<Tensor> list;
 };
 
+// Where the cases' tensors are made: the cpu, or a GPU for the CudaConformance suite (the same
+// storage copied over, the same view of it taken there).
+kiln::Device g_device = kiln::Device::cpu();
+
 Tensor make_tensor(const json& r, Tensor* base_out = nullptr) {
   kiln::DType dt = kiln::dtype_from_name(r.at("dtype").get<std::string>());
   Tensor base = storage_tensor(dt, r.at("storage"));
+  if (!g_device.is_cpu()) base = base.to(g_device);
   if (base_out) *base_out = base;
   return base.as_strided(ints(r.at("sizes")), ints(r.at("strides")), r.at("offset").get<int64_t>());
 }
@@ -608,6 +616,33 @@ TEST_P(KnownDivergence, Documented) {
 }
 INSTANTIATE_TEST_SUITE_P(Op, KnownDivergence, ::testing::ValuesIn(ops(true)), param_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(KnownDivergence);
+
+// The same cases with every tensor on a GPU (its storage copied over, the same view taken
+// there): eager ops on the device against PyTorch's values, views still views of the device
+// tensor, errors still kiln::Error. On a real GPU (KILN_TEST_REAL_CUDA=1, scripts/gpu.sh) every
+// case runs; on the emulated driver, whose every new kernel is a host compile, three cases per
+// op spread over its list (a few hundred kernels, cached across builds).
+class CudaConformance : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaConformance, MatchesPyTorchOnTheGpu) {
+  if (!kiln::cuda_is_available()) GTEST_SKIP() << kiln::cuda_unavailable_reason();
+  std::vector<const json*> cases;
+  for (const auto& c : all_cases())
+    if (c.at("op").get<std::string>() == GetParam() && !c.contains("known_divergence")) cases.push_back(&c);
+  const size_t every = kiln::testing::use_real_cuda() ? 1 : std::max<size_t>(1, (cases.size() + 2) / 3);
+  struct OnGpu {
+    OnGpu() { g_device = kiln::Device::cuda(); }
+    ~OnGpu() { g_device = kiln::Device::cpu(); }
+  } on_gpu;
+  int ran = 0;
+  for (size_t k = 0; k < cases.size(); k += every) {
+    ++ran;
+    std::string e = run_case(*cases[k]);
+    if (!e.empty()) ADD_FAILURE() << label(*cases[k]) << " on the GPU: " << e;
+  }
+  RecordProperty("cases", ran);
+}
+INSTANTIATE_TEST_SUITE_P(Op, CudaConformance, ::testing::ValuesIn(ops(false)), param_name);
 
 // Every op the suite is meant to cover has cases, and every case can be dispatched.
 TEST(ConformanceSuite, CoversEveryOp) {

@@ -229,6 +229,8 @@ struct SplitLaunch {
 
 }  // namespace
 
+void install_backends() { device_ops::install(&run_eager_on_cuda); }
+
 std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,
                                               std::vector<ir::Type> input_types, Device device, CudaCompileOptions opts) {
   auto t0 = std::chrono::steady_clock::now();

@@ -242,7 +242,9 @@ class Renderer {
     I_ = out_.index32 ? "unsigned" : "unsigned long long";
     S_ = out_.index32 ? "int" : "long long";
     linear_.assign(nops(), false);
-    if (rf() == rank()) {
+    bool reduces = false;  // (a reduction of a 0-d tensor has no reduced loop, but is one)
+    for (const Instr& in : code_.code) reduces |= in.op == EOp::Reduce;
+    if (rf() == rank() && !reduces) {
       if (plan_tiles()) return;
       out_.strategy = CudaStrategy::Elementwise;
       out_.items = total;

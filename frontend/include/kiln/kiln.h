@@ -10,3 +10,18 @@
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/trace.h"
 #include "kiln/compile.h"
+
+namespace kiln {
+namespace codegen {
+// Installs the GPU backend as the handler of eager ops on GPU tensors (kiln/runtime/device_ops.h).
+// Loading libkiln_codegen does it too; calling it is idempotent.
+void install_backends();
+}  // namespace codegen
+namespace detail {
+// Every program that includes this header refers to the backends, so that a linker that drops
+// unreferenced shared libraries (--as-needed, the default on Debian) keeps libkiln_codegen in a
+// program whose only use of it is eager ops on GPU tensors: without it `a + b` on cuda:0
+// raised "no backend for it is loaded" although the program linked kiln::kiln.
+inline const bool backends_installed = (codegen::install_backends(), true);
+}  // namespace detail
+}  // namespace kiln

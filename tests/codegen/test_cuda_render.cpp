@@ -392,7 +392,7 @@ TEST(CudaSource, ContiguousOperandsUseVectorAccessesAndThirtyTwoBitIndices) {
   EXPECT_NE(s.find("4-wide vector accesses"), std::string::npos) << s;
   EXPECT_NE(s.find("reinterpret_cast<const kiln_vec<float, 4>*>(p0 + base)"), std::string::npos) << s;
   EXPECT_NE(s.find("*reinterpret_cast<kiln_vec<float, 4>*>(s2 + base)"), std::string::npos) << s;
-  EXPECT_NE(s.find("const unsigned n = 4096u;"), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned n = (unsigned)n_items;"), std::string::npos) << s;
   // past the parameters (the status word is a 64-bit pointer) and before the host emulation's
   // entry point, nothing 64-bit
   std::string body = s.substr(s.find("status) {"));
@@ -463,7 +463,30 @@ TEST(CudaSource, IndicesPastTwoToThe31UseSixtyFourBits) {
   passes::Module m = passes::optimize(g, {});
   std::string s = codegen::emit_cuda(*m.program, codegen::CudaEmit::Source);
   EXPECT_NE(s.find("64-bit indices"), std::string::npos) << s;
-  EXPECT_NE(s.find("const unsigned long long n = 3000000000u;"), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned long long n = (unsigned long long)n_items;"), std::string::npos) << s;
+}
+
+// Contiguous elementwise kernels take their element count as a parameter: every size of the
+// same op on the same dtypes is one kernel (one CUBIN, one module), so a new size compiles
+// nothing. (Below 2^31 elements; past it the 64-bit variant is a second kernel.) Kernels whose
+// operands need coordinates (a transpose, a broadcast row) keep their sizes in the body.
+TEST(CudaSource, ContiguousElementwiseKernelsServeEverySize) {
+  auto body_of = [](int64_t n) {
+    auto graphs = trace([](const std::vector<Tensor>& v) { return std::vector{v[0] * v[1] + 1}; }, {{randn({n}), randn({n})}});
+    passes::Module m = passes::optimize(graphs[0], {});
+    std::vector<codegen::CudaRender> r = codegen::render_cuda(*m.program);
+    EXPECT_TRUE(r.at(0).kernel && r[0].kernel->size_param) << n;
+    return r[0].kernel ? r[0].kernel->body : std::string();
+  };
+  const std::string a = body_of(1000), b = body_of(77777), c = body_of(3000);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a, c);
+  EXPECT_EQ(a.find("1000"), std::string::npos) << a;
+  auto broadcast = trace([](const std::vector<Tensor>& v) { return std::vector{v[0] + v[1]}; }, {{randn({30, 40}), randn({40})}});
+  passes::Module m = passes::optimize(broadcast[0], {});
+  std::vector<codegen::CudaRender> r = codegen::render_cuda(*m.program);
+  ASSERT_TRUE(r.at(0).kernel);
+  EXPECT_FALSE(r[0].kernel->size_param);
 }
 
 // ---- NVRTC ----

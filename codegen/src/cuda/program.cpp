@@ -46,6 +46,7 @@ std::vector<uint64_t> cuda_operand_params(const CudaKernel& k, std::span<const T
     int64_t at = a.storage_relative ? a.offset : t.storage_offset() + a.offset;
     out[j] = uint64_t(reinterpret_cast<uintptr_t>(static_cast<const char*>(t.storage()->data()) + at * itemsize(a.dtype)));
   }
+  if (k.size_param) out.push_back(uint64_t(k.items));
   return out;
 }
 

@@ -249,6 +249,7 @@ class Renderer {
       out_.strategy = CudaStrategy::Elementwise;
       out_.items = total;
       plan_vector();
+      out_.size_param = !needs_coordinates();
       return;
     }
     bool scan = false;
@@ -360,7 +361,11 @@ class Renderer {
       out_.param_types.push_back(std::string(load ? "const " : "") + storage_ctype(a.dtype) + "*");
       p << out_.param_types.back() << " " << (shares_buffer(j) ? "" : "__restrict__ ") << (load ? "p" : "s") << j;
     }
-    p << (nops() ? ",\n    " : "") << "unsigned long long* __restrict__ status";
+    if (out_.size_param) {
+      out_.param_types.push_back("unsigned long long");
+      p << (nops() ? ",\n    " : "") << "unsigned long long n_items";
+    }
+    p << (nops() || out_.size_param ? ",\n    " : "") << "unsigned long long* __restrict__ status";
     return p.str();
   }
 
@@ -590,9 +595,18 @@ class Renderer {
 
   // ---- Elementwise ----
 
+  // Elementwise: whether some operand's offset needs the loops' coordinates (not the flat index
+  // or one element): then the loop sizes are in the body.
+  bool needs_coordinates() const {
+    for (size_t j = 0; j < nops(); ++j)
+      if (operand(j).buffer >= 0 && !linear_[j]) return true;
+    return false;
+  }
+
   void elementwise() {
     coord_.assign(size_t(rank()), "");
-    line() << "const " << I_ << " n = " << out_.items << "u;\n";
+    if (out_.size_param) line() << "const " << I_ << " n = (" << I_ << ")n_items;\n";
+    else line() << "const " << I_ << " n = " << out_.items << "u;\n";
     line() << "const " << I_ << " g0 = (" << I_ << ")blockIdx.x * blockDim.x + threadIdx.x, gs = (" << I_
            << ")gridDim.x * blockDim.x;\n";
     line() << I_ << " i0 = 0;  // where the scalar loop starts\n";
@@ -600,9 +614,7 @@ class Renderer {
     line() << "for (" << I_ << " i = i0 + g0; i < n; i += gs) {\n";
     ++indent_;
     memo_.assign(code_.code.size(), "");
-    bool need_coords = false;
-    for (size_t j = 0; j < nops(); ++j) need_coords |= operand(j).buffer >= 0 && !linear_[j];
-    if (need_coords) decompose("i", 0, rank());
+    if (needs_coordinates()) decompose("i", 0, rank());
     for (size_t j = 0; j < k_.stores.size(); ++j) store(j, "i");
     --indent_;
     line() << "}\n";

@@ -25,7 +25,8 @@
 // Indices are 32-bit where the loop space and every operand's reach fit (most kernels).
 //
 // A kernel's parameters, in order: per load a pointer (`const T*`) to its first element, or
-// for a host number its value (`double` or `long long`); per store a pointer; then the status
+// for a host number its value (`double` or `long long`); per store a pointer; the element count
+// where the kernel takes it (CudaKernel::size_param); then the status
 // word (`unsigned long long*`, device memory): bit k set means check k failed (an integer
 // division by zero), raised by the host after the kernel. Split kernels then take the slots
 // (`unsigned long long*`; the finishing kernel also their count, `long long`).
@@ -59,6 +60,11 @@ struct CudaKernel {
   CudaStrategy strategy = CudaStrategy::Elementwise;
   int64_t items = 0;  // what the grid spreads over: elements (Elementwise, Split), tiles (Tiled), rows (others)
   int vector = 1;     // Elementwise: elements per vector access on the fast path (1: none)
+  // Elementwise over operands that are all contiguous (or read at one element): the element
+  // count is a parameter, the last before the status word (`unsigned long long`), and the body
+  // names no size, so one kernel (one CUBIN, one module) serves every size of the same op on the
+  // same dtypes: an eager `a + b` on a new size compiles nothing.
+  bool size_param = false;
   bool index32 = true;
   int slots = 0;      // Split: 8-byte accumulator slots each block writes
   std::vector<passes::Access> operands;  // the loads, then the stores

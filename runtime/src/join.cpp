@@ -1,4 +1,5 @@
 // Joining and indexing: cat, stack, split, chunk, index_select, gather.
+#include <algorithm>
 #include <atomic>
 
 #include "ops_common.h"
@@ -132,8 +133,14 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
       }
     });
   });
-  KILN_CHECK(!bad_seen.load(), "gather", "index ", bad.load(),
-             " is out of bounds for dimension ", d, " with size ", size);
+  if (bad_seen.load()) [[unlikely]] {
+    // The first bad index in row-major order (the threads saw them in any order), as the GPU's
+    // gather reports it.
+    const std::vector<int64_t> flat = index.contiguous().to_vector<int64_t>();
+    auto first = std::find_if(flat.begin(), flat.end(), [&](int64_t j) { return j < 0 || j >= size; });
+    KILN_FAIL("gather", "index ", first != flat.end() ? *first : bad.load(), " is out of bounds for dimension ", d,
+              " with size ", size);
+  }
   return x.dim() == 0 ? out.view({}) : out;
 }
 

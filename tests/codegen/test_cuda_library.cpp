@@ -124,6 +124,9 @@ TEST(CudaLibrary, IndexErrorsAreEagersOwn) {
   on_both([](const Tensor& a, const Tensor& i) { index_select(a, 1, i); }, x, bad.to(kInt32));
   on_both([](const Tensor& a, const Tensor& i) { gather(a, 1, i); }, x, bad.reshape({1, 5}));
   on_both([](const Tensor& a, const Tensor& i) { gather(a, 0, i); }, x, bad_neg.reshape({2, 1}));
+  // several bad indices: both name the first in row-major order (-3 here, not 8 or 11)
+  on_both([](const Tensor& a, const Tensor& i) { gather(a, 1, i); }, x,
+          from_vector(std::vector<int64_t>{0, 1, -3, 2, 8, 0, 11, 1}, {2, 4}));
   // Type and shape errors come from the op's checks before any kernel.
   on_both([](const Tensor& a, const Tensor& i) { gather(a, 1, i); }, x, bad.to(kInt32).reshape({1, 5}));
   on_both([](const Tensor& a, const Tensor& i) { cat({a, i}, 0); }, x, randn({2, 5}));

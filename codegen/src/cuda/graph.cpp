@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "graph.h"
+#include "module.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/factories.h"
@@ -16,10 +17,6 @@
 namespace kiln::codegen {
 
 namespace {
-
-char* first_byte(const Tensor& t) {
-  return static_cast<char*>(t.storage()->data()) + t.storage_offset() * t.element_size();
-}
 
 // Bytes from a view's first element to one past its last (strides are never negative here).
 size_t span_bytes(const Tensor& t) {

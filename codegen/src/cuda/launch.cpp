@@ -79,17 +79,6 @@ void* sink_word(int device) {
   return w;
 }
 
-// A device allocation for the length of one launch (freed in stream order after it).
-struct DeviceScratch {
-  void* p;
-  size_t n;
-  int device;
-  DeviceScratch(size_t bytes, int dev) : p(cuda::allocate(bytes, dev)), n(bytes), device(dev) {}
-  ~DeviceScratch() { cuda::release(p, n, device); }
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-};
-
 struct Launch {
   CudaKernel k;
   LoadedKernel fn;
@@ -224,12 +213,14 @@ struct SplitLaunch {
   }
 };
 
-// Eager ops on GPU tensors run as single-op programs of this backend.
-[[maybe_unused]] const bool eager_installed = (device_ops::install(&run_eager_on_cuda), true);
-
 }  // namespace
 
+// Eager ops on GPU tensors run as single-op programs of this backend: installed when the
+// library loads, and again (idempotent) from every program that includes kiln/kiln.h.
 void install_backends() { device_ops::install(&run_eager_on_cuda); }
+namespace {
+[[maybe_unused]] const bool eager_installed = (install_backends(), true);
+}  // namespace
 
 std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,
                                               std::vector<ir::Type> input_types, Device device, CudaCompileOptions opts) {

@@ -29,10 +29,6 @@ int64_t int_attr(const std::vector<Attr>& attrs, std::string_view name) {
 
 int64_t wrap(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
 
-const char* first_byte(const Tensor& t) {
-  return static_cast<const char*>(t.storage()->data()) + t.storage_offset() * t.element_size();
-}
-
 // ---------------------------------------------------------------- gather
 
 // One gather: out[p] = x[p with dim d replaced by index[p]] over the loop space `sizes` (the
@@ -139,12 +135,8 @@ void run_gather(const Gather& g, const Tensor& x, const Tensor& index, const Ten
     std::lock_guard<std::mutex> lock(mu);
     kernels.emplace(std::pair{key.str(), dev}, lg);
   }
-  void* status = cuda::allocate(sizeof(uint64_t), dev);
-  struct Release {
-    void* p;
-    int dev;
-    ~Release() { cuda::release(p, sizeof(uint64_t), dev); }
-  } release{status, dev};
+  DeviceScratch scratch(sizeof(uint64_t), dev);
+  void* status = scratch.p;
   cuda::fill_bytes(status, 0xff, sizeof(uint64_t), dev);
   uint64_t v[4] = {uint64_t(reinterpret_cast<uintptr_t>(first_byte(x))),
                    uint64_t(reinterpret_cast<uintptr_t>(first_byte(index))),

@@ -111,9 +111,11 @@ phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torc
     >"$out/bench-gpu-${tag//,/+}.log" 2>&1
 }
 phase_small() {  # tiny tensors: the per-call host overhead; and NVRTC compile vs disk-cache load
-                 # (the cold and warm first calls in child processes)
-  timeout 540 $build/tools/kiln-bench --device cuda --tier small --json "$out/bench-small.json" \
-    >"$out/bench-small.log" 2>&1
+                 # (the cold and warm first calls in child processes); a new size of a GPU op
+                 # (NVRTC per size vs size-generic kernels)
+  timeout 480 $build/tools/kiln-bench --device cuda --tier small --json "$out/bench-small.json" \
+    >"$out/bench-small.log" 2>&1 || return 1
+  timeout 60 $build/tools/kiln-compile-overhead --cuda-new-sizes --sizes 8 >"$out/new-sizes.log" 2>&1
 }
 phase_dump() {  # the rendered CUDA of a few workloads at the gpu tier
   local w

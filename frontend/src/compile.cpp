@@ -281,10 +281,10 @@ static std::optional<ir::Graph> retype(const ir::Graph& g, const std::vector<Ten
 }
 
 // Runs one graph of the trace tree: compiled when its inputs have the sizes and strides the
-// kernels were specialised on. Other sizes (a dynamic dim's) get a program of their own: on the
-// cpu from size-generic kernels (sizes as arguments: the first other size compiles them, later
-// sizes find them in the kernel cache and only rerun the passes), on a GPU from kernels of
-// that exact size (through the CUBIN caches); the last kMaxVariants of them are kept.
+// kernels were specialised on. Other sizes (a dynamic dim's) get a program of their own, from
+// size-generic kernels on either device (sizes as arguments: the first other size compiles
+// them, later sizes find them in the kernel caches and only rerun the passes); the last
+// kMaxVariants of them are kept.
 static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>& ins) {
   if (!n.compiled) return n.exe->run(ins);
   std::vector<ir::Slot> slots(ins.size());
@@ -308,7 +308,7 @@ static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>
           std::vector<ir::Type> types;
           for (const ir::Value* v : g->inputs()) types.push_back(v->type);
           const Device dev = graph_device(*g);
-          variant = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev)
+          variant = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev, {.generic = true})
                                   : codegen::compile_cpu(m.program, std::move(types), {.generic = true});
         }
       } catch (const Error&) {
@@ -705,7 +705,7 @@ Explanation Engine::explain(std::span<const CallArg> args) const {
       for (const auto& [k, v] : n->variants) compiled += v != nullptr;
       if (!n->variants.empty())
         note += "; other sizes: " + std::to_string(n->variants_built) + " seen, " + std::to_string(compiled) +
-                (graph_device(n->graph).is_cuda() ? " kept compiled at their sizes, " : " kept with size-generic kernels, ") +
+                " kept with size-generic kernels, " +
                 std::to_string(n->variants.size() - compiled) +
                 " on the reference executor";
     }

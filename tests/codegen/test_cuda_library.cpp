@@ -4,6 +4,7 @@
 // runs (cuda::host_transfers): at most the gather's 8-byte index check and its index value.
 // They used to run on the host on copies of their operands.
 #include <gtest/gtest.h>
+#include <kiln/codegen/cuda.h>
 #include <kiln/kiln.h>
 #include <kiln/runtime/cuda.h>
 
@@ -107,6 +108,29 @@ TEST(CudaLibrary, CompiledProgramsRunThemOnTheDevice) {
     const std::string how = explain(f, dev).str();
     EXPECT_EQ(how.find("on the host"), std::string::npos) << how;
   }
+}
+
+// The gather kernel is size-generic: gathers and index_selects of new shapes (same element
+// size, rank and dim) load no new kernel, and stay correct, including bad indices.
+TEST(CudaLibrary, GathersOfNewShapesLoadNoNewKernel) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(3);
+  size_t modules = 0;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{5, 7}, {9, 4}, {1, 30}, {33, 2}};
+  for (size_t s = 0; s < shapes.size(); ++s) {
+    auto [m, n] = shapes[s];
+    SCOPED_TRACE(std::to_string(m) + " x " + std::to_string(n));
+    Tensor x = randn({m, n}), xs = randn({m, 2 * n}).slice(1, 0, 2 * n, 2);
+    Tensor idx = randint(0, n, {m + 1, 3}), sel = randint(0, m, {n + 2});
+    EXPECT_TRUE(kiln::testing::close(cpu(gather(x.to(kGpu), 1, idx.narrow(0, 0, m).to(kGpu))), gather(x, 1, idx.narrow(0, 0, m))));
+    EXPECT_TRUE(kiln::testing::close(cpu(gather(xs.to(kGpu), 1, idx.narrow(0, 0, m).to(kGpu))), gather(xs, 1, idx.narrow(0, 0, m))));
+    EXPECT_TRUE(kiln::testing::close(cpu(index_select(x.to(kGpu), 0, sel.to(kGpu))), index_select(x, 0, sel)));
+    if (s > 0) EXPECT_EQ(codegen::cuda_kernel_modules(), modules) << "a new shape loaded a new kernel";
+    modules = codegen::cuda_kernel_modules();
+  }
+  Tensor x = randn({6, 5}), bad = from_vector(std::vector<int64_t>{0, 4, 7, 1}, {2, 2});
+  EXPECT_EQ(error_of([&] { gather(x.to(kGpu), 1, bad.to(kGpu)); }), error_of([&] { gather(x, 1, bad); }));
+  EXPECT_EQ(codegen::cuda_kernel_modules(), modules);
 }
 
 TEST(CudaLibrary, IndexErrorsAreEagersOwn) {

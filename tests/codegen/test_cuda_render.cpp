@@ -57,13 +57,13 @@ struct Case {
   kiln::testing::Tolerance floor;
 };
 
-Case make_case(std::string name, ir::Graph g, const std::string& prefix) {
+Case make_case(std::string name, ir::Graph g, const std::string& prefix, bool generic = false) {
   Case c;
   c.name = std::move(name);
   passes::Module m = passes::optimize(g, {});
   c.graph = std::move(g);
   c.program = std::make_shared<passes::KernelProgram>(std::move(*m.program));
-  c.kernels = codegen::render_cuda(*c.program, prefix);
+  c.kernels = codegen::render_cuda(*c.program, prefix, generic);
   return c;
 }
 
@@ -148,8 +148,9 @@ std::string show(const Tensor& t) {
 }
 
 // Runs each case on the emulator and on the reference executor, inputs and outputs compared.
-void expect_cases_match(const std::vector<Case>& cases, uint64_t seed = 7) {
-  Emulator emu(cases);
+// `compiled`: the cases whose kernels make the emulator's module (by default `cases`).
+void expect_cases_match(const std::vector<Case>& cases, uint64_t seed = 7, const std::vector<Case>* compiled = nullptr) {
+  Emulator emu(compiled ? *compiled : cases);
   ASSERT_TRUE(emu.error().empty()) << emu.error();
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -189,14 +190,15 @@ void expect_cases_match(const std::vector<Case>& cases, uint64_t seed = 7) {
   }
 }
 
-std::vector<Case> workload_cases() {
+std::vector<Case> workload_cases(bool generic = false) {
   std::vector<Case> cases;
   for (auto& [name, g] : kiln::testing::workload_graphs())
-    cases.push_back(make_case(name, std::move(g), "w" + std::to_string(cases.size()) + "_k"));
+    cases.push_back(make_case(name, std::move(g), (generic ? "gw" : "w") + std::to_string(cases.size()) + "_k", generic));
   return cases;
 }
 
 TEST(CudaEmulation, EveryWorkloadMatchesTheReferenceExecutor) { expect_cases_match(workload_cases()); }
+TEST(CudaEmulation, EveryWorkloadMatchesWithSizeGenericKernels) { expect_cases_match(workload_cases(true)); }
 
 // ---- ops, dtypes, layouts ----
 
@@ -313,38 +315,43 @@ struct Want {
   Fn fn;
   std::vector<Tensor> inputs;
   codegen::CudaStrategy strategy;
+  std::vector<Tensor> other;  // the same structure at other sizes (the same size-generic kernel)
 };
 std::vector<Want> strategy_wants() {
   manual_seed(11);
   using S = codegen::CudaStrategy;
   return {
-      {"split sum", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0]), amax(v[0])}; }, {randn({200000})}, S::Split},
-      {"split mean f64", [](const std::vector<Tensor>& v) { return std::vector{mean(v[0])}; }, {randn({70000}, TensorOptions(kFloat64))}, S::Split},
-      {"block rows", [](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({3, 5000})}, S::BlockRow},
-      {"warp rows", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {1}, true) * v[0]}; }, {randn({40, 100})}, S::WarpRow},
-      {"thread rows (columns)", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {0})}; }, {randn({50, 3000})}, S::ThreadRow},
-      {"thread rows (scan)", [](const std::vector<Tensor>& v) { return std::vector{cumsum(v[0], 1)}; }, {randn({70, 33})}, S::ThreadRow},
-      {"elementwise 3d", [](const std::vector<Tensor>& v) { return std::vector{v[0].permute({2, 0, 1}) + 1}; }, {randn({5, 6, 7})}, S::Elementwise},
+      {"split sum", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0]), amax(v[0])}; }, {randn({200000})}, S::Split, {randn({150001})}},
+      {"split mean f64", [](const std::vector<Tensor>& v) { return std::vector{mean(v[0])}; }, {randn({70000}, TensorOptions(kFloat64))}, S::Split,
+       {randn({99999}, TensorOptions(kFloat64))}},
+      {"block rows", [](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({3, 5000})}, S::BlockRow, {randn({5, 4001})}},
+      {"warp rows", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {1}, true) * v[0]}; }, {randn({40, 100})}, S::WarpRow, {randn({33, 97})}},
+      {"thread rows (columns)", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {0})}; }, {randn({50, 3000})}, S::ThreadRow, {randn({61, 2500})}},
+      {"thread rows (scan)", [](const std::vector<Tensor>& v) { return std::vector{cumsum(v[0], 1)}; }, {randn({70, 33})}, S::ThreadRow, {randn({20, 50})}},
+      {"elementwise 3d", [](const std::vector<Tensor>& v) { return std::vector{v[0].permute({2, 0, 1}) + 1}; }, {randn({5, 6, 7})}, S::Elementwise, {randn({3, 4, 9})}},
       // partial tiles on both sides; a broadcast operand read directly beside the staged one
       {"tiled transpose", [](const std::vector<Tensor>& v) { return std::vector{v[0].t() * v[1] + v[2]}; },
-       {randn({70, 45}), randn({45, 70}), randn({70})}, S::Tiled},
+       {randn({70, 45}), randn({45, 70}), randn({70})}, S::Tiled,
+       {randn({40, 33}), randn({33, 40}), randn({40})}},
       // a batch loop outside the tile, two staged operands in float16, two outputs
       {"tiled batched f16",
        [](const std::vector<Tensor>& v) {
          Tensor a = v[0].transpose(1, 2), b = v[1].permute({0, 2, 1});
          return std::vector{a - b, a.to(kFloat32) * b.to(kFloat32)};
        },
-       {randn({3, 40, 33}).to(kFloat16), randn({3, 40, 33}).to(kFloat16)}, S::Tiled},
+       {randn({3, 40, 33}).to(kFloat16), randn({3, 40, 33}).to(kFloat16)}, S::Tiled,
+       {randn({2, 17, 50}).to(kFloat16), randn({2, 17, 50}).to(kFloat16)}},
       // integer division by zero checked inside a tile
       {"tiled int", [](const std::vector<Tensor>& v) { return std::vector{floor_divide(v[0].t(), v[1])}; },
-       {randint(-50, 50, {32, 48}, kInt32), randint(1, 9, {48, 32}, kInt32)}, S::Tiled},
+       {randint(-50, 50, {32, 48}, kInt32), randint(1, 9, {48, 32}, kInt32)}, S::Tiled,
+       {randint(-50, 50, {20, 36}, kInt32), randint(1, 9, {36, 20}, kInt32)}},
   };
 }
-std::vector<Case> strategy_cases() {
+std::vector<Case> strategy_cases(bool generic = false) {
   std::vector<Case> cases;
   for (const Want& w : strategy_wants())
     for (ir::Graph& g : trace(w.fn, {w.inputs})) {
-      cases.push_back(make_case(w.name, std::move(g), "s" + std::to_string(cases.size()) + "_k"));
+      cases.push_back(make_case(w.name, std::move(g), "s" + std::to_string(cases.size()) + "_k", generic));
       cases.back().inputs = w.inputs;
     }
   return cases;
@@ -357,6 +364,50 @@ TEST(CudaEmulation, EveryStrategyMatches) {
   for (size_t i = 0; i < wants.size(); ++i)
     EXPECT_EQ(codegen::cuda_strategy_name(strategy_of(cases[i])), codegen::cuda_strategy_name(wants[i].strategy)) << wants[i].name;
   expect_cases_match(cases);
+}
+
+// Size-generic kernels (render_cuda's `generic`): each strategy's case rendered at its sizes and
+// at other sizes of the same structure is one body (up to its entry points' names), and the
+// kernel compiled for the first sizes, launched with the size arguments of the second, computes
+// the second's results.
+TEST(CudaEmulation, SizeGenericKernelsServeOtherSizes) {
+  std::vector<Want> wants = strategy_wants();
+  std::vector<Case> first, second;
+  for (const Want& w : wants) {
+    std::vector<ir::Graph> a = trace(w.fn, {w.inputs}), b = trace(w.fn, {w.other});
+    ASSERT_EQ(a.size(), 1u) << w.name;
+    ASSERT_EQ(b.size(), 1u) << w.name;
+    const std::string n = std::to_string(first.size());
+    first.push_back(make_case(w.name, std::move(a[0]), "ga" + n + "_k", true));
+    first.back().inputs = w.inputs;
+    second.push_back(make_case(w.name + " at other sizes", std::move(b[0]), "gb" + n + "_k", true));
+    second.back().inputs = w.other;
+  }
+  for (size_t i = 0; i < wants.size(); ++i) {
+    SCOPED_TRACE(wants[i].name);
+    EXPECT_EQ(codegen::cuda_strategy_name(strategy_of(second[i])), codegen::cuda_strategy_name(wants[i].strategy));
+    ASSERT_EQ(first[i].kernels.size(), second[i].kernels.size());
+    int rendered = 0;
+    for (size_t j = 0; j < first[i].kernels.size(); ++j) {
+      auto& ka = first[i].kernels[j].kernel;
+      auto& kb = second[i].kernels[j].kernel;
+      ASSERT_EQ(ka.has_value(), kb.has_value());
+      if (!ka) continue;
+      ++rendered;
+      EXPECT_TRUE(ka->generic && kb->generic);
+      EXPECT_NE(ka->size_args, kb->size_args) << "the sizes differ, so must their arguments";
+      std::string body = kb->body;
+      for (size_t at = body.find(kb->name); at != std::string::npos; at = body.find(kb->name, at + ka->name.size()))
+        body.replace(at, kb->name.size(), ka->name);
+      EXPECT_EQ(body, ka->body) << "not the same kernel at other sizes";
+      // (the second case launches the first's kernel)
+      if (!kb->finish.empty()) kb->finish = ka->finish;
+      kb->name = ka->name;
+    }
+    EXPECT_GT(rendered, 0);
+  }
+  expect_cases_match(second, 7, &first);
+  expect_cases_match(first);
 }
 
 TEST(CudaEmulation, IntegerDivisionByZeroRaisesEagersError) {
@@ -489,19 +540,85 @@ TEST(CudaSource, ContiguousElementwiseKernelsServeEverySize) {
   EXPECT_FALSE(r[0].kernel->size_param);
 }
 
+// A size-generic kernel names no size: x[:, ::2] + b at two sizes is one body, its loop extents
+// and non-unit strides read from parameters (unit strides stay constants); the specialised
+// kernel keeps its sizes. A contiguous kernel takes only its element count either way.
+TEST(CudaSource, SizeGenericKernelsNameNoSize) {
+  auto render = [](int64_t m, int64_t n, bool generic) {
+    auto graphs = trace([](const std::vector<Tensor>& v) { return std::vector{v[0].slice(1, 0, v[0].size(1), 2) + v[1]}; },
+                        {{randn({m, 2 * n}), randn({n})}});
+    passes::Module mod = passes::optimize(graphs[0], {});
+    std::vector<codegen::CudaRender> r = codegen::render_cuda(*mod.program, "kiln_k", generic);
+    EXPECT_TRUE(r.at(0).kernel.has_value());
+    return r[0].kernel.value_or(codegen::CudaKernel{});
+  };
+  codegen::CudaKernel a = render(30, 41, true), b = render(53, 67, true), fixed = render(30, 41, false);
+  EXPECT_EQ(a.body, b.body);
+  EXPECT_TRUE(a.generic && a.size_param);
+  // n_items, the extents, the divisor of the inner one, x's strides, the store's row stride
+  EXPECT_EQ(a.size_args, (std::vector<int64_t>{30 * 41, 30, 41, int64_t(codegen::cuda_divisor_magic(41)), 82, 2, 41}));
+  std::string body = a.body.substr(0, a.body.find("#if defined(KILN_CUDA_EMULATION)"));
+  for (const char* size : {"30", "41", "82", "1230"}) EXPECT_EQ(body.find(size), std::string::npos) << size << "\n" << body;
+  for (const char* p : {"long long size0", "long long size1", "long long stride0_0", "long long stride0_1", "long long stride2_0"})
+    EXPECT_NE(body.find(p), std::string::npos) << p << "\n" << body;
+  EXPECT_NE(body.find("kiln_udiv(r0, div1), c1 = r0 - q1 * L1;"), std::string::npos) << body;
+  EXPECT_NE(body.find("p1[(int)c1]"), std::string::npos) << "a unit stride is a constant\n" << body;
+  EXPECT_FALSE(fixed.generic);
+  EXPECT_NE(fixed.body.find("% 41u"), std::string::npos) << fixed.body;
+  EXPECT_TRUE(fixed.size_args.empty());
+  auto contiguous = trace([](const std::vector<Tensor>& v) { return std::vector{v[0] * v[1]}; }, {{randn({999}), randn({999})}});
+  passes::Module mod = passes::optimize(contiguous[0], {});
+  std::vector<codegen::CudaRender> r = codegen::render_cuda(*mod.program, "kiln_k", true);
+  ASSERT_TRUE(r.at(0).kernel);
+  EXPECT_EQ(r[0].kernel->size_args, std::vector<int64_t>{999});
+}
+
+// The multiply-and-shift divisors of size-generic kernels are exact for every dividend below
+// 2^31: each divisor below 3000, powers of two and their neighbours, large ones, against edge
+// and random dividends (the same arithmetic as kiln_udiv, which the emulation tests run).
+TEST(CudaSource, FastDivisorsAreExactBelowTwoToThe31) {
+  auto udiv = [](uint32_t r, uint64_t md) {
+    uint32_t hi = uint32_t((uint64_t(r) * uint32_t(md)) >> 32);
+    return (hi + r) >> uint32_t(md >> 32);
+  };
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d < 3000; ++d) divisors.push_back(d);
+  for (int s = 1; s < 31; ++s)
+    for (int64_t e : {-1, 0, 1}) divisors.push_back((int64_t(1) << s) + e);
+  for (int64_t d : {int64_t(2147483647), int64_t(2147483646), int64_t(1000000007), int64_t(65537 * 3)}) divisors.push_back(d);
+  uint64_t state = 12345;
+  auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
+  size_t wrong = 0;
+  for (int64_t d : divisors) {
+    if (d >= (int64_t(1) << 31)) continue;
+    const uint64_t md = codegen::cuda_divisor_magic(d);
+    std::vector<uint32_t> rs = {0, 1, uint32_t(d - 1), uint32_t(d), 0x7fffffffu, 0x7ffffffeu};
+    for (uint32_t k : {1u, 2u, 3u, 1000u}) {
+      uint64_t m = uint64_t(d) * k;
+      if (m < 0x80000000u) rs.insert(rs.end(), {uint32_t(m - 1), uint32_t(m), uint32_t(m + 1 < 0x80000000u ? m + 1 : m)});
+    }
+    for (int j = 0; j < 64; ++j) rs.push_back(uint32_t(next() >> 33));
+    for (uint32_t r : rs)
+      if (udiv(r, md) != r / uint32_t(d) && wrong++ < 10) ADD_FAILURE() << r << " / " << d << " gave " << udiv(r, md);
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_THROW(codegen::cuda_divisor_magic(0), Error);
+  EXPECT_THROW(codegen::cuda_divisor_magic(int64_t(1) << 31), Error);
+}
+
 // ---- NVRTC ----
 
 // Every kernel of every workload, and of the strategy cases (whose sizes pick the split,
 // block and thread strategies the small workloads do not reach), as CUBINs for sm_90.
-TEST(CudaNvrtc, EveryWorkloadsKernelsCompileForSm90) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
-  std::vector<Case> cases = workload_cases();
-  for (Case& c : strategy_cases()) cases.push_back(std::move(c));
+void expect_every_kernel_compiles_for_sm90(bool generic) {
+  std::vector<Case> cases = workload_cases(generic);
+  for (Case& c : strategy_cases(generic)) cases.push_back(std::move(c));
   std::map<std::string, int> strategies;
   for (const Case& c : cases)
     for (const auto& r : c.kernels) {
       if (!r.kernel) continue;
       SCOPED_TRACE(c.name + " " + r.kernel->name);
+      EXPECT_EQ(r.kernel->generic, generic);
       codegen::CudaBinary b;
       ASSERT_NO_THROW(b = codegen::cuda_cubin(*r.kernel, 90));
       ASSERT_GE(b.cubin.size(), 64u);
@@ -510,6 +627,14 @@ TEST(CudaNvrtc, EveryWorkloadsKernelsCompileForSm90) {
       strategies[std::string(codegen::cuda_strategy_name(r.kernel->strategy))]++;
     }
   EXPECT_EQ(strategies.size(), 6u) << "every strategy compiled";
+}
+TEST(CudaNvrtc, EveryWorkloadsKernelsCompileForSm90) {
+  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  expect_every_kernel_compiles_for_sm90(false);
+}
+TEST(CudaNvrtc, EveryWorkloadsSizeGenericKernelsCompileForSm90) {
+  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  expect_every_kernel_compiles_for_sm90(true);
 }
 
 // The gather kernel of gather and index_select (codegen/src/cuda/library.cpp) is written by

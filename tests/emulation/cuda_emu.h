@@ -81,6 +81,8 @@ T __shfl_xor_sync(unsigned, T v, int lane_mask) {
   return r;
 }
 
+inline unsigned __umulhi(unsigned a, unsigned b) { return unsigned((static_cast<unsigned long long>(a) * b) >> 32); }
+
 inline unsigned long long atomicOr(unsigned long long* p, unsigned long long v) {
   return __atomic_fetch_or(p, v, __ATOMIC_RELAXED);
 }

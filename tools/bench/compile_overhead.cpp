@@ -4,8 +4,20 @@
 // size once a dim is dynamic: the first call at each new size (its program built from
 // size-generic kernels found in the kernel cache) against the call that compiled them.
 //
+// --cuda-new-sizes: what a new size of a GPU op costs the host before anything reaches a GPU
+// (the passes, the CUDA source, its CUBIN), with kernels specialised on each size (NVRTC every
+// time) and with size-generic ones (NVRTC for the first size; later sizes render the same
+// source and find its CUBIN in memory). NVRTC runs on the host, so this needs no GPU; the disk
+// cache is off, so that every specialised size really compiles. Loading the module on a GPU
+// (once per kernel either way) is not included.
+//
 //   kiln-compile-overhead [--rounds N] [--calls N] [--size N]
+//   kiln-compile-overhead --cuda-new-sizes [--sizes N]
+#include <kiln/codegen/cuda.h>
+#include <kiln/ir/graph.h>
 #include <kiln/kiln.h>
+#include <kiln/passes/pass.h>
+#include <kiln/runtime/cuda.h>
 
 #include <algorithm>
 #include <chrono>
@@ -32,20 +44,85 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One op of --cuda-new-sizes: a graph with {N} for the size that varies.
+struct GpuOp {
+  const char* name;
+  const char* text;
+};
+
+std::string with_n(std::string text, int64_t n) {
+  for (size_t at = text.find("{N}"); at != std::string::npos; at = text.find("{N}", at)) text.replace(at, 3, std::to_string(n));
+  return text;
+}
+
+// Milliseconds from the graph at size n to a CUBIN for every kernel (sm_90).
+double cubins_ms(const GpuOp& op, int64_t n, bool generic) {
+  auto t0 = std::chrono::steady_clock::now();
+  ir::Graph g = ir::parse(with_n(op.text, n));
+  passes::Module m = passes::optimize(g);
+  for (const codegen::CudaRender& r : codegen::render_cuda(*m.program, "kiln_k", generic))
+    if (r.kernel) codegen::cuda_cubin(*r.kernel, 90);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int cuda_new_sizes(int sizes) {
+  if (!cuda::nvrtc_is_available()) {
+    std::fprintf(stderr, "kiln-compile-overhead: NVRTC is not available: %s\n", cuda::nvrtc_unavailable_reason().c_str());
+    return 1;
+  }
+  const GpuOp ops[] = {
+      {"broadcast add f32[n, 96] + f32[96]",
+       "graph @g(%x: f32[{N},96]{96,1}, %b: f32[96]{1}) {\n  %0 = add(%x, %b) {alpha=1} : f32[{N},96]{96,1}\n  return %0\n}\n"},
+      {"softmax rows f32[n, 300]",
+       "graph @g(%x: f32[{N},300]{300,1}) {\n  %0 = softmax(%x) {dim=1} : f32[{N},300]{300,1}\n  return %0\n}\n"},
+      {"column sums f32[n, 64].sum(0)",
+       "graph @g(%x: f32[{N},64]{64,1}) {\n  %0 = sum(%x) {dims=[0], keepdim=false} : f32[64]{1}\n  return %0\n}\n"},
+      {"transposed copy f32[48, n] -> [n, 48]",
+       "graph @g(%x: f32[{N},48]{1,{N}}) {\n  %0 = contiguous(%x) : f32[{N},48]{48,1}\n  return %0\n}\n"},
+  };
+  std::printf("a new size of a GPU op, host side to a CUBIN (sm_90), %d sizes per op, disk cache off; ms\n", sizes);
+  std::printf("%-40s %12s %14s %14s %8s\n", "op", "specialised", "generic first", "generic later", "ratio");
+  for (const GpuOp& op : ops) {
+    std::vector<double> fixed, later;
+    double first = 0;
+    for (int i = 0; i < sizes; ++i) {
+      const int64_t n = 40 + 7 * i;  // (new sizes, one structure: every n > 1 and below 2^31)
+      fixed.push_back(cubins_ms(op, n + 1000, false));
+      double t = cubins_ms(op, n, true);
+      if (i == 0) first = t;
+      else later.push_back(t);
+    }
+    std::printf("%-40s %12.2f %14.2f %14.3f %7.0fx\n", op.name, median(fixed), first, median(later),
+                median(fixed) / median(later));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 15, calls = 20000;
+  int rounds = 15, calls = 20000, sizes = 8;
   int64_t size = 4;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool gpu_sizes = false;
+  for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
-    else if (a == "--calls") calls = std::atoi(argv[i + 1]);
-    else if (a == "--size") size = std::atoll(argv[i + 1]);
+    if (a == "--cuda-new-sizes") {
+      gpu_sizes = true;
+      continue;
+    }
+    if (i + 1 >= argc) a = "?";
+    if (a == "--rounds") rounds = std::atoi(argv[++i]);
+    else if (a == "--calls") calls = std::atoi(argv[++i]);
+    else if (a == "--size") size = std::atoll(argv[++i]);
+    else if (a == "--sizes") sizes = std::max(2, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s [--rounds N] [--calls N] [--size N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--rounds N] [--calls N] [--size N] | --cuda-new-sizes [--sizes N]\n", argv[0]);
       return 2;
     }
+  }
+  if (gpu_sizes) {
+    setenv("KILN_DISABLE_CACHE", "1", 1);  // (before the disk cache is first used)
+    return cuda_new_sizes(sizes);
   }
   Tensor x = randn({size}), y = randn({size});
   auto one = compile([](const Tensor& a, const Tensor& b) { return a + b; });

@@ -353,7 +353,8 @@ passes::Module optimize_graph(const ir::Graph& g, const Options& o, std::ostream
 std::string module_text(const passes::Module& m, const Options& o) {
   if (o.emit.empty() || !m.program) return passes::print(m);
   if (o.emit == "cuda" || o.emit == "ptx")
-    return codegen::emit_cuda(*m.program, o.emit == "cuda" ? codegen::CudaEmit::Source : codegen::CudaEmit::Ptx, o.arch);
+    return codegen::emit_cuda(*m.program, o.emit == "cuda" ? codegen::CudaEmit::Source : codegen::CudaEmit::Ptx, o.arch,
+                             o.size_generic);
   codegen::CpuEmit what = o.emit == "code"       ? codegen::CpuEmit::Code
                           : o.emit == "llvm-raw" ? codegen::CpuEmit::LlvmRaw
                           : o.emit == "llvm"     ? codegen::CpuEmit::Llvm
@@ -976,7 +977,7 @@ int run_main(int argc, char** argv) {
       ->check(CLI::Range(50, 999))
       ->type_name("SM");
   app.add_flag("--size-generic", o.size_generic,
-               "With --emit: the size-generic kernels kiln compiles once a dim is dynamic (loop extents and "
+               "With --emit: the size-generic kernels kiln compiles once a dim is dynamic, and for eager GPU ops (loop extents and "
                "strides read from the arguments) instead of kernels specialised on the sizes");
   app.add_flag("--stats", o.stats, "Print the kernel program's statistics: bytes read and written per kernel, "
                                    "peak memory");

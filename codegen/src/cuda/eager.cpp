@@ -1,11 +1,13 @@
 // Eager ops on GPU tensors (kiln/runtime/device_ops.h): each op call becomes a one-node graph
 // (its operands as inputs, host numbers as scalar inputs so that x * 0.5 and x * 0.25 share a
 // kernel), optimized and compiled by compile_cuda, and cached by the op, its attributes and
-// its operands' dtypes, devices, sizes and strides. A cache hit costs a hash lookup and the
-// launch; the compiled kernels themselves also sit in the CUBIN caches, so a new size of an
-// op seen before reruns the passes and loads, but compiles nothing it has compiled before.
+// its operands' dtypes, devices, sizes and strides (the most recent kMaxPrograms of them). A
+// cache hit costs a hash lookup and the launch. The kernels are size-generic, so a new size of
+// an op seen before (same dtypes, same layout class) reruns the passes and finds its kernel's
+// module loaded already: no NVRTC compile, no module load.
 // Library ops (products, einsum, cat, gather, index_select: library.h) are calls of their own
 // after the op's type checks.
+#include <deque>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -89,12 +91,17 @@ std::shared_ptr<CompiledProgram> build(OpId op, std::span<const trace::Operand> 
   ir::Node* n = g.add_node(op, values, attrs, {result_type(op, types, attrs)});
   g.set_outputs({n->outputs[0]});
   passes::Module m = passes::optimize(g);
-  return compile_cuda(std::shared_ptr<const passes::KernelProgram>(std::move(m.program)), std::move(types), dev);
+  // (size-generic kernels: a new size of an op seen before loads the kernel it already has)
+  return compile_cuda(std::shared_ptr<const passes::KernelProgram>(std::move(m.program)), std::move(types), dev,
+                      {.generic = true});
 }
 
 struct Programs {
+  // (a program is small, but a process that sees ever new sizes must not keep them all)
+  static constexpr size_t kMaxPrograms = 4096;
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<CompiledProgram>> by_signature;
+  std::deque<std::string> order;  // keys, oldest first
 };
 Programs& programs() {
   static auto* p = new Programs();  // (never destroyed: device memory outlives static destruction order)
@@ -116,7 +123,9 @@ Tensor run_eager_on_cuda(OpId op, std::span<const trace::Operand> in, std::vecto
       if (x.tensor) operands.push_back(*x.tensor);
     if (operands.size() == in.size()) return run_cuda_library(op, operands, attrs, result_type(op, operand_types(in), attrs));
   }
-  auto& [mu, cache] = programs();
+  Programs& ps = programs();
+  std::mutex& mu = ps.mu;
+  auto& cache = ps.by_signature;
   std::string key = signature(op, in, attrs);
   std::shared_ptr<CompiledProgram> program;
   {
@@ -126,7 +135,15 @@ Tensor run_eager_on_cuda(OpId op, std::span<const trace::Operand> in, std::vecto
   if (!program) {
     program = build(op, in, attrs);  // (outside the lock: compiling may take a while)
     std::lock_guard<std::mutex> lock(mu);
-    program = cache.emplace(key, program).first->second;
+    auto [it, fresh] = cache.emplace(key, program);
+    program = it->second;
+    if (fresh) {
+      ps.order.push_back(key);
+      if (ps.order.size() > Programs::kMaxPrograms) {
+        cache.erase(ps.order.front());
+        ps.order.pop_front();
+      }
+    }
   }
   std::vector<ir::Slot> slots(in.size());
   for (size_t i = 0; i < in.size(); ++i) {

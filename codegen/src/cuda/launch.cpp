@@ -37,11 +37,27 @@ void name_by_content(CudaKernel& k) {
   k.name = name;
 }
 
+namespace {
 // Loaded modules, one per kernel and device, for the life of the process.
-LoadedKernel load_kernel(const CudaKernel& k, int device, int arch) {
-  static std::mutex mu;
+struct Modules {
+  std::mutex mu;
+  std::map<std::pair<std::string, int>, std::shared_ptr<cuda::Module>> by_key;
+};
+Modules& loaded_modules() {
   // (never destroyed: unloading modules during static destruction would race the driver's own)
-  static auto& modules = *new std::map<std::pair<std::string, int>, std::shared_ptr<cuda::Module>>();
+  static auto* m = new Modules();
+  return *m;
+}
+}  // namespace
+
+size_t cuda_kernel_modules() {
+  Modules& m = loaded_modules();
+  std::lock_guard<std::mutex> lock(m.mu);
+  return m.by_key.size();
+}
+
+LoadedKernel load_kernel(const CudaKernel& k, int device, int arch) {
+  auto& [mu, modules] = loaded_modules();
   const bool emulated = cuda::emulated();
   LoadedKernel out;
   std::string key = emulated ? "emulated " + k.name : cuda_kernel_key(k, arch).hex();
@@ -233,7 +249,8 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
   std::vector<passes::KernelImpl> impls(p.kernels.size());
   // The emulator runs each block's threads as host threads: smaller blocks keep them few.
   const int block = opts.block > 0 ? opts.block : cuda::emulated() ? 64 : kCudaBlock;
-  std::vector<CudaRender> rendered = render_cuda(p, "kiln_cuda_k");
+  std::vector<CudaRender> rendered = render_cuda(p, "kiln_cuda_k", opts.generic);
+  stats.generic = opts.generic;
   bool any_checks = false;
   std::string library_refusal;  // the first library call's reason it cannot be captured
   // A library call of kernel i on the device: cuBLAS set up now (never inside a capture).

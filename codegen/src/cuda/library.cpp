@@ -33,8 +33,9 @@ int64_t wrap(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
 
 // One gather: out[p] = x[p with dim d replaced by index[p]] over the loop space `sizes` (the
 // index's and the result's sizes). index_select is a gather whose index is read along d only
-// (stride 0 over the other dims). Every size and stride is baked into the kernel, as in the
-// rendered kernels: one kernel per shape, cached like them.
+// (stride 0 over the other dims). The kernel is size-generic: its body depends on the element
+// size, the rank, d and the index width only, and every size and stride is a parameter, so a
+// gather of a new shape loads the kernel it already has.
 struct Gather {
   std::vector<int64_t> sizes, x_strides, i_strides, o_strides;  // x_strides[d] is unused (0)
   int64_t d = 0, size_d = 1, x_stride_d = 0;
@@ -56,50 +57,73 @@ struct Gather {
     }
     return numel() < lim && rx < lim && ri < lim && ro < lim;
   }
+  // What the kernel's body depends on.
+  std::string structure() const {
+    return std::to_string(elem) + " " + std::to_string(sizes.size()) + " " + std::to_string(d) + (fits32() ? " i32" : " i64");
+  }
+
+  // The parameters after the three pointers: the item count, dim d's size and x's stride along
+  // it, then per dim its size and the strides of x, the index and the result along it, and with
+  // 32-bit indices (but for dim 0, which takes what is left) its size's divisor (kiln_udiv).
+  std::vector<int64_t> size_args() const {
+    std::vector<int64_t> v{numel(), size_d, x_stride_d};
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      v.insert(v.end(), {sizes[k], k == size_t(d) ? 0 : x_strides[k], i_strides[k], o_strides[k]});
+      if (k > 0 && fits32()) v.push_back(int64_t(cuda_divisor_magic(sizes[k])));
+    }
+    return v;
+  }
 
   CudaKernel kernel() const {
     static const char* const bits[] = {"", "unsigned char", "unsigned short", "", "unsigned", "", "", "", "unsigned long long"};
     const std::string T = bits[elem], name = "kiln_gather";
     const bool i32 = fits32();
     const std::string I = i32 ? "unsigned" : "unsigned long long", S = i32 ? "int" : "long long";
+    const size_t rank = sizes.size();
     std::ostringstream o;
-    o << "// gather: " << elem << "-byte elements, " << numel() << " items, dim " << d << " of size " << size_d << "\n"
+    o << "// gather: " << elem << "-byte elements, rank " << rank << ", along dim " << d << "\n"
       << "extern \"C\" __global__ void __launch_bounds__(" << kCudaBlock << ") " << name << "(const " << T
       << "* __restrict__ x, const long long* __restrict__ index, " << T
-      << "* __restrict__ out, unsigned long long* __restrict__ status) {\n"
-      << "  for (" << I << " i = (" << I << ")blockIdx.x * blockDim.x + threadIdx.x; i < " << numel() << (i32 ? "u" : "ull")
-      << "; i += ("
-      << I << ")gridDim.x * blockDim.x) {\n"
+      << "* __restrict__ out, long long n_items, long long size_d, long long x_stride_d";
+    for (size_t k = 0; k < rank; ++k) {
+      o << ", long long n" << k << ", long long xs" << k << ", long long is" << k << ", long long os" << k;
+      if (k > 0 && i32) o << ", unsigned long long div" << k;
+    }
+    o << ", unsigned long long* __restrict__ status) {\n"
+      << "  for (" << I << " i = (" << I << ")blockIdx.x * blockDim.x + threadIdx.x; i < (" << I << ")n_items; i += (" << I
+      << ")gridDim.x * blockDim.x) {\n"
       << "    " << I << " r = i;\n    " << S << " xo = 0, io = 0, oo = 0;\n";
     // innermost dim first; the outermost takes what is left of r
-    for (size_t k = sizes.size(); k-- > 0;) {
-      if (sizes[k] == 1) continue;
-      o << "    { const " << I << " c = " << (k == 0 ? "r" : "r % " + std::to_string(sizes[k]) + "u") << ";";
-      if (k) o << " r /= " << sizes[k] << "u;";
-      auto term = [&](const char* var, int64_t stride) {
-        if (stride) o << ' ' << var << " += (" << S << ")c * " << stride << ';';
-      };
-      term("xo", k == size_t(d) ? 0 : x_strides[k]);
-      term("io", i_strides[k]);
-      term("oo", o_strides[k]);
-      o << " }\n";
+    for (size_t k = rank; k-- > 0;) {
+      const std::string n = "(" + I + ")n" + std::to_string(k);
+      if (k == 0) o << "    { const " << S << " c = (" << S << ")r;";
+      else if (i32) o << "    { const unsigned q = kiln_udiv(r, div" << k << "); const int c = (int)(r - q * " << n << "); r = q;";
+      else o << "    { const " << S << " c = (" << S << ")(r % " << n << "); r /= " << n << ";";
+      if (k != size_t(d)) o << " xo += c * (" << S << ")xs" << k << ";";
+      o << " io += c * (" << S << ")is" << k << "; oo += c * (" << S << ")os" << k << "; }\n";
     }
     o << "    const long long j = index[io];\n"
-      << "    if (j < 0 || j >= " << size_d << "ll) { atomicMin(status, (unsigned long long)i); continue; }\n"
-      << "    out[oo] = x[xo + (" << S << ")j * " << x_stride_d << "];\n"
+      << "    if (j < 0 || j >= size_d) { atomicMin(status, (unsigned long long)i); continue; }\n"
+      << "    out[oo] = x[xo + (" << S << ")j * (" << S << ")x_stride_d];\n"
       << "  }\n}\n"
       << "#if defined(KILN_CUDA_EMULATION)\n"
       << "extern \"C\" void " << name << "_emu(void** p, unsigned grid, unsigned block) {\n"
       << "  kiln_emu::launch(grid, block, [&] { " << name << "(*(const " << T << "**)p[0], *(const long long**)p[1], *("
-      << T << "**)p[2], *(unsigned long long**)p[3]); });\n}\n"
-      << "extern \"C\" const int " << name << "_emu_params = 4;\n"
+      << T << "**)p[2]";
+    const size_t nsizes = size_args().size();
+    for (size_t j = 0; j < nsizes; ++j) o << ", *(long long*)p[" << 3 + j << "]";
+    o << ", *(unsigned long long**)p[" << 3 + nsizes << "]); });\n}\n"
+      << "extern \"C\" const int " << name << "_emu_params = " << 4 + nsizes << ";\n"
       << "#endif\n";
     CudaKernel k;
     k.name = name;
     k.body = o.str();
     k.items = numel();
     k.index32 = i32;
+    k.generic = true;
+    k.size_args = size_args();
     k.param_types = {"const " + T + "*", "const long long*", T + "*"};
+    k.param_types.insert(k.param_types.end(), nsizes, "long long");
     name_by_content(k);
     return k;
   }
@@ -107,7 +131,7 @@ struct Gather {
 
 struct LoadedGather {
   LoadedKernel fn;
-  CudaLaunch dims;
+  int multiprocessors = 1;
 };
 
 // Runs the gather; on an index out of range raises `fail(value, position)` for the first one.
@@ -116,33 +140,34 @@ void run_gather(const Gather& g, const Tensor& x, const Tensor& index, const Ten
   const int dev = out.device().index;
   if (g.numel() == 0) return;
   static std::mutex mu;
-  static std::map<std::pair<std::string, int>, LoadedGather> kernels;  // by geometry and device
-  std::ostringstream key;
-  key << g.elem << ' ' << g.d << ' ' << g.size_d << ' ' << g.x_stride_d;
-  for (size_t k = 0; k < g.sizes.size(); ++k)
-    key << ' ' << g.sizes[k] << ':' << g.x_strides[k] << ':' << g.i_strides[k] << ':' << g.o_strides[k];
+  static std::map<std::pair<std::string, int>, LoadedGather> kernels;  // by structure and device
+  const std::string key = g.structure();
   LoadedGather lg;
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto it = kernels.find({key.str(), dev});
+    auto it = kernels.find({key, dev});
     if (it != kernels.end()) lg = it->second;
   }
+  CudaKernel k = g.kernel();  // (its size arguments and launch geometry are this call's)
   if (!lg.fn.main) {
-    CudaKernel k = g.kernel();
     const cuda::DeviceInfo info = cuda::device_info(dev);
     lg.fn = load_kernel(k, dev, info.arch);
-    lg.dims = cuda_launch_dims(k, info.multiprocessors, cuda::emulated() ? 64 : kCudaBlock);
+    lg.multiprocessors = info.multiprocessors;
     std::lock_guard<std::mutex> lock(mu);
-    kernels.emplace(std::pair{key.str(), dev}, lg);
+    kernels.emplace(std::pair{key, dev}, lg);
   }
+  const CudaLaunch dims = cuda_launch_dims(k, lg.multiprocessors, cuda::emulated() ? 64 : kCudaBlock);
   DeviceScratch scratch(sizeof(uint64_t), dev);
   void* status = scratch.p;
   cuda::fill_bytes(status, 0xff, sizeof(uint64_t), dev);
-  uint64_t v[4] = {uint64_t(reinterpret_cast<uintptr_t>(first_byte(x))),
-                   uint64_t(reinterpret_cast<uintptr_t>(first_byte(index))),
-                   uint64_t(reinterpret_cast<uintptr_t>(first_byte(out))), uint64_t(reinterpret_cast<uintptr_t>(status))};
-  void* params[4] = {&v[0], &v[1], &v[2], &v[3]};
-  cuda::launch(lg.fn.main, lg.dims.grid, lg.dims.block, params, dev);
+  std::vector<uint64_t> v = {uint64_t(reinterpret_cast<uintptr_t>(first_byte(x))),
+                             uint64_t(reinterpret_cast<uintptr_t>(first_byte(index))),
+                             uint64_t(reinterpret_cast<uintptr_t>(first_byte(out)))};
+  for (int64_t a : k.size_args) v.push_back(uint64_t(a));
+  v.push_back(uint64_t(reinterpret_cast<uintptr_t>(status)));
+  std::vector<void*> params;
+  for (uint64_t& a : v) params.push_back(&a);
+  cuda::launch(lg.fn.main, dims.grid, dims.block, params.data(), dev);
   // The index check: the host waits for it, so that a bad index raises eager's error here.
   uint64_t word = 0;
   cuda::copy_to_host(&word, status, sizeof word, dev);

@@ -124,6 +124,15 @@ template <class T> KD T kiln_irem(T x, T y) {
   return (T)(x % y);
 }
 
+// r / d for r < 2^31 and 1 <= d < 2^31, without a division: `md` packs a multiplier (low 32
+// bits) and a shift (high bits) the host computed for d (cuda_divisor_magic), so that the
+// quotient is a high multiply, an add and a shift. Size-generic kernels divide their flat
+// indices by run-time extents this way; specialised ones divide by constants, which the
+// compiler turns into the same sequence.
+KD unsigned kiln_udiv(unsigned r, unsigned long long md) {
+  return (__umulhi(r, (unsigned)md) + r) >> (unsigned)(md >> 32);
+}
+
 // Max and min propagate NaN and order -0 below +0 (as the CPU backend's llvm.maximum).
 template <class T> KD T kiln_max(T a, T b) { return a > b ? a : b; }
 template <class T> KD T kiln_min(T a, T b) { return a < b ? a : b; }

@@ -46,8 +46,21 @@ std::vector<uint64_t> cuda_operand_params(const CudaKernel& k, std::span<const T
     int64_t at = a.storage_relative ? a.offset : t.storage_offset() + a.offset;
     out[j] = uint64_t(reinterpret_cast<uintptr_t>(static_cast<const char*>(t.storage()->data()) + at * itemsize(a.dtype)));
   }
-  if (k.size_param) out.push_back(uint64_t(k.items));
+  for (int64_t v : k.size_args) out.push_back(uint64_t(v));
   return out;
+}
+
+uint64_t cuda_divisor_magic(int64_t d) {
+  KILN_CHECK(d >= 1 && d < (int64_t(1) << 31), "cuda", "a fast divisor must be in [1, 2^31), not ", d);
+  // s = ceil(log2 d), m = floor(2^32 * (2^s - d) / d) + 1 (below 2^32 since d > 2^(s-1)).
+  // For r < 2^31, (umulhi(r, m) + r) >> s = floor(r * (2^32 + m) / 2^(32+s)), and
+  // (2^32 + m) * d = 2^(32+s) + e with 0 < e <= d, so that is floor(r/d + r*e / (d * 2^(32+s))),
+  // where r*e < 2^(31+s) keeps the excess below 1/d: never enough to reach the next integer.
+  // (umulhi(r, m) < r, so the sum fits in 32 bits.)
+  uint64_t s = 0;
+  while ((int64_t(1) << s) < d) ++s;
+  const uint64_t m = ((uint64_t(1) << 32) * ((uint64_t(1) << s) - uint64_t(d))) / uint64_t(d) + 1;
+  return (m & 0xffffffffu) | (s << 32);
 }
 
 CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block) {
@@ -106,9 +119,9 @@ CudaBinary cuda_cubin(const CudaKernel& k, int arch) {
   return b;
 }
 
-std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch) {
+std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch, bool generic) {
   std::ostringstream o;
-  auto rendered = render_cuda(p);
+  auto rendered = render_cuda(p, "kiln_k", generic);
   if (what == CudaEmit::Source) o << cuda_prelude();
   for (size_t i = 0; i < rendered.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
@@ -124,7 +137,7 @@ std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch) {
           : ck.strategy == CudaStrategy::Tiled                                           ? " tiles of 32 x 32"
                                                                                           : " rows")
       << (ck.vector > 1 ? ", " + std::to_string(ck.vector) + "-wide vector accesses" : "")
-      << (ck.index32 ? ", 32-bit indices" : ", 64-bit indices") << "\n";
+      << (ck.index32 ? ", 32-bit indices" : ", 64-bit indices") << (ck.generic ? ", size-generic" : "") << "\n";
     if (what == CudaEmit::Source) o << ck.body << "\n";
     else o << cuda::compile_ptx(ck.source(), ck.name + ".cu", arch) << "\n";
   }

@@ -5,6 +5,8 @@
 // row per reduction depth, then the stores; values that do not vary along the row are computed
 // once per row, row values inside each pass. What differs is who walks a row: a block, a warp or
 // one thread, and the partial results of a pass meet in a warp or block reduction.
+#include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -149,7 +151,8 @@ std::string combine(const Instr& in, const std::string& a, const std::string& b)
 
 class Renderer {
  public:
-  Renderer(const passes::Kernel& k, const KernelCode& code, CudaKernel& out) : k_(k), code_(code), out_(out) {}
+  Renderer(const passes::Kernel& k, const KernelCode& code, CudaKernel& out, bool generic)
+      : k_(k), code_(code), out_(out), generic_(generic) {}
 
   void render() {
     plan();
@@ -204,6 +207,7 @@ class Renderer {
   const passes::Kernel& k_;
   const KernelCode& code_;
   CudaKernel& out_;
+  const bool generic_;  // sizes and non-unit strides are parameters (CudaKernel::generic)
   std::ostringstream o_;
   int indent_ = 0;
   std::string I_, S_;                 // index type (unsigned), offset type (signed)
@@ -249,7 +253,7 @@ class Renderer {
       out_.strategy = CudaStrategy::Elementwise;
       out_.items = total;
       plan_vector();
-      out_.size_param = !needs_coordinates();
+      out_.size_param = generic_ || !needs_coordinates();
       return;
     }
     bool scan = false;
@@ -310,6 +314,51 @@ class Renderer {
   }
   int64_t tiles(int d) const { return (k_.loops[size_t(d)] + kTile - 1) / kTile; }
 
+  // ---- sizes in the body: constants, or in a size-generic kernel variables ----
+
+  // Loop d's extent (of more than one element).
+  std::string extent(int d) const { return generic_ ? "L" + std::to_string(d) : std::to_string(k_.loops[size_t(d)]) + "u"; }
+  // The product of the extents of loops [lo, hi) (generic_: an expression of the L variables).
+  std::string extents(int lo, int hi) const {
+    std::string e;
+    for (int d = lo; d < hi; ++d)
+      if (k_.loops[size_t(d)] > 1) e += (e.empty() ? "" : " * ") + extent(d);
+    return e.empty() ? "1u" : e;
+  }
+  // The rows and their length in the row strategies' loops.
+  std::string nrows() const { return generic_ ? "nrows" : std::to_string(rows_) + "u"; }
+  std::string row_len() const { return generic_ ? "row_len" : std::to_string(row_len_) + "u"; }
+  bool row_strategy() const { return out_.strategy != CudaStrategy::Elementwise && out_.strategy != CudaStrategy::Tiled; }
+  // Operand j's stride along loop d as a factor (a unit stride is never a parameter, so that
+  // contiguous reads stay recognisably contiguous).
+  std::string stride(size_t j, size_t d) const {
+    const int64_t s = operand(j).strides[d];
+    if (generic_ && std::abs(s) != 1) return "S" + std::to_string(j) + "_" + std::to_string(d);
+    return std::to_string(s) + (out_.index32 ? "" : "LL");
+  }
+  static bool stride_is_param(const passes::Access& a, size_t d) { return moves(a, d) && std::abs(a.strides[d]) != 1; }
+  // Whether the kernel takes its extents and strides (a size-generic kernel whose body needs
+  // more than the element count).
+  bool sizes_are_params() const { return generic_ && !(out_.strategy == CudaStrategy::Elementwise && !needs_coordinates()); }
+  // Whether the coordinates come from the flat index by multiply-and-shift (kiln_udiv, with a
+  // `div<d>` parameter per extent) rather than by division: size-generic 32-bit kernels.
+  bool fast_division() const { return generic_ && out_.index32; }
+  // Whether the index math divides by loop d's extent (decompose_dims): every loop of more than
+  // one element in a decomposed range but the range's outermost, which takes what is left.
+  bool divides(int d) const {
+    if (k_.loops[size_t(d)] <= 1) return false;
+    auto outermost = [&](int lo, int hi, std::initializer_list<int> skip) {
+      for (int e = lo; e < hi; ++e)
+        if (k_.loops[size_t(e)] > 1 && std::find(skip.begin(), skip.end(), e) == skip.end()) return e;
+      return -1;
+    };
+    switch (out_.strategy) {
+      case CudaStrategy::Elementwise: return needs_coordinates() && d != outermost(0, rank(), {});
+      case CudaStrategy::Tiled: return d != across_ && d != along_ && d != outermost(0, rank(), {across_, along_});
+      default: return d < rf() ? d != outermost(0, rf(), {}) : d != outermost(rf(), rank(), {});
+    }
+  }
+
   // Elementwise: operands whose offset is the flat index; vector accesses when every buffer
   // operand is either that or read at one element, VEC elements per 16 bytes (at most 8).
   void plan_vector() {
@@ -361,17 +410,46 @@ class Renderer {
       out_.param_types.push_back(std::string(load ? "const " : "") + storage_ctype(a.dtype) + "*");
       p << out_.param_types.back() << " " << (shares_buffer(j) ? "" : "__restrict__ ") << (load ? "p" : "s") << j;
     }
-    if (out_.size_param) {
-      out_.param_types.push_back("unsigned long long");
-      p << (nops() ? ",\n    " : "") << "unsigned long long n_items";
+    auto size = [&](const std::string& type, const std::string& name, int64_t value) {
+      out_.param_types.push_back(type);
+      out_.size_args.push_back(value);
+      p << (out_.param_types.size() > 1 ? ",\n    " : "") << type << " " << name;
+    };
+    if (out_.size_param) size("unsigned long long", "n_items", out_.items);
+    if (sizes_are_params()) {
+      for (int d = 0; d < rank(); ++d)
+        if (k_.loops[size_t(d)] > 1) size("long long", "size" + std::to_string(d), k_.loops[size_t(d)]);
+      if (fast_division())
+        for (int d = 0; d < rank(); ++d)
+          if (divides(d))
+            size("unsigned long long", "div" + std::to_string(d), int64_t(cuda_divisor_magic(k_.loops[size_t(d)])));
+      for (size_t j = 0; j < nops(); ++j)
+        for (size_t d = 0; operand(j).buffer >= 0 && d < size_t(rank()); ++d)
+          if (stride_is_param(operand(j), d))
+            size("long long", "stride" + std::to_string(j) + "_" + std::to_string(d), operand(j).strides[d]);
     }
-    p << (nops() || out_.size_param ? ",\n    " : "") << "unsigned long long* __restrict__ status";
+    p << (out_.param_types.empty() ? "" : ",\n    ") << "unsigned long long* __restrict__ status";
     return p.str();
+  }
+
+  // A size-generic kernel's sizes and strides as variables of the index types; the row
+  // strategies' row count and length.
+  void declare_sizes() {
+    if (!sizes_are_params()) return;
+    for (int d = 0; d < rank(); ++d)
+      if (k_.loops[size_t(d)] > 1) line() << "const " << I_ << " L" << d << " = (" << I_ << ")size" << d << ";\n";
+    for (size_t j = 0; j < nops(); ++j)
+      for (size_t d = 0; operand(j).buffer >= 0 && d < size_t(rank()); ++d)
+        if (stride_is_param(operand(j), d))
+          line() << "const " << S_ << " " << stride(j, d) << " = (" << S_ << ")stride" << j << "_" << d << ";\n";
+    if (row_strategy())
+      line() << "const " << I_ << " nrows = " << extents(0, rf()) << ", row_len = " << extents(rf(), rank()) << ";\n";
   }
 
   void open_kernel(const std::string& name, const std::string& params) {
     o_ << "extern \"C\" __global__ void __launch_bounds__(" << kCudaBlock << ") " << name << "(\n    " << params << ") {\n";
     indent_ = 1;
+    declare_sizes();
     if (!code_.checks.empty()) line() << "unsigned long long kflags = 0;  // checks that failed (status bits)\n";
   }
   void close_kernel() {
@@ -404,9 +482,13 @@ class Renderer {
       std::string c = "c" + std::to_string(d);
       if (n == 0) {
         line() << "const " << I_ << " " << c << " = " << r << ";\n";
+      } else if (fast_division()) {
+        const std::string q = "q" + std::to_string(d);
+        line() << "const " << I_ << " " << q << " = kiln_udiv(" << r << ", div" << d << "), " << c << " = " << r << " - " << q
+               << " * " << extent(d) << "; " << r << " = " << q << ";\n";
       } else {
-        line() << "const " << I_ << " " << c << " = " << r << " % " << k_.loops[size_t(d)] << "u; " << r << " /= "
-               << k_.loops[size_t(d)] << "u;\n";
+        line() << "const " << I_ << " " << c << " = " << r << " % " << extent(d) << "; " << r << " /= " << extent(d)
+               << ";\n";
       }
       coord_[size_t(d)] = c;
     }
@@ -421,7 +503,7 @@ class Renderer {
     for (size_t d = 0; d < a.sizes.size() && d < coord_.size(); ++d) {
       if (!moves(a, d) || coord_[d].empty()) continue;
       std::string term = "(" + S_ + ")" + coord_[d];
-      if (a.strides[d] != 1) term += " * " + std::to_string(a.strides[d]) + (out_.index32 ? "" : "LL");
+      if (a.strides[d] != 1) term += " * " + stride(j, d);
       off += (off.empty() ? "" : " + ") + term;
     }
     return base + "[" + (off.empty() ? "0" : off) + "]";
@@ -496,7 +578,7 @@ class Renderer {
         break;
       case EOp::Arg: e = load(in.index, in.type, flat); break;
       case EOp::Const: e = literal(in.type, in.f, in.i); break;
-      case EOp::RowCount: e = literal(in.type, double(row_len_), row_len_); break;
+      case EOp::RowCount: e = generic_ && row_strategy() ? "(" + T + ")row_len" : literal(in.type, double(row_len_), row_len_); break;
       case EOp::RowIndex: e = "(long long)" + row_var_; break;
       case EOp::Neg: e = fl ? "-" + a(0) : "kiln_neg<" + T + ">(" + a(0) + ")"; break;
       case EOp::Abs:
@@ -606,7 +688,7 @@ class Renderer {
   void elementwise() {
     coord_.assign(size_t(rank()), "");
     if (out_.size_param) line() << "const " << I_ << " n = (" << I_ << ")n_items;\n";
-    else line() << "const " << I_ << " n = " << out_.items << "u;\n";
+    else line() << "const " << I_ << " n = " << out_.items << "u;\n";  // (a size-generic kernel takes n_items)
     line() << "const " << I_ << " g0 = (" << I_ << ")blockIdx.x * blockDim.x + threadIdx.x, gs = (" << I_
            << ")gridDim.x * blockDim.x;\n";
     line() << I_ << " i0 = 0;  // where the scalar loop starts\n";
@@ -676,18 +758,28 @@ class Renderer {
   void tiled() {
     coord_.assign(size_t(rank()), "");
     const std::string T = std::to_string(kTile) + "u";
-    const std::string nt = std::to_string(k_.loops[size_t(across_)]) + "u",
-                      na = std::to_string(k_.loops[size_t(along_)]) + "u";
+    const std::string nt = extent(across_), na = extent(along_);
+    std::string ntiles = std::to_string(out_.items) + "u", tiles_a = std::to_string(tiles(along_)) + "u",
+                tiles_t = std::to_string(tiles(across_)) + "u";
+    if (generic_) {
+      line() << "const " << I_ << " tiles_a = (" << na << " + " << kTile - 1 << "u) / " << T << ", tiles_t = (" << nt << " + "
+             << kTile - 1 << "u) / " << T << ";\n";
+      line() << "const " << I_ << " ntiles = tiles_a * tiles_t";
+      for (int d = 0; d < rank(); ++d)  // (times the loops outside the tile)
+        if (d != across_ && d != along_ && k_.loops[size_t(d)] > 1) o_ << " * " << extent(d);
+      o_ << ";\n";
+      ntiles = "ntiles", tiles_a = "tiles_a", tiles_t = "tiles_t";
+    }
     line() << "const unsigned tx = threadIdx.x & 31u, ty = threadIdx.x >> 5, ny = blockDim.x >> 5;\n";
     for (size_t j = 0; j < k_.loads.size(); ++j)
       if (staged_[j])
         line() << "__shared__ " << storage_ctype(k_.loads[j].dtype) << " tile" << j << "[" << kTile << "][" << kTile + 1
                << "];\n";
-    line() << "for (" << I_ << " t = blockIdx.x; t < " << out_.items << "u; t += gridDim.x) {\n";
+    line() << "for (" << I_ << " t = blockIdx.x; t < " << ntiles << "; t += gridDim.x) {\n";
     ++indent_;
     line() << I_ << " rt = t;\n";
-    line() << "const " << I_ << " ba = rt % " << tiles(along_) << "u * " << T << "; rt /= " << tiles(along_) << "u;\n";
-    line() << "const " << I_ << " bt = rt % " << tiles(across_) << "u * " << T << "; rt /= " << tiles(across_) << "u;\n";
+    line() << "const " << I_ << " ba = rt % " << tiles_a << " * " << T << "; rt /= " << tiles_a << ";\n";
+    line() << "const " << I_ << " bt = rt % " << tiles_t << " * " << T << "; rt /= " << tiles_t << ";\n";
     std::vector<int> rest;
     for (int d = 0; d < rank(); ++d)
       if (d != across_ && d != along_ && k_.loops[size_t(d)] > 1) rest.push_back(d);
@@ -744,10 +836,10 @@ class Renderer {
       line() << "for (unsigned it = 0; it < " << cache_iters_ << "u; ++it) {\n";
       ++indent_;
       line() << "const " << I_ << " e = " << from << " + it * " << step << ";\n";
-      line() << "if (e < " << row_len_ << "u) {\n";
+      line() << "if (e < " << row_len() << ") {\n";
       ++indent_;
     } else {
-      line() << "for (" << I_ << " e = " << from << "; e < " << row_len_ << "u; e += " << step << ") {\n";
+      line() << "for (" << I_ << " e = " << from << "; e < " << row_len() << "; e += " << step << ") {\n";
       ++indent_;
     }
     decompose("e", rf(), rank());
@@ -768,7 +860,9 @@ class Renderer {
   // broadcast over the rows (layernorm's weight and bias) are left to the caches.
   void plan_row_cache(const RowPlan& p) {
     if (out_.strategy != CudaStrategy::WarpRow) return;
-    const int64_t iters = (row_len_ + 31) / 32;
+    // (a size-generic kernel's cache holds the next power of two of the lane's elements, so
+    // that rows of similar lengths share the kernel)
+    const int64_t iters = generic_ ? int64_t(std::bit_ceil(uint64_t(row_len_ + 31) / 32)) : (row_len_ + 31) / 32;
     std::vector<int> passes(code_.code.size(), 0);
     size_t npasses = size_t(code_.depth) + (p.in_row.empty() ? 0 : 1);
     for (size_t pass = 0; pass < npasses; ++pass) {
@@ -814,7 +908,7 @@ class Renderer {
       group = "(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", groups = "(" + I_ + ")gridDim.x * blockDim.x";
       t0_ = "0u", nt_ = "1u";
     }
-    line() << "for (" << I_ << " row = " << group << "; row < " << rows_ << "u; row += " << groups << ") {\n";
+    line() << "for (" << I_ << " row = " << group << "; row < " << nrows() << "; row += " << groups << ") {\n";
     ++indent_;
     decompose("row", 0, rf());
     RowPlan p = row_plan(k_, code_);
@@ -921,7 +1015,7 @@ class Renderer {
 
 }  // namespace
 
-std::vector<CudaRender> render_cuda(const passes::KernelProgram& p, const std::string& prefix) {
+std::vector<CudaRender> render_cuda(const passes::KernelProgram& p, const std::string& prefix, bool generic) {
   std::vector<CudaRender> out;
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const passes::Kernel& k = p.kernels[i];
@@ -938,12 +1032,13 @@ std::vector<CudaRender> render_cuda(const passes::KernelProgram& p, const std::s
     CudaKernel ck;
     ck.kernel = int(i);
     ck.epilogue = split.has_value();
+    ck.generic = generic;
     ck.name = prefix + std::to_string(i);
     ck.operands = kc.loads;
     ck.operands.insert(ck.operands.end(), kc.stores.begin(), kc.stores.end());
     ck.loads = kc.loads.size();
     for (const Check& c : low.code->checks) ck.checks.emplace_back(c.op, c.message);
-    Renderer(kc, *low.code, ck).render();
+    Renderer(kc, *low.code, ck, generic).render();
     r.kernel = std::move(ck);
     out.push_back(std::move(r));
   }

@@ -26,7 +26,9 @@
 //
 // A kernel's parameters, in order: per load a pointer (`const T*`) to its first element, or
 // for a host number its value (`double` or `long long`); per store a pointer; the element count
-// where the kernel takes it (CudaKernel::size_param); then the status
+// where the kernel takes it (CudaKernel::size_param); in a size-generic kernel the extent of
+// each loop of more than one element and each operand's non-unit strides (`long long`, in the
+// order CudaKernel::size_args holds their values); then the status
 // word (`unsigned long long*`, device memory): bit k set means check k failed (an integer
 // division by zero), raised by the host after the kernel. Split kernels then take the slots
 // (`unsigned long long*`; the finishing kernel also their count, `long long`).
@@ -65,6 +67,14 @@ struct CudaKernel {
   // names no size, so one kernel (one CUBIN, one module) serves every size of the same op on the
   // same dtypes: an eager `a + b` on a new size compiles nothing.
   bool size_param = false;
+  // Size-generic (render_cuda's `generic`): loop extents and non-unit strides are parameters
+  // too, so the body names no size at all and one kernel serves every size of the same
+  // structure (which loops are 1, which operands are contiguous, the strategy, the index width;
+  // a WarpRow row cache is sized to a power of two). Costs index math by run-time divisors.
+  bool generic = false;
+  // The values of the size parameters for this kernel's instance: n_items, then the extents
+  // and strides of a size-generic kernel.
+  std::vector<int64_t> size_args;
   bool index32 = true;
   int slots = 0;      // Split: 8-byte accumulator slots each block writes
   std::vector<passes::Access> operands;  // the loads, then the stores
@@ -86,14 +96,21 @@ struct CudaRender {
   std::optional<CudaKernel> kernel;
   std::string why;
 };
-// Every kernel of the program, in order; entry points are named `<prefix><index>`.
-std::vector<CudaRender> render_cuda(const passes::KernelProgram& p, const std::string& prefix = "kiln_k");
+// Every kernel of the program, in order; entry points are named `<prefix><index>`. `generic`:
+// size-generic kernels (CudaKernel::generic).
+std::vector<CudaRender> render_cuda(const passes::KernelProgram& p, const std::string& prefix = "kiln_k",
+                                    bool generic = false);
 
 // The values of a kernel's operand parameters, 8 bytes each: device addresses of each buffer
 // operand's first element (buffers by id, as the program runner hands them; `first` replaces an
 // epilogue's load 0) and the bits of host numbers.
 std::vector<uint64_t> cuda_operand_params(const CudaKernel& k, std::span<const Tensor> buffers,
                                           std::span<const ir::Slot> inputs, const Tensor* first = nullptr);
+
+// What a size-generic 32-bit kernel divides by extent d with (kiln_udiv in the prelude): a
+// multiplier in the low 32 bits and a shift in the high ones, exact for every dividend below
+// 2^31. Raises kiln::Error unless 1 <= d < 2^31.
+uint64_t cuda_divisor_magic(int64_t d);
 
 // Grid and block for a launch on a device with `multiprocessors` SMs (Split: the partial step;
 // its finishing step runs one block).
@@ -103,9 +120,10 @@ struct CudaLaunch {
 CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block = kCudaBlock);
 
 // What dump-ir --emit=cuda / --emit=ptx shows for every kernel of a program. PTX needs NVRTC
-// (no GPU); `arch` is the compute capability as a number (90: sm_90).
+// (no GPU); `arch` is the compute capability as a number (90: sm_90); `generic`: the
+// size-generic kernels.
 enum class CudaEmit { Source, Ptx };
-std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch = 90);
+std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch = 90, bool generic = false);
 
 // A kernel's CUBIN for sm_<arch>, through the process's memory cache and the disk cache
 // (kiln/codegen/cache.h), compiled by NVRTC on a miss. The key holds the kernel's source, the
@@ -141,6 +159,10 @@ struct CudaCompileOptions {
   // checks the host reads (integer division, gather's indices) or host-number inputs run as
   // usual; stats().graphs says which.
   bool graphs = false;
+  // Size-generic kernels (CudaKernel::generic): a program compiled for other sizes of the same
+  // structure loads the same modules and compiles nothing. kiln::compile uses them for the new
+  // sizes of a dynamic dim, and eager ops on GPU tensors always.
+  bool generic = false;
 };
 std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,
                                               std::vector<ir::Type> input_types, Device device = Device::cuda(),
@@ -150,5 +172,8 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
 // cached by the op, its attributes and its operands' dtypes, sizes and strides (host numbers
 // are arguments: x * 0.5 and x * 0.25 share one). How many such programs this process holds.
 size_t cuda_eager_programs();
+// How many kernel modules this process has loaded (one per distinct kernel and device): what a
+// new size that needed no compile leaves unchanged.
+size_t cuda_kernel_modules();
 
 }  // namespace kiln::codegen

@@ -226,6 +226,7 @@ static void compile_node(TreeNode& n, const CompileOptions& opts) {
   try {
     const Device dev = graph_device(n.graph);
     n.compiled = compile_graph(n.graph, opts);
+    n.variant_graphs = dev.is_cuda() && cuda_options(opts).graphs;
     const codegen::CompileStats& st = n.compiled->stats();
     n.backend_note = dev.str() + ": " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
                      " kernels compiled (" + std::to_string(st.memory_hits) + " from memory, " +
@@ -308,7 +309,11 @@ static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>
           std::vector<ir::Type> types;
           for (const ir::Value* v : g->inputs()) types.push_back(v->type);
           const Device dev = graph_device(*g);
-          variant = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev, {.generic = true})
+          size_t graphs = 0;
+          for (const auto& [k, v] : n.variants) graphs += v && !v->stats().graphs.empty();
+          variant = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev,
+                                                          {.graphs = n.variant_graphs && graphs < TreeNode::kMaxGraphVariants,
+                                                           .generic = true})
                                   : codegen::compile_cpu(m.program, std::move(types), {.generic = true});
         }
       } catch (const Error&) {
@@ -701,13 +706,16 @@ Explanation Engine::explain(std::span<const CallArg> args) const {
     std::string note = n->backend_note;
     {
       std::lock_guard<std::mutex> vlock(n->variants_mu);
-      size_t compiled = 0;
-      for (const auto& [k, v] : n->variants) compiled += v != nullptr;
+      size_t compiled = 0, replayed = 0;
+      for (const auto& [k, v] : n->variants) {
+        compiled += v != nullptr;
+        replayed += v && v->stats().graphs == "replayed as a CUDA graph";
+      }
       if (!n->variants.empty())
         note += "; other sizes: " + std::to_string(n->variants_built) + " seen, " + std::to_string(compiled) +
-                " kept with size-generic kernels, " +
-                std::to_string(n->variants.size() - compiled) +
-                " on the reference executor";
+                " kept with size-generic kernels" +
+                (n->variant_graphs ? " (" + std::to_string(replayed) + " replayed as CUDA graphs)" : "") + ", " +
+                std::to_string(n->variants.size() - compiled) + " on the reference executor";
     }
     ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph), note});
     if (n->exit == Exit::Return) continue;

@@ -91,6 +91,11 @@ struct TreeNode {
   // built from size-generic kernels; null: that size runs on the reference executor. The last
   // kMaxVariants sizes are kept (a program costs the passes' time to rebuild, no compiling).
   static constexpr size_t kMaxVariants = 64;
+  // On a GPU under reduce_overhead: variants are replayed as CUDA graphs too, at most this many
+  // of the kept ones at a time (each graph holds its inputs', outputs' and temporaries' memory
+  // for as long as it is kept); later sizes run their kernels without a graph.
+  static constexpr size_t kMaxGraphVariants = 8;
+  bool variant_graphs = false;
   mutable std::mutex variants_mu;
   mutable std::map<std::vector<int64_t>, std::shared_ptr<codegen::CompiledProgram>> variants;
   mutable std::deque<std::vector<int64_t>> variant_order;  // oldest first

@@ -295,6 +295,42 @@ TEST(CudaCompiledFunction, NewSizesOfADynamicDimRunCompiledOnTheGpu) {
   EXPECT_NE(note.find("kept with size-generic kernels"), std::string::npos) << note;
 }
 
+// Under reduce_overhead the new sizes of a dynamic dim are replayed as CUDA graphs too (each
+// size its own graph over its own buffers), at most kMaxGraphVariants of them; later sizes run
+// their kernels without one. Every result is right, and a replay never overwrites what an
+// earlier replay of the same size returned.
+TEST(CudaCompiledFunction, NewSizesOfADynamicDimAreReplayedAsCudaGraphs) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  CompileOptions o;
+  o.recompile_limit = 2;
+  o.mode = CompileOptions::Mode::ReduceOverhead;
+  auto fn = [](const std::vector<Tensor>& v) { return std::vector{softmax(v[0] * 2 + v[1], 1)}; };
+  auto f = compile(fn, o);
+  ::testing::internal::CaptureStderr();
+  manual_seed(8);
+  Tensor b = randn({24});
+  std::vector<Tensor> last;
+  for (int64_t n = 2; n <= 16; ++n) {
+    SCOPED_TRACE("size " + std::to_string(n));
+    Tensor x = randn({n, 24}), x2 = randn({n, 24});
+    std::vector<Tensor> in{x.to(kGpu), b.to(kGpu)}, in2{x2.to(kGpu), b.to(kGpu)};
+    Tensor first = f(in)[0];     // (the size's program: its first run, then the capture)
+    Tensor again = f(in)[0];     // replayed
+    Tensor other = f(in2)[0];    // replayed on other values
+    EXPECT_TRUE(kiln::testing::close(cpu(first), fn({x, b})[0]));
+    EXPECT_TRUE(kiln::testing::close(cpu(again), fn({x, b})[0]));
+    EXPECT_TRUE(kiln::testing::close(cpu(other), fn({x2, b})[0]));
+    EXPECT_TRUE(kiln::testing::close(cpu(again), fn({x, b})[0])) << "a later replay overwrote an earlier output";
+    last = in;
+  }
+  ::testing::internal::GetCapturedStderr();
+  const std::string note = f.explain(last).graphs.at(0).backend;
+  const size_t at = note.find("other sizes: ");
+  ASSERT_NE(at, std::string::npos) << note;
+  EXPECT_NE(note.find("(8 replayed as CUDA graphs)", at), std::string::npos) << note;
+  EXPECT_NE(note.find(" 0 on the reference executor", at), std::string::npos) << note;
+}
+
 // Every workload, compiled for the GPU, against kiln's cpu eager ops on the same values: two
 // rounds of fresh inputs (one set per path each), outputs and mutated inputs compared.
 void expect_workloads_match_cpu_eager(const CompileOptions& opts) {

@@ -213,6 +213,17 @@ std::vector<Workload> workloads() {
     Tensor x = randn({4096, 1024});
     return Prepared{[=] { return x.amax({-1}); }, nullptr};
   }});
+  // index_select with random indices: rows of 64 floats out of 2^17, and 1M single floats
+  w.push_back({"op_index_select_rows", "index_select(x, 0, i), x: [131072, 64], i: 131072 random", 2.0 * 131072 * 64 * f4 + 131072 * 8.0,
+               2.0 * 131072 * 64 * f4 + 131072 * 8.0, 0, true, [=] {
+    Tensor x = randn({131072, 64}), i = randint(0, 131072, {131072});
+    return Prepared{[=] { return index_select(x, 0, i); }, nullptr};
+  }});
+  w.push_back({"op_index_select_1d", "index_select(x, 0, i), x: [1M], i: 1M random", N1 * (2 * f4 + 8.0),
+               N1 * (2 * f4 + 8.0), 0, true, [=] {
+    Tensor x = randn({N1}), i = randint(0, N1, {N1});
+    return Prepared{[=] { return index_select(x, 0, i); }, nullptr};
+  }});
   {
     const double B = 32 * 8, Q = 100, D = 64;
     w.push_back({"op_einsum_attn", "einsum(bhqd,bhkd->bhqk), q, k: [32, 8, 100, 64]", (2 * B * Q * D + B * Q * Q) * f4,

@@ -1,6 +1,8 @@
 // Joining and indexing: cat, stack, split, chunk, index_select, gather.
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <optional>
 
 #include "ops_common.h"
 
@@ -65,6 +67,32 @@ void check_index_dtype(std::string_view op, const Tensor& index) {
   KILN_CHECK(index.dtype() == kInt64 || index.dtype() == kInt32, op, op,
              "(): Expected dtype int32/int64 for index, got ", name(index.dtype()));
 }
+
+// out[p] = xb[p] moved by index[p] * xs elements, over out's shape: xb is x with the gathered
+// dim's stride 0 and index (int64) broadcast to out's shape. Returns an index outside
+// [0, size) if one was met (the threads meet them in any order), else nullopt.
+std::optional<int64_t> gather_elements(const Tensor& out, const Tensor& index, const Tensor& xb, int64_t size, int64_t xs) {
+  std::atomic<bool> bad_seen{false};
+  std::atomic<int64_t> bad{0};
+  KILN_DISPATCH_ALL(out.dtype(), "gather", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
+    using T = scalar_t;
+    cpu::Iter it({out, index, xb}, out.sizes());
+    it.for_each([&](char** p, const int64_t* s, int64_t n) {
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t j = *reinterpret_cast<const int64_t*>(p[1] + i * s[1]);
+        if (j < 0 || j >= size) {
+          bad.store(j);
+          bad_seen.store(true);
+          continue;
+        }
+        *reinterpret_cast<T*>(p[0] + i * s[0]) = reinterpret_cast<const T*>(p[2] + i * s[2])[j * xs];
+      }
+    });
+  });
+  if (bad_seen.load()) [[unlikely]]
+    return bad.load();
+  return std::nullopt;
+}
 }  // namespace
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
@@ -87,9 +115,29 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
   }
   shape[d] = n;
   Tensor out = empty(shape, x.dtype());
-  for (int64_t i = 0; i < n; ++i) {
-    out.select(d, i).copy_(x.select(d, idx[i]));
+  if (out.numel() == 0) return out;
+  // x contiguous and the slices after dim d long enough: one memcpy per (outer position,
+  // index) block. Otherwise one gather over every element, the index read along d only.
+  int64_t inner = 1, outer = 1;
+  for (int64_t k = 0; k < d; ++k) outer *= shape[size_t(k)];
+  for (int64_t k = d + 1; k < x.dim(); ++k) inner *= shape[size_t(k)];
+  if (x.is_contiguous() && inner >= 16) {
+    const size_t block = size_t(inner) * x.element_size();
+    const char* src = static_cast<const char*>(x.data_ptr());
+    char* dst = static_cast<char*>(out.data_ptr());
+    cpu::parallel_for(outer * n, std::max<int64_t>(1, cpu::kParallelGrain / inner), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t o = r / n, i = r % n;
+        std::memcpy(dst + size_t(r) * block, src + size_t(o * size + idx[i]) * block, block);
+      }
+    });
+    return out;
   }
+  std::vector<int64_t> index_strides(shape.size(), 0), x_strides = x.strides().vec();
+  index_strides[size_t(d)] = 1;
+  x_strides[size_t(d)] = 0;
+  gather_elements(out, index.as_strided(shape, index_strides, index.storage_offset()),
+                  x.as_strided(shape, x_strides, x.storage_offset()), size, x.strides()[size_t(d)]);
   return out;
 }
 
@@ -116,29 +164,12 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index_in) {
   std::vector<int64_t> base_strides = xv.strides().vec();
   base_strides[d] = 0;
   Tensor xb = xv.as_strided(base_sizes, base_strides, xv.storage_offset());
-  std::atomic<bool> bad_seen{false};
-  std::atomic<int64_t> bad{0};
-  KILN_DISPATCH_ALL(x.dtype(), "gather", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
-    using T = scalar_t;
-    cpu::Iter it({out, index, xb}, index.sizes());
-    it.for_each([&](char** p, const int64_t* s, int64_t n) {
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t j = *reinterpret_cast<const int64_t*>(p[1] + i * s[1]);
-        if (j < 0 || j >= size) {
-          bad.store(j);
-          bad_seen.store(true);
-          continue;
-        }
-        *reinterpret_cast<T*>(p[0] + i * s[0]) = reinterpret_cast<const T*>(p[2] + i * s[2])[j * xs];
-      }
-    });
-  });
-  if (bad_seen.load()) [[unlikely]] {
+  if (std::optional<int64_t> bad = gather_elements(out, index, xb, size, xs)) [[unlikely]] {
     // The first bad index in row-major order (the threads saw them in any order), as the GPU's
     // gather reports it.
     const std::vector<int64_t> flat = index.contiguous().to_vector<int64_t>();
     auto first = std::find_if(flat.begin(), flat.end(), [&](int64_t j) { return j < 0 || j >= size; });
-    KILN_FAIL("gather", "index ", first != flat.end() ? *first : bad.load(), " is out of bounds for dimension ", d,
+    KILN_FAIL("gather", "index ", first != flat.end() ? *first : *bad, " is out of bounds for dimension ", d,
               " with size ", size);
   }
   return x.dim() == 0 ? out.view({}) : out;

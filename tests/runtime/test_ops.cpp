@@ -222,6 +222,44 @@ TEST(Join, CatStackIndexSelectGather) {
   expect_error([&] { gather(a, 1, from_vector<int64_t>({3}, {1, 1})); }, "out of bounds");
 }
 
+// index_select's two paths (a memcpy per block when x is contiguous and the slices after dim d
+// hold at least 16 elements; one gather over every element otherwise) against slice-by-slice
+// copies: every dim, contiguous and strided sources, short and long slices, repeated and int32
+// indices, several dtypes, an empty index.
+TEST(Join, IndexSelectMatchesSliceCopies) {
+  manual_seed(4);
+  auto reference = [](const Tensor& x, int64_t d, const Tensor& index) {
+    std::vector<int64_t> idx = index.to(kInt64).to_vector<int64_t>();
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape[size_t(d)] = int64_t(idx.size());
+    Tensor out = empty(shape, x.dtype());
+    for (size_t i = 0; i < idx.size(); ++i) out.select(d, int64_t(i)).copy_(x.select(d, idx[i]));
+    return out;
+  };
+  std::vector<std::pair<std::string, Tensor>> sources = {
+      {"contiguous 3-d, long rows", randn({5, 6, 40})},
+      {"contiguous 3-d, short rows", randn({7, 5, 3})},
+      {"transposed", randn({40, 30}).t()},
+      {"sliced", randn({9, 64}).slice(1, 3, 60, 2)},
+      {"float16", randn({6, 32}).to(kFloat16)},
+      {"bool", randint(0, 2, {8, 20}).to(kBool)},
+      {"int64 1-d", randint(-100, 100, {50}, kInt64)},
+  };
+  for (const auto& [name, x] : sources)
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      SCOPED_TRACE(name + " along dim " + std::to_string(d));
+      const int64_t size = x.sizes()[size_t(d)];
+      Tensor idx = randint(0, size, {size + 3});  // (repeats some)
+      for (const Tensor& index : {idx, idx.to(kInt32), idx.narrow(0, 0, 0), idx.slice(0, 0, size + 3, 2)}) {
+        Tensor got = index_select(x, d, index), want = reference(x, d, index);
+        ASSERT_EQ(got.sizes().vec(), want.sizes().vec());
+        EXPECT_TRUE(got.eq(want).all().item<bool>());
+      }
+      Tensor neg = from_vector<int64_t>({0, -1});
+      expect_error([&] { index_select(x, d, neg); }, "index out of range in self: index -1 at position 1");
+    }
+}
+
 TEST(Elementwise, FastPathsAgreeWithGeneralForms) {
   manual_seed(21);
   Tensor x = randn({5000});

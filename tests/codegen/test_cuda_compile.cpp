@@ -115,7 +115,7 @@ TEST(CudaCompile, OutputsAreDeviceTensorsAndTheHostWaitsOnlyForThem) {
   EXPECT_TRUE(kiln::testing::close(out[0].to(Device::cpu()), (a + b).exp().sum(1)));
   // Host tensors are refused, naming the device the program runs on.
   std::vector<Tensor> host_in{a, b};
-  EXPECT_FALSE(c.program->try_run(std::vector<ir::Slot>{ir::Slot{a}, ir::Slot{b}}).has_value());
+  EXPECT_FALSE(c.program->try_run(std::vector<ir::Slot>{ir::Slot{a, Scalar(), false}, ir::Slot{b, Scalar(), false}}).has_value());
   try {
     c.program->run(host_in);
     ADD_FAILURE() << "ran on host inputs";

@@ -18,6 +18,7 @@
 #include <kiln/passes/pass.h>
 #include <kiln/runtime/cuda.h>
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <bit>
@@ -428,6 +429,45 @@ TEST(CudaEmulation, IntegerDivisionByZeroRaisesEagersError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ZeroDivisionError"), std::string::npos) << e.what();
   }
+}
+
+// ---- memcheck: the sanitizer build ----
+
+// Under the sanitizer build the emulated driver is a memcheck: kernels are compiled with
+// AddressSanitizer and each device allocation's bytes past its size are poisoned, so every
+// emulated test of the suite fails where a kernel reads or writes outside its buffers. Here a
+// kernel reading one float past a 10-float buffer dies with ASan's report; the last element
+// reads fine. (Skipped in the other builds.)
+TEST(CudaEmulationDeathTest, AKernelReadingPastItsBufferFailsUnderTheSanitizer) {
+  if (!dlsym(RTLD_DEFAULT, "__asan_poison_memory_region")) GTEST_SKIP() << "needs the AddressSanitizer build (KILN_SANITIZE=ON)";
+  if (!cuda::emulated()) GTEST_SKIP() << "the emulated CUDA driver is not loaded";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string source = codegen::cuda_prelude() + R"(
+extern "C" __global__ void kiln_past_end(const float* p, float* out, unsigned long long at) { out[0] = p[at]; }
+#if defined(KILN_CUDA_EMULATION)
+extern "C" void kiln_past_end_emu(void** a, unsigned grid, unsigned block) {
+  kiln_emu::launch(grid, block, [&] {
+    if (threadIdx.x == 0) kiln_past_end(*(const float**)a[0], *(float**)a[1], *(unsigned long long*)a[2]);
+  });
+}
+extern "C" const int kiln_past_end_emu_params = 3;
+#endif
+)";
+  auto read_at = [&](uint64_t at) {
+    cuda::Module m(source);
+    void* f = m.function("kiln_past_end");
+    void* p = cuda::allocate(10 * sizeof(float));
+    void* out = cuda::allocate(sizeof(float));
+    uint64_t v[3] = {uint64_t(reinterpret_cast<uintptr_t>(p)), uint64_t(reinterpret_cast<uintptr_t>(out)), at};
+    void* params[3] = {&v[0], &v[1], &v[2]};
+    cuda::launch(f, 1, 32, params);
+    cuda::synchronize();
+    cuda::release(p, 10 * sizeof(float));
+    cuda::release(out, sizeof(float));
+  };
+  read_at(9);
+  // (ASan names a read of the poisoned tail use-after-poison, one past the block an overflow)
+  EXPECT_DEATH(read_at(10), "AddressSanitizer: (use-after-poison|heap-buffer-overflow).*\n.*\n.*in kiln_past_end");
 }
 
 // ---- the rendered source ----

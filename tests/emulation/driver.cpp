@@ -13,6 +13,9 @@
 // and synchronisation are refused), and allocations become graph memory that must be freed
 // within the capture.
 //
+// Under AddressSanitizer the kernels are compiled with it and device allocations are bounded
+// exactly (see flags() below): the sanitizer build of the tests is memcheck for every kernel.
+//
 // It also exports the cuBLAS entry points kiln calls (kiln loads them from here when the driver
 // is this one): a plain triple loop over host memory, column-major as cuBLAS is, accumulating
 // in float (double for float64) and never reading C when beta is 0.
@@ -54,6 +57,7 @@ struct State {
   std::vector<std::function<void()>>* capture = nullptr;
   // Allocations made during the capture (graph memory nodes): address -> freed in the capture.
   std::map<void*, bool> captured_blocks;
+  std::map<void*, size_t> captured_sizes;  // their sizes
   std::map<void*, int> param_counts;  // per kernel entry: its parameters (8 bytes each)
 };
 State& st() {
@@ -67,14 +71,45 @@ struct Event {
 
 using Entry = void (*)(void**, unsigned, unsigned);
 
-constexpr const char* kFlags = " -std=c++20 -O1 -w -fPIC -pthread";
+// Memcheck without a GPU: in a process running under AddressSanitizer (the sanitizer build of
+// the tests) the kernels are compiled with it too, and the bytes of each device allocation past
+// the size asked for are poisoned, so a kernel that reads or writes outside its buffers fails
+// with ASan's report, where compute-sanitizer's memcheck would report it on a GPU.
+using PoisonFn = void (*)(const volatile void*, size_t);
+PoisonFn asan_call(const char* name) { return reinterpret_cast<PoisonFn>(dlsym(RTLD_DEFAULT, name)); }
+PoisonFn asan_poison() {
+  static const PoisonFn f = asan_call("__asan_poison_memory_region");
+  return f;
+}
+PoisonFn asan_unpoison() {
+  static const PoisonFn f = asan_call("__asan_unpoison_memory_region");
+  return f;
+}
+
+const std::string& flags() {
+  static const std::string f =
+      std::string(" -std=c++20 -O1 -w -fPIC -pthread") + (asan_poison() ? " -fsanitize=address -fno-omit-frame-pointer" : "");
+  return f;
+}
+
+// Device memory: n usable bytes of a block rounded up to 256 (the tail poisoned under ASan).
+size_t rounded(size_t n) { return (n + 255) / 256 * 256; }
+void* device_block(size_t n) {
+  void* m = std::aligned_alloc(256, rounded(n));
+  if (m && asan_poison() && rounded(n) > n) asan_poison()(static_cast<char*>(m) + n, rounded(n) - n);
+  return m;
+}
+void free_device_block(void* m, size_t n) {
+  if (asan_unpoison()) asan_unpoison()(m, rounded(n));
+  std::free(m);
+}
 
 // What a compiled module depends on besides its source: the header's text and the flags.
 const std::string& header_tag() {
   static const std::string tag = [] {
     std::ifstream in(KILN_EMULATION_DIR "/cuda_emu.h");
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    return std::to_string(std::hash<std::string>{}(text + kFlags + KILN_EMULATION_CXX));
+    return std::to_string(std::hash<std::string>{}(text + flags() + KILN_EMULATION_CXX));
   }();
   return tag;
 }
@@ -97,7 +132,7 @@ std::string precompiled_header(const std::filesystem::path& dir) {
   if (fs::exists(h + ".gch")) return h;
   std::string tag = "." + std::to_string(getpid()), log;
   std::ofstream(h) << "#define KILN_CUDA_EMULATION 1\n#include \"" KILN_EMULATION_DIR "/cuda_emu.h\"\n";
-  if (!shell(std::string(KILN_EMULATION_CXX) + kFlags + " -x c++-header -o " + h + ".gch" + tag + " " + h, &log)) return "";
+  if (!shell(std::string(KILN_EMULATION_CXX) + flags() + " -x c++-header -o " + h + ".gch" + tag + " " + h, &log)) return "";
   fs::rename(h + ".gch" + tag, h + ".gch");
   return h;
 }
@@ -118,7 +153,7 @@ std::string compile_module(const std::string& source, std::string* log) {
   std::string text = pch.empty() ? "#define KILN_CUDA_EMULATION 1\n#include \"" KILN_EMULATION_DIR "/cuda_emu.h\"\n" + source : source;
   std::string tag = "." + std::to_string(getpid()), cpp = stem + tag + ".cpp", tmp = stem + tag + ".so";
   std::ofstream(cpp) << text;
-  bool ok = shell(std::string(KILN_EMULATION_CXX) + kFlags + " -shared" + (pch.empty() ? "" : " -include " + pch) + " -o " +
+  bool ok = shell(std::string(KILN_EMULATION_CXX) + flags() + " -shared" + (pch.empty() ? "" : " -include " + pch) + " -o " +
                   tmp + " " + cpp, log);
   fs::remove(cpp);
   if (!ok) return "";
@@ -234,13 +269,14 @@ int cuMemPoolTrimTo(void*, size_t keep) {
   return kSuccess;
 }
 int cuMemAllocAsync(unsigned long long* p, size_t n, void*) {
-  void* m = std::aligned_alloc(256, (n + 255) / 256 * 256);
+  void* m = device_block(n);
   if (!m) return kOutOfMemory;
   std::memset(m, 0xff, n);
   if (st().capture) {
     // A graph memory node: the address stays the graph's for its life (the memory is released
     // with the graph); each launch finds it poisoned again, as undefined as CUDA leaves it.
     st().captured_blocks[m] = false;
+    st().captured_sizes[m] = n;
     st().capture->push_back([m, n] { std::memset(m, 0xff, n); });
     *p = reinterpret_cast<uintptr_t>(m);
     return kSuccess;
@@ -266,8 +302,9 @@ int cuMemFreeAsync(unsigned long long p, void*) {
   if (it == st().device_blocks.end()) return kInvalidValue;
   st().live -= it->second;
   st().cached += it->second;
+  const size_t n = it->second;
   st().device_blocks.erase(it);
-  std::free(m);
+  free_device_block(m, n);
   return kSuccess;
 }
 int cuMemcpyHtoDAsync_v2(unsigned long long d, const void* s, size_t n, void*) {
@@ -346,9 +383,9 @@ int cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, 
 }
 
 struct GraphMemory {
-  std::vector<void*> blocks;
+  std::vector<std::pair<void*, size_t>> blocks;
   ~GraphMemory() {
-    for (void* b : blocks) std::free(b);
+    for (auto [b, n] : blocks) free_device_block(b, n);
   }
 };
 struct Graph {
@@ -365,10 +402,11 @@ int cuStreamEndCapture(void*, void** graph) {
   auto memory = std::make_shared<GraphMemory>();
   bool leaked = false;
   for (auto& [block, freed] : st().captured_blocks) {
-    memory->blocks.push_back(block);
+    memory->blocks.push_back({block, st().captured_sizes[block]});
     leaked |= !freed;
   }
   st().captured_blocks.clear();
+  st().captured_sizes.clear();
   *graph = new Graph{std::move(*st().capture), memory};
   delete st().capture;
   st().capture = nullptr;

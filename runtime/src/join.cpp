@@ -78,6 +78,19 @@ std::optional<int64_t> gather_elements(const Tensor& out, const Tensor& index, c
     using T = scalar_t;
     cpu::Iter it({out, index, xb}, out.sizes());
     it.for_each([&](char** p, const int64_t* s, int64_t n) {
+      if (s[0] == sizeof(T) && s[1] == sizeof(int64_t) && s[2] == 0) {
+        // (the common row: out and the index contiguous, x's position fixed: typed pointers and
+        // the range check as a pass of its own keep the copy loop to a load, a load and a store)
+        T* out_row = reinterpret_cast<T*>(p[0]);
+        const int64_t* index_row = reinterpret_cast<const int64_t*>(p[1]);
+        const T* x_row = reinterpret_cast<const T*>(p[2]);
+        bool in_range = true;
+        for (int64_t i = 0; i < n; ++i) in_range &= uint64_t(index_row[i]) < uint64_t(size);
+        if (in_range) {
+          for (int64_t i = 0; i < n; ++i) out_row[i] = x_row[index_row[i] * xs];
+          return;
+        }
+      }
       for (int64_t i = 0; i < n; ++i) {
         int64_t j = *reinterpret_cast<const int64_t*>(p[1] + i * s[1]);
         if (j < 0 || j >= size) {

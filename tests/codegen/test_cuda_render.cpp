@@ -325,7 +325,7 @@ std::vector<Want> strategy_wants() {
       {"split sum", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0]), amax(v[0])}; }, {randn({200000})}, S::Split, {randn({150001})}},
       {"split mean f64", [](const std::vector<Tensor>& v) { return std::vector{mean(v[0])}; }, {randn({70000}, TensorOptions(kFloat64))}, S::Split,
        {randn({99999}, TensorOptions(kFloat64))}},
-      {"block rows", [](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({3, 5000})}, S::BlockRow, {randn({5, 4001})}},
+      {"block rows", [](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({3, 5000})}, S::BlockRow, {randn({5, 6001})}},
       {"warp rows", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {1}, true) * v[0]}; }, {randn({40, 100})}, S::WarpRow, {randn({33, 97})}},
       {"thread rows (columns)", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {0})}; }, {randn({50, 3000})}, S::ThreadRow, {randn({61, 2500})}},
       {"thread rows (scan)", [](const std::vector<Tensor>& v) { return std::vector{cumsum(v[0], 1)}; }, {randn({70, 33})}, S::ThreadRow, {randn({20, 50})}},
@@ -519,32 +519,54 @@ TEST(CudaSource, TransposedOperandsAreStagedThroughSharedMemory) {
   EXPECT_NE(s.find("p1[(int)ct * 4096 + (int)ca]"), std::string::npos) << s;
 }
 
-// A warp-per-row kernel of several passes over its rows (layernorm: the mean, the variance,
-// the stores) reads each row once: the lanes keep their elements in registers (an unrolled
-// pass, `it` a constant in each copy). The weight and bias, the same for every row, are read
-// where they are used.
-TEST(CudaSource, WarpRowsKeepTheirRowInRegistersAcrossPasses) {
-  auto count = [](const std::string& s, const std::string& what) {
-    size_t n = 0;
-    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-    return n;
-  };
+// Layernorm over rows of `n` (the mean, the variance, the stores: three passes over each row),
+// its kernel's body without the emulation entry points.
+std::string layernorm_body(int64_t n) {
   std::string s = source_of(
       [](const std::vector<Tensor>& v) {
         Tensor mean = v[0].mean({-1}, true), var = v[0].var({-1}, 0, true);
         return std::vector{(v[0] - mean) / sqrt(var + 1e-5) * v[1] + v[2]};
       },
-      {randn({300, 1000}), randn({1000}), randn({1000})});
-  std::string body = s.substr(s.find("extern \"C\""));
-  body = body.substr(0, body.find("#if defined(KILN_CUDA_EMULATION)"));
+      {randn({300, n}), randn({n}), randn({n})});
+  std::string body = s.substr(s.find("// kernel k0"));
+  return body.substr(0, body.find("#if defined(KILN_CUDA_EMULATION)"));
+}
+size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A warp-per-row kernel of several passes over its rows (layernorm: the mean, the variance,
+// the stores) reads each row once: the lanes keep their elements in registers (an unrolled
+// pass, `it` a constant in each copy). The weight and bias, the same for every row, are read
+// where they are used.
+TEST(CudaSource, WarpRowsKeepTheirRowInRegistersAcrossPasses) {
+  const auto count = count_of;
+  std::string body = layernorm_body(1000);
+  EXPECT_NE(body.find("warp-per-row"), std::string::npos) << body;
   EXPECT_NE(body.find("float rc0[32];  // row cache"), std::string::npos) << body;
   EXPECT_EQ(count(body, "p0["), 1u) << body;      // the row: once
   EXPECT_EQ(count(body, "= rc0[it];"), 2u) << body;  // then from registers in the two later passes
   EXPECT_EQ(count(body, "#pragma unroll"), 3u) << body;
   EXPECT_EQ(count(body, "p1[(int)e]"), 1u) << body;  // the weight: not cached
   EXPECT_EQ(body.find("rc1"), std::string::npos) << body;
-  // rows past what registers hold are read once per pass
-  std::string wide = source_of([](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({4, 3000})});
+}
+
+// Rows past 2048 go one per block; a block-per-row kernel of several passes keeps its row in
+// shared memory instead (layernorm over 4096: the mean, the variance, the stores), each thread
+// reading back the positions it wrote. Rows past 32 KiB of cache are read once per pass.
+TEST(CudaSource, BlockRowsKeepTheirRowInSharedMemoryAcrossPasses) {
+  const auto count = count_of;
+  std::string body = layernorm_body(4096);
+  EXPECT_NE(body.find("block-per-row"), std::string::npos) << body;
+  EXPECT_NE(body.find("__shared__ float rs0[4096];  // row cache"), std::string::npos) << body;
+  EXPECT_EQ(count(body, "p0["), 1u) << body;        // the row: once
+  EXPECT_EQ(count(body, "rs0[e] = v0;"), 1u) << body;
+  EXPECT_EQ(count(body, "= rs0[e];"), 2u) << body;  // then from shared memory in the two later passes
+  EXPECT_EQ(count(body, "p1[(int)e]"), 1u) << body;  // the weight: not cached
+  std::string wide = source_of([](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({4, 9000})});
+  EXPECT_NE(wide.find("block-per-row"), std::string::npos) << wide;
   EXPECT_EQ(wide.find("row cache"), std::string::npos) << wide;
 }
 

@@ -49,6 +49,9 @@ constexpr int kMaxStaged = 4;
 // WarpRow: a row's loaded values a lane keeps in registers across the passes over its row, at
 // most this many 4-byte registers per lane (all cached loads together).
 constexpr int64_t kRowCacheMax = 64;
+// BlockRow: the same in shared memory, a whole row per cached load, at most this many bytes
+// per block (all cached loads together; 7 such blocks fit in an H100 SM's shared memory).
+constexpr int64_t kBlockRowCacheBytes = 32768;
 
 const char* ctype(DType t) {
   switch (t) {
@@ -219,6 +222,7 @@ class Renderer {
   std::vector<bool> staged_;          // Tiled: per load, read through a shared-memory tile
   bool from_tiles_ = false;           // inside the Tiled compute loop: staged loads read the tiles
   int64_t cache_iters_ = 0;           // WarpRow with a row cache: row elements per lane (0: none)
+  int64_t cache_row_ = 0;             // BlockRow with a row cache: elements per cached row (0: none)
   std::vector<int> cached_;           // per instruction: 0, or cached: 1 to fill, 3 filling (this pass), 2 filled
   int tmp_ = 0;
   int64_t rows_ = 1, row_len_ = 1;
@@ -571,7 +575,7 @@ class Renderer {
     switch (in.op) {
       case EOp::Load:
         if (!cached_.empty() && cached_[size_t(id)] == 2) {
-          e = "rc" + std::to_string(id) + "[it]";
+          e = cache_slot(id);
           break;
         }
         e = load(in.index, in.type, flat);
@@ -663,7 +667,7 @@ class Renderer {
     std::string v = "v" + std::to_string(id);
     line() << "const " << T << " " << v << " = " << e << ";\n";
     if (!cached_.empty() && cached_[size_t(id)] == 1) {
-      line() << "rc" << id << "[it] = " << v << ";\n";
+      line() << cache_slot(id) << " = " << v << ";\n";
       cached_[size_t(id)] = 3;
     }
     memo_[size_t(id)] = v;
@@ -854,15 +858,26 @@ class Renderer {
     for (int& c : cached_) c = c == 3 ? 2 : c;  // (filled by this pass: read from the cache after it)
   }
 
-  // WarpRow rows read in more than one pass (softmax: the max,
-  // the sum of exponentials, the stores): the loads that differ from row to row are kept in
-  // registers from the first pass that reads them, so the row is read from memory once. Loads
-  // broadcast over the rows (layernorm's weight and bias) are left to the caches.
+  // A cached load's element at the current row position: WarpRow's register (`it` a constant
+  // in each unrolled copy), BlockRow's slot in shared memory (the thread's own: each thread
+  // reads back only the positions it wrote, so no barrier is needed).
+  std::string cache_slot(size_t id) const {
+    return cache_row_ ? "rs" + std::to_string(id) + "[e]" : "rc" + std::to_string(id) + "[it]";
+  }
+
+  // Rows read in more than one pass (softmax: the max, the sum of exponentials, the stores;
+  // layernorm: the mean, the variance, the stores): the loads that differ from row to row are
+  // kept from the first pass that reads them, so the row is read from memory once. WarpRow
+  // keeps them in registers, BlockRow (rows past 2048: layernorm over a hidden size of 4096)
+  // in shared memory. Loads broadcast over the rows (layernorm's weight and bias) are left to
+  // the caches.
   void plan_row_cache(const RowPlan& p) {
-    if (out_.strategy != CudaStrategy::WarpRow) return;
-    // (a size-generic kernel's cache holds the next power of two of the lane's elements, so
-    // that rows of similar lengths share the kernel)
+    if (out_.strategy != CudaStrategy::WarpRow && out_.strategy != CudaStrategy::BlockRow) return;
+    const bool block = out_.strategy == CudaStrategy::BlockRow;
+    // (a size-generic kernel's cache holds the next power of two of the lane's elements, or of
+    // the row's, so that rows of similar lengths share the kernel)
     const int64_t iters = generic_ ? int64_t(std::bit_ceil(uint64_t(row_len_ + 31) / 32)) : (row_len_ + 31) / 32;
+    const int64_t row = generic_ ? int64_t(std::bit_ceil(uint64_t(row_len_))) : row_len_;
     std::vector<int> passes(code_.code.size(), 0);
     size_t npasses = size_t(code_.depth) + (p.in_row.empty() ? 0 : 1);
     for (size_t pass = 0; pass < npasses; ++pass) {
@@ -870,20 +885,23 @@ class Renderer {
       for (int id : need) passes[size_t(id)]++;
     }
     std::vector<int> cached(code_.code.size(), 0);
-    int64_t budget = kRowCacheMax;
+    const int64_t most = block ? kBlockRowCacheBytes : kRowCacheMax;
+    int64_t budget = most;
     for (size_t id = 0; id < code_.code.size(); ++id) {
       const Instr& in = code_.code[id];
-      const int64_t regs = iters * (itemsize(in.type) == 8 ? 2 : 1);  // 4-byte registers per lane
-      if (in.op != EOp::Load || !in.row || passes[id] < 2 || budget < regs) continue;
+      // WarpRow: 4-byte registers per lane; BlockRow: bytes of shared memory
+      const int64_t cost = block ? row * std::max<int64_t>(4, int64_t(itemsize(in.type)))
+                                 : iters * (itemsize(in.type) == 8 ? 2 : 1);
+      if (in.op != EOp::Load || !in.row || passes[id] < 2 || budget < cost) continue;
       const passes::Access& a = k_.loads[size_t(in.index)];
       bool per_row = false;
       for (int d = 0; d < rf(); ++d) per_row |= moves(a, size_t(d));
       if (a.buffer < 0 || !per_row) continue;
       cached[id] = 1;
-      budget -= regs;
+      budget -= cost;
     }
-    if (budget == kRowCacheMax) return;
-    cache_iters_ = iters;
+    if (budget == most) return;
+    (block ? cache_row_ : cache_iters_) = block ? row : iters;
     cached_ = std::move(cached);
   }
 
@@ -913,8 +931,11 @@ class Renderer {
     decompose("row", 0, rf());
     RowPlan p = row_plan(k_, code_);
     plan_row_cache(p);
-    for (size_t id = 0; id < cached_.size(); ++id)
-      if (cached_[id]) line() << ctype(code_.code[id].type) << " rc" << id << "[" << cache_iters_ << "];  // row cache\n";
+    for (size_t id = 0; id < cached_.size(); ++id) {
+      if (!cached_[id]) continue;
+      if (cache_row_) line() << "__shared__ " << ctype(code_.code[id].type) << " rs" << id << "[" << cache_row_ << "];  // row cache\n";
+      else line() << ctype(code_.code[id].type) << " rc" << id << "[" << cache_iters_ << "];  // row cache\n";
+    }
     for (int depth = 1; depth <= code_.depth; ++depth) {
       const std::vector<int>& need = p.needs[size_t(depth - 1)];
       for (int id : need)

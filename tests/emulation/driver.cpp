@@ -88,7 +88,10 @@ PoisonFn asan_unpoison() {
 
 const std::string& flags() {
   static const std::string f =
-      std::string(" -std=c++20 -O1 -w -fPIC -pthread") + (asan_poison() ? " -fsanitize=address -fno-omit-frame-pointer" : "");
+      std::string(" -std=c++20 -O1 -w -fPIC -pthread") +
+      (asan_poison() ? " -fsanitize=address -fno-omit-frame-pointer" : "") +
+      // (and UBSan where the process has it: an index that overflows its 32-bit type is caught)
+      (dlsym(RTLD_DEFAULT, "__ubsan_handle_add_overflow") ? " -fsanitize=undefined -fno-sanitize-recover=undefined" : "");
   return f;
 }
 

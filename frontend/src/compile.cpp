@@ -310,7 +310,7 @@ static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>
           for (const ir::Value* v : g->inputs()) types.push_back(v->type);
           const Device dev = graph_device(*g);
           size_t graphs = 0;
-          for (const auto& [k, v] : n.variants) graphs += v && !v->stats().graphs.empty();
+          for (const auto& [k, v] : n.variants) graphs += v && v->stats().graphs == "replayed as a CUDA graph";
           variant = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev,
                                                           {.graphs = n.variant_graphs && graphs < TreeNode::kMaxGraphVariants,
                                                            .generic = true})

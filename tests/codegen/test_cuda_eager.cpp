@@ -224,6 +224,34 @@ TEST(CudaEager, NewSizesOfAnOpLoadNoNewKernel) {
   }
 }
 
+// Empty tensors: no rows, empty rows (a sum is 0, a mean NaN, a max an error), an empty tiled
+// transpose. (A size-generic kernel must not take a loop of 0 for a loop of 1.)
+TEST(CudaEager, EmptyTensorsMatchTheCpu) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  const std::vector<EagerCase> cases = {
+      {"no rows, sum", [](auto& v) { return v[0].sum(1); }, {zeros({0, 7})}},
+      {"no rows, softmax", [](auto& v) { return softmax(v[0], 1); }, {zeros({0, 7})}},
+      {"empty rows, sum", [](auto& v) { return v[0].sum(1); }, {zeros({5, 0})}},
+      {"empty rows, mean", [](auto& v) { return v[0].mean({1}); }, {zeros({5, 0})}},
+      {"empty rows, sum over dim 0", [](auto& v) { return v[0].sum(0); }, {zeros({0, 9})}},
+      {"empty batch, transpose", [](auto& v) { return v[0].transpose(1, 2) + v[0]; }, {zeros({0, 32, 32})}},
+      {"empty broadcast", [](auto& v) { return v[0] + v[1]; }, {zeros({0, 5}), ones({5})}},
+  };
+  for (const EagerCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<Tensor> dev;
+    for (const Tensor& t : c.inputs) dev.push_back(t.to(kGpu));
+    Tensor want = c.fn(c.inputs), got = c.fn(dev);
+    EXPECT_EQ(got.sizes().vec(), want.sizes().vec());
+    EXPECT_TRUE(kiln::testing::close(cpu(got), want)) << cpu(got) << "\nwant\n" << want;
+  }
+  // (the GPU raises type inference's form of the cpu's message, with the operand's type)
+  for (const std::string& e : {error_of([] { zeros({5, 0}).to(kGpu).amax({1}); }), error_of([] { zeros({5, 0}).amax({1}); })}) {
+    EXPECT_EQ(e.rfind("[amax] ", 0), 0u) << e;
+    EXPECT_NE(e.find("Expected reduction dim 1 to have non-zero size"), std::string::npos) << e;
+  }
+}
+
 TEST(CudaEager, ViewsCostNoKernel) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
   Tensor x = randn({6, 8}).to(kGpu);

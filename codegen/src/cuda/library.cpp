@@ -69,7 +69,7 @@ struct Gather {
     std::vector<int64_t> v{numel(), size_d, x_stride_d};
     for (size_t k = 0; k < sizes.size(); ++k) {
       v.insert(v.end(), {sizes[k], k == size_t(d) ? 0 : x_strides[k], i_strides[k], o_strides[k]});
-      if (k > 0 && fits32()) v.push_back(int64_t(cuda_divisor_magic(sizes[k])));
+      if (k > 0 && fits32()) v.push_back(int64_t(cuda_divisor_magic(std::max<int64_t>(1, sizes[k]))));  // (empty: no item divides)
     }
     return v;
   }

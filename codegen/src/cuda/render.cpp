@@ -1053,13 +1053,15 @@ std::vector<CudaRender> render_cuda(const passes::KernelProgram& p, const std::s
     CudaKernel ck;
     ck.kernel = int(i);
     ck.epilogue = split.has_value();
-    ck.generic = generic;
+    // A loop of no elements stays specialised: the generic body's structure takes loops of at
+    // most one element for one, and an empty loop must run no row (or rows of no elements).
+    ck.generic = generic && std::find(kc.loops.begin(), kc.loops.end(), 0) == kc.loops.end();
     ck.name = prefix + std::to_string(i);
     ck.operands = kc.loads;
     ck.operands.insert(ck.operands.end(), kc.stores.begin(), kc.stores.end());
     ck.loads = kc.loads.size();
     for (const Check& c : low.code->checks) ck.checks.emplace_back(c.op, c.message);
-    Renderer(kc, *low.code, ck, generic).render();
+    Renderer(kc, *low.code, ck, ck.generic).render();
     r.kernel = std::move(ck);
     out.push_back(std::move(r));
   }

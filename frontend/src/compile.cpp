@@ -310,7 +310,7 @@ static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>
           for (const ir::Value* v : g->inputs()) types.push_back(v->type);
           const Device dev = graph_device(*g);
           size_t graphs = 0;
-          for (const auto& [k, v] : n.variants) graphs += v && v->stats().graphs == "replayed as a CUDA graph";
+          for (const auto& [k, v] : n.variants) graphs += v && v->replays();
           variant = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev,
                                                           {.graphs = n.variant_graphs && graphs < TreeNode::kMaxGraphVariants,
                                                            .generic = true})
@@ -709,7 +709,7 @@ Explanation Engine::explain(std::span<const CallArg> args) const {
       size_t compiled = 0, replayed = 0;
       for (const auto& [k, v] : n->variants) {
         compiled += v != nullptr;
-        replayed += v && v->stats().graphs == "replayed as a CUDA graph";
+        replayed += v && v->replays();
       }
       if (!n->variants.empty())
         note += "; other sizes: " + std::to_string(n->variants_built) + " seen, " + std::to_string(compiled) +

@@ -542,14 +542,13 @@ size_t count_of(const std::string& s, const std::string& what) {
 // pass, `it` a constant in each copy). The weight and bias, the same for every row, are read
 // where they are used.
 TEST(CudaSource, WarpRowsKeepTheirRowInRegistersAcrossPasses) {
-  const auto count = count_of;
   std::string body = layernorm_body(1000);
   EXPECT_NE(body.find("warp-per-row"), std::string::npos) << body;
   EXPECT_NE(body.find("float rc0[32];  // row cache"), std::string::npos) << body;
-  EXPECT_EQ(count(body, "p0["), 1u) << body;      // the row: once
-  EXPECT_EQ(count(body, "= rc0[it];"), 2u) << body;  // then from registers in the two later passes
-  EXPECT_EQ(count(body, "#pragma unroll"), 3u) << body;
-  EXPECT_EQ(count(body, "p1[(int)e]"), 1u) << body;  // the weight: not cached
+  EXPECT_EQ(count_of(body, "p0["), 1u) << body;      // the row: once
+  EXPECT_EQ(count_of(body, "= rc0[it];"), 2u) << body;  // then from registers in the two later passes
+  EXPECT_EQ(count_of(body, "#pragma unroll"), 3u) << body;
+  EXPECT_EQ(count_of(body, "p1[(int)e]"), 1u) << body;  // the weight: not cached
   EXPECT_EQ(body.find("rc1"), std::string::npos) << body;
 }
 
@@ -557,14 +556,13 @@ TEST(CudaSource, WarpRowsKeepTheirRowInRegistersAcrossPasses) {
 // shared memory instead (layernorm over 4096: the mean, the variance, the stores), each thread
 // reading back the positions it wrote. Rows past 32 KiB of cache are read once per pass.
 TEST(CudaSource, BlockRowsKeepTheirRowInSharedMemoryAcrossPasses) {
-  const auto count = count_of;
   std::string body = layernorm_body(4096);
   EXPECT_NE(body.find("block-per-row"), std::string::npos) << body;
   EXPECT_NE(body.find("__shared__ float rs0[4096];  // row cache"), std::string::npos) << body;
-  EXPECT_EQ(count(body, "p0["), 1u) << body;        // the row: once
-  EXPECT_EQ(count(body, "rs0[e] = v0;"), 1u) << body;
-  EXPECT_EQ(count(body, "= rs0[e];"), 2u) << body;  // then from shared memory in the two later passes
-  EXPECT_EQ(count(body, "p1[(int)e]"), 1u) << body;  // the weight: not cached
+  EXPECT_EQ(count_of(body, "p0["), 1u) << body;        // the row: once
+  EXPECT_EQ(count_of(body, "rs0[e] = v0;"), 1u) << body;
+  EXPECT_EQ(count_of(body, "= rs0[e];"), 2u) << body;  // then from shared memory in the two later passes
+  EXPECT_EQ(count_of(body, "p1[(int)e]"), 1u) << body;  // the weight: not cached
   std::string wide = source_of([](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({4, 9000})});
   EXPECT_NE(wide.find("block-per-row"), std::string::npos) << wide;
   EXPECT_EQ(wide.find("row cache"), std::string::npos) << wide;

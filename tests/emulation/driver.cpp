@@ -13,8 +13,9 @@
 // and synchronisation are refused), and allocations become graph memory that must be freed
 // within the capture.
 //
-// Under AddressSanitizer the kernels are compiled with it and device allocations are bounded
-// exactly (see flags() below): the sanitizer build of the tests is memcheck for every kernel.
+// Under AddressSanitizer (and UBSan) the kernels are compiled with them and device allocations
+// are bounded exactly (see flags() below): the sanitizer build of the tests is memcheck for
+// every kernel.
 //
 // It also exports the cuBLAS entry points kiln calls (kiln loads them from here when the driver
 // is this one): a plain triple loop over host memory, column-major as cuBLAS is, accumulating
@@ -55,9 +56,12 @@ struct State {
   uint64_t release_threshold = 0;
   // Stream capture (kiln's one stream): while set, work is recorded here instead of run.
   std::vector<std::function<void()>>* capture = nullptr;
-  // Allocations made during the capture (graph memory nodes): address -> freed in the capture.
-  std::map<void*, bool> captured_blocks;
-  std::map<void*, size_t> captured_sizes;  // their sizes
+  // Allocations made during the capture (graph memory nodes): address -> size, freed in the capture.
+  struct CapturedBlock {
+    size_t n = 0;
+    bool freed = false;
+  };
+  std::map<void*, CapturedBlock> captured_blocks;
   std::map<void*, int> param_counts;  // per kernel entry: its parameters (8 bytes each)
 };
 State& st() {
@@ -278,8 +282,7 @@ int cuMemAllocAsync(unsigned long long* p, size_t n, void*) {
   if (st().capture) {
     // A graph memory node: the address stays the graph's for its life (the memory is released
     // with the graph); each launch finds it poisoned again, as undefined as CUDA leaves it.
-    st().captured_blocks[m] = false;
-    st().captured_sizes[m] = n;
+    st().captured_blocks[m] = {n, false};
     st().capture->push_back([m, n] { std::memset(m, 0xff, n); });
     *p = reinterpret_cast<uintptr_t>(m);
     return kSuccess;
@@ -296,8 +299,8 @@ int cuMemFreeAsync(unsigned long long p, void*) {
   if (st().capture) {
     // Only memory the capture allocated may be freed in it.
     auto it = st().captured_blocks.find(m);
-    if (it == st().captured_blocks.end() || it->second) return kCaptureUnsupported;
-    it->second = true;
+    if (it == st().captured_blocks.end() || it->second.freed) return kCaptureUnsupported;
+    it->second.freed = true;
     return kSuccess;
   }
   std::lock_guard<std::mutex> lock(st().mu);
@@ -404,12 +407,11 @@ int cuStreamEndCapture(void*, void** graph) {
   if (!st().capture) return kInvalidValue;
   auto memory = std::make_shared<GraphMemory>();
   bool leaked = false;
-  for (auto& [block, freed] : st().captured_blocks) {
-    memory->blocks.push_back({block, st().captured_sizes[block]});
-    leaked |= !freed;
+  for (auto& [block, b] : st().captured_blocks) {
+    memory->blocks.push_back({block, b.n});
+    leaked |= !b.freed;
   }
   st().captured_blocks.clear();
-  st().captured_sizes.clear();
   *graph = new Graph{std::move(*st().capture), memory};
   delete st().capture;
   st().capture = nullptr;

@@ -5,7 +5,7 @@
 // size-generic kernels found in the kernel cache) against the call that compiled them.
 //
 // --cuda-new-sizes: what a new size of a GPU op costs the host before anything reaches a GPU
-// (the passes, the CUDA source, its CUBIN), with kernels specialised on each size (NVRTC every
+// (parsing the graph's text, the passes, the CUDA source, its CUBIN), with kernels specialised on each size (NVRTC every
 // time) and with size-generic ones (NVRTC for the first size; later sizes render the same
 // source and find its CUBIN in memory). NVRTC runs on the host, so this needs no GPU; the disk
 // cache is off, so that every specialised size really compiles. Loading the module on a GPU

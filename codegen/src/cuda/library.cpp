@@ -110,7 +110,8 @@ struct Gather {
       << "extern \"C\" void " << name << "_emu(void** p, unsigned grid, unsigned block) {\n"
       << "  kiln_emu::launch(grid, block, [&] { " << name << "(*(const " << T << "**)p[0], *(const long long**)p[1], *("
       << T << "**)p[2]";
-    const size_t nsizes = size_args().size();
+    const std::vector<int64_t> args = size_args();
+    const size_t nsizes = args.size();
     for (size_t j = 0; j < nsizes; ++j) o << ", *(long long*)p[" << 3 + j << "]";
     o << ", *(unsigned long long**)p[" << 3 + nsizes << "]); });\n}\n"
       << "extern \"C\" const int " << name << "_emu_params = " << 4 + nsizes << ";\n"
@@ -121,7 +122,7 @@ struct Gather {
     k.items = numel();
     k.index32 = i32;
     k.generic = true;
-    k.size_args = size_args();
+    k.size_args = args;
     k.param_types = {"const " + T + "*", "const long long*", T + "*"};
     k.param_types.insert(k.param_types.end(), nsizes, "long long");
     name_by_content(k);
@@ -148,22 +149,23 @@ void run_gather(const Gather& g, const Tensor& x, const Tensor& index, const Ten
     auto it = kernels.find({key, dev});
     if (it != kernels.end()) lg = it->second;
   }
-  CudaKernel k = g.kernel();  // (its size arguments and launch geometry are this call's)
-  if (!lg.fn.main) {
+  if (!lg.fn.main) {  // (the body is rendered only to load it; every call brings its own sizes)
     const cuda::DeviceInfo info = cuda::device_info(dev);
-    lg.fn = load_kernel(k, dev, info.arch);
+    lg.fn = load_kernel(g.kernel(), dev, info.arch);
     lg.multiprocessors = info.multiprocessors;
     std::lock_guard<std::mutex> lock(mu);
     kernels.emplace(std::pair{key, dev}, lg);
   }
-  const CudaLaunch dims = cuda_launch_dims(k, lg.multiprocessors, cuda::emulated() ? 64 : kCudaBlock);
+  CudaKernel geometry;  // (an elementwise grid over the items)
+  geometry.items = g.numel();
+  const CudaLaunch dims = cuda_launch_dims(geometry, lg.multiprocessors, cuda::emulated() ? 64 : kCudaBlock);
   DeviceScratch scratch(sizeof(uint64_t), dev);
   void* status = scratch.p;
   cuda::fill_bytes(status, 0xff, sizeof(uint64_t), dev);
   std::vector<uint64_t> v = {uint64_t(reinterpret_cast<uintptr_t>(first_byte(x))),
                              uint64_t(reinterpret_cast<uintptr_t>(first_byte(index))),
                              uint64_t(reinterpret_cast<uintptr_t>(first_byte(out)))};
-  for (int64_t a : k.size_args) v.push_back(uint64_t(a));
+  for (int64_t a : g.size_args()) v.push_back(uint64_t(a));
   v.push_back(uint64_t(reinterpret_cast<uintptr_t>(status)));
   std::vector<void*> params;
   for (uint64_t& a : v) params.push_back(&a);

@@ -57,6 +57,7 @@ class CompiledProgram {
   // it here; run() then goes through it with the runner and the accepted inputs.
   using Replay = std::function<std::vector<Tensor>(const passes::ProgramRunner&, std::span<const ir::Slot>)>;
   void set_replay(Replay r, std::string note);
+  bool replays() const { return replay_ != nullptr; }  // (a CUDA graph was accepted)
   const passes::ProgramRunner& runner() const { return runner_; }
 
  private:

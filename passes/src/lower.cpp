@@ -397,9 +397,24 @@ class Lowerer {
       if (std::count(red.begin(), red.end(), loops[l].front()) && k.reduce_from == int(loops.size()))
         k.reduce_from = int(l);
     }
-    // A load spans every reduction loop even where it does not vary (a reduction over a broadcast
-    // dim counts each element as often as the dim is long); elsewhere a size of 1 is a broadcast.
-    // (A 0-d operand stays 0-d: it only ever feeds elementwise work.)
+    // A load a reduction reads (through the kernel's elementwise work) spans every reduction loop
+    // even where it does not vary (a reduction over a broadcast dim counts each element as often
+    // as the dim is long); elsewhere a size of 1 is a broadcast. So a load only the work after
+    // the reductions reads, at the row (x.sum(0) + b), stays a per-row value, not a row's worth
+    // of copies of one. (A 0-d operand stays 0-d: it only ever feeds elementwise work.)
+    std::set<const ir::Value*> reduced;  // values some reduction of the kernel reads
+    {
+      std::vector<const ir::Value*> stack;
+      for (int i : nodes)
+        if (classify(*a_.nodes[size_t(i)]) == NodeClass::Reduction)
+          for (const ir::Value* v : a_.nodes[size_t(i)]->inputs) stack.push_back(v);
+      while (!stack.empty()) {
+        const ir::Value* v = stack.back();
+        stack.pop_back();
+        if (!reduced.insert(v).second || !in_group(v, in) || classify(*v->producer) == NodeClass::Reduction) continue;
+        for (const ir::Value* x : v->producer->inputs) stack.push_back(x);
+      }
+    }
     auto to_loops = [&](const std::vector<int64_t>& st, Access& acc, bool load) {
       for (size_t l = 0; l < loops.size(); ++l) {
         int64_t s = st[size_t(loops[l].back())];
@@ -423,7 +438,7 @@ class Lowerer {
         val[o.v] = k.body.add_input(name, o.v->type);
       } else {
         acc.buffer = buffer_of(o.where.root);
-        to_loops(o.s_strides, acc, !o.v->type.sizes.empty());
+        to_loops(o.s_strides, acc, !o.v->type.sizes.empty() && reduced.count(o.v));
         acc.offset = o.where.offset;
         finish_access(acc, o.where.storage_relative);
         // A 0-d operand stays 0-d in the body: it promotes as a 0-d tensor.

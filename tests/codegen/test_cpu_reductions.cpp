@@ -489,6 +489,31 @@ TEST(CpuOpsReductionEdgeCases, SiblingStoresOfFullAndRowReductions) {
   else unsetenv("KILN_NUM_THREADS");
 }
 
+// Work after a reduction that reads another operand at the row (x.sum(0) + b, a mean scaled by
+// a per-row weight, integers too): the operand is a per-row load, so the kernel is a reduction
+// that compiles. Such loads used to span the reduced loop like the reduction's own operand, and
+// the kernel ran interpreted ("a row value stored once per row"); Expect's `compiled` checks it
+// no longer does. Over dim 0 and the last dim, contiguous and transposed.
+TEST(CpuOpsReductionEdgeCases, PerRowWorkReadingOtherOperandsCompiles) {
+  for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt64}) {
+    for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
+      SCOPED_TRACE(std::string(name(dt)) + ", " + layout_name(layout));
+      Inputs inputs = [&](int call) {
+        uint64_t seed = 71 + uint64_t(dt) * 5 + uint64_t(call);
+        return V{make(dt, {300, 40}, layout, seed), make(dt, {40}, Layout::Contiguous, seed + 1),
+                 make(dt, {300, 1}, Layout::Contiguous, seed + 2)};
+      };
+      Fn fn = [dt](const V& in) {
+        const Tensor &x = in[0], &b = in[1], &c = in[2];
+        V out{x.sum({0}) + b, x.amax({1}, true) * c};
+        if (is_floating(dt)) out.push_back(x.mean({0}) * b - 1);
+        return out;
+      };
+      check(fn, inputs, Expect{});
+    }
+  }
+}
+
 // Math calls whose values a pass reduces (sum(exp(x - max)): the kernel computes them into
 // the row's stash in a loop of their own and reduces them in the next, emit.cpp plan_stash),
 // beside the other uses of such values in the same pass (stored as they are, stored early

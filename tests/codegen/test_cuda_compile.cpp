@@ -162,17 +162,19 @@ TEST(CudaCompile, IntegerDivisionByZeroRaisesEagersError) {
 
 TEST(CudaCompile, TemporariesAndScratchGoBackToThePool) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
-  Tensor a = randn({300, 70});
-  // A softmax (row-wise), a split full reduction and temporaries in between.
-  auto fn = [](const std::vector<Tensor>& v) { return std::vector{softmax(v[0] * 2, 1).sum() + (v[0] - 1).abs().amax()}; };
-  Compiled c = compile_graph(traced_one(fn, {a}));
-  Tensor da = a.to(Device::cuda());
-  c.program->run(std::vector<Tensor>{da});  // (first run: the sink word of unchecked kernels)
+  Tensor a = randn({300, 70}), t = randn({3000, 70});
+  // A softmax (row-wise), a split full reduction, a column-split one and temporaries in between.
+  auto fn = [](const std::vector<Tensor>& v) {
+    return std::vector{softmax(v[0] * 2, 1).sum() + (v[0] - 1).abs().amax(), v[1].sum({0}) * 2};
+  };
+  Compiled c = compile_graph(traced_one(fn, {a, t}));
+  Tensor da = a.to(Device::cuda()), dt = t.to(Device::cuda());
+  c.program->run(std::vector<Tensor>{da, dt});  // (first run: the sink word of unchecked kernels)
   cuda::synchronize();
   size_t before = cuda::memory_allocated();
   {
-    std::vector<Tensor> out = c.program->run(std::vector<Tensor>{da});
-    EXPECT_TRUE(kiln::testing::close(out[0].to(Device::cpu()), fn({a})[0]));
+    std::vector<Tensor> out = c.program->run(std::vector<Tensor>{da, dt});
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(kiln::testing::close(out[i].to(Device::cpu()), fn({a, t})[i])) << i;
   }
   cuda::synchronize();
   EXPECT_EQ(cuda::memory_allocated(), before);
@@ -198,16 +200,17 @@ TEST(CudaGraphs, EveryWorkloadReplaysAndMatches) {
 
 TEST(CudaGraphs, AReplayNeverOverwritesAnEarlierOutput) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
-  // A split full reduction (its slots stay put too) and an elementwise output.
-  auto fn = [](const std::vector<Tensor>& v) { return std::vector{(v[0] * 2).sum(), v[0].exp()}; };
-  Tensor a = randn({70000}), b = randn({70000});
-  Compiled c = compile_graph(traced_one(fn, {a}), {.graphs = true});
+  // A split full reduction and a column-split one (their slots stay put too) and an
+  // elementwise output.
+  auto fn = [](const std::vector<Tensor>& v) { return std::vector{(v[0] * 2).sum(), v[0].exp(), v[1].sum({0})}; };
+  Tensor a = randn({70000}), b = randn({70000}), ta = randn({3000, 70}), tb = randn({3000, 70});
+  Compiled c = compile_graph(traced_one(fn, {a, ta}), {.graphs = true});
   ASSERT_EQ(c.program->stats().graphs, "replayed as a CUDA graph");
-  std::vector<Tensor> first = c.program->run(std::vector<Tensor>{a.to(Device::cuda())});
-  std::vector<Tensor> second = c.program->run(std::vector<Tensor>{b.to(Device::cuda())});
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_TRUE(kiln::testing::close(first[i].to(Device::cpu()), fn({a})[i])) << "output " << i << " of the first call";
-    EXPECT_TRUE(kiln::testing::close(second[i].to(Device::cpu()), fn({b})[i])) << "output " << i << " of the second call";
+  std::vector<Tensor> first = c.program->run(std::vector<Tensor>{a.to(Device::cuda()), ta.to(Device::cuda())});
+  std::vector<Tensor> second = c.program->run(std::vector<Tensor>{b.to(Device::cuda()), tb.to(Device::cuda())});
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(kiln::testing::close(first[i].to(Device::cpu()), fn({a, ta})[i])) << "output " << i << " of the first call";
+    EXPECT_TRUE(kiln::testing::close(second[i].to(Device::cpu()), fn({b, tb})[i])) << "output " << i << " of the second call";
   }
   EXPECT_NE(first[1].storage(), second[1].storage());
 }

@@ -119,12 +119,12 @@ class Emulator {
         uint64_t status = 0;
         v.push_back(uint64_t(reinterpret_cast<uintptr_t>(&status)));
         codegen::CudaLaunch l = codegen::cuda_launch_dims(k, 1, 64);
-        if (k.strategy == codegen::CudaStrategy::Split) {
-          std::vector<uint64_t> parts(size_t(l.grid) * size_t(k.slots), 0xdeadbeefdeadbeefull);
+        if (l.parts) {  // two steps: the slots (poisoned), then their count
+          std::vector<uint64_t> parts(codegen::cuda_parts_bytes(k, l) / sizeof(uint64_t), 0xdeadbeefdeadbeefull);
           v.push_back(uint64_t(reinterpret_cast<uintptr_t>(parts.data())));
+          v.push_back(l.parts);
           main(words(v).data(), l.grid, l.block);
-          v.push_back(l.grid);  // the finishing step: the slots, then their count
-          finish(words(v).data(), 1, l.block);
+          finish(words(v).data(), l.finish_grid, l.block);
         } else {
           main(words(v).data(), l.grid, l.block);
         }
@@ -328,6 +328,15 @@ std::vector<Want> strategy_wants() {
       {"block rows", [](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({3, 5000})}, S::BlockRow, {randn({5, 6001})}},
       {"warp rows", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {1}, true) * v[0]}; }, {randn({40, 100})}, S::WarpRow, {randn({33, 97})}},
       {"thread rows (columns)", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {0})}; }, {randn({50, 3000})}, S::ThreadRow, {randn({61, 2500})}},
+      // rows strided in memory, too few for a thread each: chunks of rows, then a finishing kernel
+      {"column split", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {0}), amax(v[0], {0})}; }, {randn({3000, 70})},
+       S::ColumnSplit, {randn({2500, 33})}},
+      // a per-row store reading another operand at the row (the finishing kernel loads it)
+      {"column split mean + bias", [](const std::vector<Tensor>& v) { return std::vector{mean(v[0], {0}) + v[1]}; },
+       {randn({4000, 20}), randn({20})}, S::ColumnSplit, {randn({2100, 40}), randn({40})}},
+      // two reduced loops (the chunks cut their flattened index), integers
+      {"column split 3d int64", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {0, 1})}; },
+       {randint(-100, 100, {64, 50, 24}, kInt64)}, S::ColumnSplit, {randint(-100, 100, {70, 40, 30}, kInt64)}},
       {"thread rows (scan)", [](const std::vector<Tensor>& v) { return std::vector{cumsum(v[0], 1)}; }, {randn({70, 33})}, S::ThreadRow, {randn({20, 50})}},
       {"elementwise 3d", [](const std::vector<Tensor>& v) { return std::vector{v[0].permute({2, 0, 1}) + 1}; }, {randn({5, 6, 7})}, S::Elementwise, {randn({3, 4, 9})}},
       // partial tiles on both sides; a broadcast operand read directly beside the staged one
@@ -686,7 +695,7 @@ void expect_every_kernel_compiles_for_sm90(bool generic) {
       EXPECT_NE(b.cubin.find(r.kernel->name), std::string::npos);
       strategies[std::string(codegen::cuda_strategy_name(r.kernel->strategy))]++;
     }
-  EXPECT_EQ(strategies.size(), 6u) << "every strategy compiled";
+  EXPECT_EQ(strategies.size(), 7u) << "every strategy compiled";
 }
 TEST(CudaNvrtc, EveryWorkloadsKernelsCompileForSm90) {
   if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();

@@ -100,12 +100,13 @@ struct Launch {
   LoadedKernel fn;
   CudaLaunch dims;
   int device = 0;
-  // Split under a CUDA graph: slots allocated once, when the graph is accepted (a capture must
-  // not allocate); otherwise (empty) each launch allocates its own, so concurrent runs never share.
+  // Split and ColumnSplit under a CUDA graph: slots allocated once, when the graph is accepted
+  // (a capture must not allocate); otherwise (empty) each launch allocates its own, so
+  // concurrent runs never share.
   std::shared_ptr<std::unique_ptr<DeviceScratch>> fixed_parts = std::make_shared<std::unique_ptr<DeviceScratch>>();
   void* sink = nullptr;  // the status word of a kernel without checks (allocated when compiled, not in a capture)
 
-  size_t parts_bytes() const { return size_t(dims.grid) * size_t(k.slots) * sizeof(uint64_t); }
+  size_t parts_bytes() const { return cuda_parts_bytes(k, dims); }
 
   void operator()(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs, const Tensor* first = nullptr) const {
     std::vector<uint64_t> v = cuda_operand_params(k, buffers, inputs, first);
@@ -121,14 +122,14 @@ struct Launch {
       for (uint64_t& x : v) p.push_back(&x);
       return p;
     };
-    if (k.strategy == CudaStrategy::Split) {
+    if (dims.parts) {  // two steps: both take the slots, then their count
       std::optional<DeviceScratch> own;
       const DeviceScratch* fixed = fixed_parts->get();
       if (!fixed) own.emplace(parts_bytes(), device);
       v.push_back(uint64_t(reinterpret_cast<uintptr_t>(fixed ? fixed->p : own->p)));
+      v.push_back(dims.parts);
       cuda::launch(fn.main, dims.grid, dims.block, params().data(), device);
-      v.push_back(dims.grid);  // the finishing step: the slots, then their count
-      cuda::launch(fn.finish, 1, dims.block, params().data(), device);
+      cuda::launch(fn.finish, dims.finish_grid, dims.block, params().data(), device);
     } else {
       cuda::launch(fn.main, dims.grid, dims.block, params().data(), device);
     }
@@ -291,7 +292,7 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
     stats.disk_hits += l.fn.from == CudaBinary::From::Disk;
     const bool epilogue = ck.epilogue;
     l.k = std::move(ck);
-    if (l.k.strategy == CudaStrategy::Split) split_launches.push_back({l.fixed_parts, l.parts_bytes()});
+    if (l.dims.parts) split_launches.push_back({l.fixed_parts, l.parts_bytes()});
     if (!epilogue) {
       impls[i] = [l = std::move(l)](std::span<const Tensor> b, std::span<const ir::Slot> in) { l(b, in); };
       continue;

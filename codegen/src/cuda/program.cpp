@@ -76,13 +76,34 @@ CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block)
     case CudaStrategy::Tiled: per_block = 1; break;
     case CudaStrategy::WarpRow: per_block = block / 32; break;
     case CudaStrategy::ThreadRow:
-    case CudaStrategy::Split: per_block = block; break;
+    case CudaStrategy::Split:
+    case CudaStrategy::ColumnSplit: per_block = block; break;
   }
-  int64_t want = (std::max<int64_t>(k.items, 1) + per_block - 1) / per_block;
+  auto blocks = [&](int64_t items) { return (std::max<int64_t>(items, 1) + per_block - 1) / per_block; };
   CudaLaunch l;
   l.block = unsigned(block);
-  l.grid = unsigned(std::clamp<int64_t>(want, 1, k.strategy == CudaStrategy::Split ? sms * 4 : most));
+  if (k.strategy == CudaStrategy::ColumnSplit) {
+    // Enough (row, chunk) pairs for every thread an SM holds (2048 on sm_70 and later), in
+    // chunks of at least kColumnChunkMin elements: the slots then hold at most 8 bytes per 32
+    // elements read, and the finishing kernel reads them once.
+    const int64_t rows = std::max<int64_t>(k.items, 1), len = std::max<int64_t>(k.row_len, 1);
+    const int64_t want = (sms * 2048 + rows - 1) / rows;
+    const int64_t chunks = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, len / kColumnChunkMin));
+    l.parts = unsigned(chunks);
+    l.grid = unsigned(std::clamp<int64_t>(blocks(rows * chunks), 1, most));
+    l.finish_grid = unsigned(std::clamp<int64_t>(blocks(rows), 1, most));
+    return l;
+  }
+  l.grid = unsigned(std::clamp<int64_t>(blocks(k.items), 1, k.strategy == CudaStrategy::Split ? sms * 4 : most));
+  if (k.strategy == CudaStrategy::Split) l.parts = l.grid, l.finish_grid = 1;
   return l;
+}
+
+size_t cuda_parts_bytes(const CudaKernel& k, const CudaLaunch& l) {
+  const size_t per_part = size_t(k.slots) * sizeof(uint64_t);
+  if (k.strategy == CudaStrategy::Split) return size_t(l.parts) * per_part;
+  if (k.strategy == CudaStrategy::ColumnSplit) return size_t(l.parts) * per_part * size_t(std::max<int64_t>(k.items, 1));
+  return 0;
 }
 
 CacheKey cuda_kernel_key(const CudaKernel& k, int arch) {
@@ -136,6 +157,7 @@ std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch, b
       << (ck.strategy == CudaStrategy::Elementwise || ck.strategy == CudaStrategy::Split ? " elements"
           : ck.strategy == CudaStrategy::Tiled                                           ? " tiles of 32 x 32"
                                                                                           : " rows")
+      << (ck.strategy == CudaStrategy::ColumnSplit ? " of " + std::to_string(ck.row_len) + " elements in chunks" : "")
       << (ck.vector > 1 ? ", " + std::to_string(ck.vector) + "-wide vector accesses" : "")
       << (ck.index32 ? ", 32-bit indices" : ", 64-bit indices") << (ck.generic ? ", size-generic" : "") << "\n";
     if (what == CudaEmit::Source) o << ck.body << "\n";

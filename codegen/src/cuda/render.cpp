@@ -27,6 +27,7 @@ std::string_view cuda_strategy_name(CudaStrategy s) {
     case CudaStrategy::ThreadRow: return "thread-per-row";
     case CudaStrategy::Split: return "split";
     case CudaStrategy::Tiled: return "tiled";
+    case CudaStrategy::ColumnSplit: return "column-split";
   }
   return "?";
 }
@@ -41,6 +42,11 @@ constexpr int64_t kWarpRowMax = 2048;
 constexpr int64_t kSplitMin = int64_t(1) << 16;
 // Rows read with a stride (a column of the operand) go one per thread when there are this many.
 constexpr int64_t kThreadRowMin = 2048;
+// Such rows are cut into chunks (ColumnSplit) when the rows are fewer than this (below half
+// the threads an H100 holds: thread-per-row would leave it short of loads in flight), at least
+// this long (four chunks of kColumnChunkMin), and the reduction has at least kSplitMin elements.
+constexpr int64_t kColumnSplitRowsMax = int64_t(1) << 17;
+constexpr int64_t kColumnSplitMinLen = 4 * kColumnChunkMin;
 // Tiled: the side of a tile, the fewest elements along both of its loops, and the most
 // operands staged through shared memory (32 x 33 elements each: at most 8.4 KiB).
 constexpr int64_t kTile = 32;
@@ -168,13 +174,14 @@ class Renderer {
       open_kernel(out_.name, params);
       tiled();
       close_kernel();
-    } else if (out_.strategy == CudaStrategy::Split) {
-      open_kernel(out_.name, params + ",\n    unsigned long long* __restrict__ parts");
-      split_partial();
+    } else if (two_step()) {
+      const bool split = out_.strategy == CudaStrategy::Split;
+      open_kernel(out_.name, params + ",\n    unsigned long long* __restrict__ parts, long long nparts");
+      split ? split_partial() : column_partial();
       close_kernel();
       o_ << "\n";
       open_kernel(out_.finish, params + ",\n    const unsigned long long* __restrict__ parts, long long nparts");
-      split_finish();
+      split ? split_finish() : column_finish();
       close_kernel();
     } else {
       open_kernel(out_.name, params);
@@ -190,19 +197,19 @@ class Renderer {
   void emulation_entries() {
     o_ << "#if defined(KILN_CUDA_EMULATION)\n";
     const size_t n = out_.param_types.size();
-    auto entry = [&](const std::string& name, int extra) {
+    // (a two-step kernel's steps also take the slots, then their count)
+    auto entry = [&](const std::string& name, const char* slots) {
       o_ << "extern \"C\" void " << name << "_emu(void** p, unsigned grid, unsigned block) {\n"
          << "  kiln_emu::launch(grid, block, [&] { " << name << "(";
       for (size_t j = 0; j < n; ++j) o_ << "*(" << out_.param_types[j] << "*)p[" << j << "], ";
       o_ << "*(unsigned long long**)p[" << n << "]";
-      if (extra == 1) o_ << ", *(unsigned long long**)p[" << n + 1 << "]";
-      if (extra == 2) o_ << ", *(const unsigned long long**)p[" << n + 1 << "], *(long long*)p[" << n + 2 << "]";
+      if (slots) o_ << ", *(" << slots << "**)p[" << n + 1 << "], *(long long*)p[" << n + 2 << "]";
       o_ << "); });\n}\n";
       // (how many 8-byte parameters: the emulator copies them when a launch is captured)
-      o_ << "extern \"C\" const int " << name << "_emu_params = " << n + 1 + (extra == 1 ? 1 : extra == 2 ? 2 : 0) << ";\n";
+      o_ << "extern \"C\" const int " << name << "_emu_params = " << n + 1 + (slots ? 2 : 0) << ";\n";
     };
-    entry(out_.name, out_.strategy == CudaStrategy::Split ? 1 : 0);
-    if (out_.strategy == CudaStrategy::Split) entry(out_.finish, 2);
+    entry(out_.name, two_step() ? "unsigned long long" : nullptr);
+    if (two_step()) entry(out_.finish, "const unsigned long long");
     o_ << "#endif\n";
   }
 
@@ -228,6 +235,7 @@ class Renderer {
   int64_t rows_ = 1, row_len_ = 1;
 
   int rank() const { return int(k_.loops.size()); }
+  bool two_step() const { return out_.strategy == CudaStrategy::Split || out_.strategy == CudaStrategy::ColumnSplit; }
   int rf() const { return std::min(k_.reduce_from, rank()); }
   const passes::Access& operand(size_t j) const {
     return j < k_.loads.size() ? k_.loads[j] : k_.stores[j - k_.loads.size()];
@@ -268,12 +276,26 @@ class Renderer {
       out_.strategy = CudaStrategy::Split;
       out_.finish = out_.name + "_finish";
       for (const Instr& in : code_.code) out_.slots += in.op == EOp::Reduce;
+    } else if (!unit_stride_along_row() && splits_columns()) {
+      out_.strategy = CudaStrategy::ColumnSplit;
+      out_.finish = out_.name + "_finish";
+      for (const Instr& in : code_.code) out_.slots += in.op == EOp::Reduce;
     } else if (!unit_stride_along_row() && rows_ >= kThreadRowMin) {
       out_.strategy = CudaStrategy::ThreadRow;
     } else {
       out_.strategy = row_len_ <= kWarpRowMax ? CudaStrategy::WarpRow : CudaStrategy::BlockRow;
     }
     out_.items = out_.strategy == CudaStrategy::Split ? row_len_ : rows_;
+    out_.row_len = row_len_;
+  }
+
+  // ColumnSplit: few rows, long ones, one pass over each and only per-row stores after it (the
+  // chunks' partial results meet in the finishing kernel, which stores).
+  bool splits_columns() const {
+    if (rf() == 0 || rows_ >= kColumnSplitRowsMax || row_len_ < kColumnSplitMinLen || rows_ * row_len_ < kSplitMin ||
+        code_.depth != 1)
+      return false;
+    return row_plan(k_, code_).in_row.empty();
   }
 
   // Whether some load walks the innermost reduction loop contiguously (threads of a warp or block
@@ -834,7 +856,8 @@ class Renderer {
   // With a row cache the pass is unrolled (`it` a constant in each copy, so that the cache's
   // elements are registers); the cached loads filled by this pass are read from it afterwards.
   template <class Body>
-  void row_loop(const std::string& from, const std::string& step, Body&& body) {
+  void row_loop(const std::string& from, const std::string& step, Body&& body, std::string end = "") {
+    if (end.empty()) end = row_len();
     if (cache_iters_) {
       line() << "#pragma unroll\n";
       line() << "for (unsigned it = 0; it < " << cache_iters_ << "u; ++it) {\n";
@@ -843,7 +866,7 @@ class Renderer {
       line() << "if (e < " << row_len() << ") {\n";
       ++indent_;
     } else {
-      line() << "for (" << I_ << " e = " << from << "; e < " << row_len() << "; e += " << step << ") {\n";
+      line() << "for (" << I_ << " e = " << from << "; e < " << end << "; e += " << step << ") {\n";
       ++indent_;
     }
     decompose("e", rf(), rank());
@@ -984,15 +1007,14 @@ class Renderer {
 
   // ---- Split: a full reduction over blocks, then one block combining their slots ----
 
-  void split_partial() {
-    coord_.assign(size_t(rank()), "");
-    memo_.assign(code_.code.size(), "");
-    RowPlan p = row_plan(k_, code_);
+  // A two-step kernel's partial step: its one pass over the row's elements [from, end) by
+  // `step`, each reduction into accumulator acc<id>.
+  void partial_pass(const RowPlan& p, const std::string& from, const std::string& step, const std::string& end = "") {
     const std::vector<int>& need = p.needs[0];
     for (int id : need)
       if (!code_.code[size_t(id)].row) value(id);
     for (int r : p.reduces[1]) line() << ctype(code_.code[size_t(r)].type) << " acc" << r << " = " << identity(code_.code[size_t(r)]) << ";\n";
-    row_loop("(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", "(" + I_ + ")gridDim.x * blockDim.x", [&] {
+    row_loop(from, step, [&] {
       for (int id : need)
         if (code_.code[size_t(id)].row) value(id);
       for (int r : p.reduces[1]) {
@@ -1000,7 +1022,14 @@ class Renderer {
         std::string x = value(in.args[0]);
         line() << "acc" << r << " = " << combine(in, "acc" + std::to_string(r), x) << ";\n";
       }
-    });
+    }, end);
+  }
+
+  void split_partial() {
+    coord_.assign(size_t(rank()), "");
+    memo_.assign(code_.code.size(), "");
+    RowPlan p = row_plan(k_, code_);
+    partial_pass(p, "(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", "(" + I_ + ")gridDim.x * blockDim.x");
     for (size_t q = 0; q < p.reduces[1].size(); ++q) {
       int r = p.reduces[1][q];
       const Instr& in = code_.code[size_t(r)];
@@ -1028,6 +1057,59 @@ class Renderer {
     }
     line() << "if (threadIdx.x == 0) {\n";
     ++indent_;
+    for (size_t j : p.per_row) store(j, "");
+    --indent_;
+    line() << "}\n";
+  }
+
+  // ---- ColumnSplit: chunks of rows, one thread each, then a thread per row combining them ----
+
+  // The slot of reduction q's partial result for chunk `part` of `row`: laid out chunk-major,
+  // then by reduction, then by row, so that neighbouring threads (neighbouring rows) write and
+  // read neighbouring slots.
+  std::string column_slot(const std::string& part, size_t q) const {
+    return "parts + ((unsigned long long)" + part + " * " + std::to_string(out_.slots) + "u + " + std::to_string(q) + "u) * " +
+           nrows() + " + row";
+  }
+
+  // Thread t takes row t % nrows and its chunk t / nrows (nparts chunks per row, the last ones
+  // possibly shorter or empty), walking the chunk in order into its slots.
+  void column_partial() {
+    coord_.assign(size_t(rank()), "");
+    memo_.assign(code_.code.size(), "");
+    RowPlan p = row_plan(k_, code_);
+    line() << "const " << I_ << " nchunks = (" << I_ << ")nparts, chunk = (" << row_len() << " + nchunks - 1u) / nchunks;\n";
+    line() << "for (" << I_ << " t = (" << I_ << ")blockIdx.x * blockDim.x + threadIdx.x; t < " << nrows()
+           << " * nchunks; t += (" << I_ << ")gridDim.x * blockDim.x) {\n";
+    ++indent_;
+    line() << "const " << I_ << " row = t % " << nrows() << ", part = t / " << nrows() << ";\n";
+    line() << "const " << I_ << " lo = part * chunk, hi = lo + chunk < " << row_len() << " ? lo + chunk : " << row_len() << ";\n";
+    decompose("row", 0, rf());
+    partial_pass(p, "lo", "1u", "hi");
+    for (size_t q = 0; q < p.reduces[1].size(); ++q)
+      line() << "kiln_put(" << column_slot("part", q) << ", acc" << p.reduces[1][q] << ");\n";
+    --indent_;
+    line() << "}\n";
+  }
+
+  // A thread per row: its chunks' slots combined in chunk order, then the row's stores.
+  void column_finish() {
+    coord_.assign(size_t(rank()), "");
+    memo_.assign(code_.code.size(), "");
+    RowPlan p = row_plan(k_, code_);
+    line() << "for (" << I_ << " row = (" << I_ << ")blockIdx.x * blockDim.x + threadIdx.x; row < " << nrows() << "; row += ("
+           << I_ << ")gridDim.x * blockDim.x) {\n";
+    ++indent_;
+    decompose("row", 0, rf());
+    for (size_t q = 0; q < p.reduces[1].size(); ++q) {
+      int r = p.reduces[1][q];
+      const Instr& in = code_.code[size_t(r)];
+      std::string T = ctype(in.type), acc = "acc" + std::to_string(r);
+      line() << T << " " << acc << " = " << identity(in) << ";\n";
+      line() << "for (long long c = 0; c < nparts; ++c) " << acc << " = "
+             << combine(in, acc, "kiln_get<" + T + ">(" + column_slot("c", q) + ")") << ";\n";
+      memo_[size_t(r)] = acc;
+    }
     for (size_t j : p.per_row) store(j, "");
     --indent_;
     line() << "}\n";

@@ -18,6 +18,12 @@
 //                sums (cumsum), which must add in row order.
 //   Split        a full reduction of a large tensor: every block reduces its share into
 //                8-byte slots, then a one-block finishing kernel combines the slots in order.
+//   ColumnSplit  a reduction over an outer dim of a tall tensor (x.sum(0) of [100000, 4096],
+//                a bias gradient): too few rows for thread-per-row to fill the GPU and rows
+//                strided in memory, so each row is cut into chunks and one thread reduces one
+//                chunk of one row (neighbouring threads: neighbouring rows, adjacent in
+//                memory) into a slot, then a finishing kernel, one thread per row, combines the
+//                row's chunks in order and stores.
 //   Tiled        elementwise work that reads an operand transposed (contiguous along another
 //                loop than the one the stores are contiguous along: x.t() + y): 32 x 32 tiles,
 //                each transposed operand first staged through shared memory read along its
@@ -30,8 +36,9 @@
 // each loop of more than one element and each operand's non-unit strides (`long long`, in the
 // order CudaKernel::size_args holds their values); then the status
 // word (`unsigned long long*`, device memory): bit k set means check k failed (an integer
-// division by zero), raised by the host after the kernel. Split kernels then take the slots
-// (`unsigned long long*`; the finishing kernel also their count, `long long`).
+// division by zero), raised by the host after the kernel. Both kernels of Split and ColumnSplit
+// then take the slots (`unsigned long long*`) and their count (`long long`: Split's blocks,
+// ColumnSplit's chunks per row).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -47,7 +54,7 @@
 
 namespace kiln::codegen {
 
-enum class CudaStrategy : uint8_t { Elementwise, BlockRow, WarpRow, ThreadRow, Split, Tiled };
+enum class CudaStrategy : uint8_t { Elementwise, BlockRow, WarpRow, ThreadRow, Split, Tiled, ColumnSplit };
 std::string_view cuda_strategy_name(CudaStrategy s);
 
 // Threads per block every kernel is written for (at most; any multiple of 32 below works).
@@ -56,11 +63,12 @@ inline constexpr int kCudaBlock = 256;
 struct CudaKernel {
   int kernel = -1;        // its index in the program
   bool epilogue = false;  // an opaque kernel's epilogue: load 0 is the library op's result
-  std::string name;       // the entry point (Split: the partial step)
-  std::string finish;     // Split: the finishing step's entry point
+  std::string name;       // the entry point (Split, ColumnSplit: the partial step)
+  std::string finish;     // Split, ColumnSplit: the finishing step's entry point
   std::string body;       // the kernel's CUDA C++ (both entry points), to follow cuda_prelude()
   CudaStrategy strategy = CudaStrategy::Elementwise;
   int64_t items = 0;  // what the grid spreads over: elements (Elementwise, Split), tiles (Tiled), rows (others)
+  int64_t row_len = 0;  // the row strategies: elements per row (ColumnSplit cuts it into chunks)
   int vector = 1;     // Elementwise: elements per vector access on the fast path (1: none)
   // Elementwise over operands that are all contiguous (or read at one element): the element
   // count is a parameter, the last before the status word (`unsigned long long`), and the body
@@ -76,7 +84,7 @@ struct CudaKernel {
   // and strides of a size-generic kernel.
   std::vector<int64_t> size_args;
   bool index32 = true;
-  int slots = 0;      // Split: 8-byte accumulator slots each block writes
+  int slots = 0;      // Split, ColumnSplit: 8-byte accumulator slots per block (Split) or per chunk of a row
   std::vector<passes::Access> operands;  // the loads, then the stores
   size_t loads = 0;
   std::vector<std::string> param_types;  // the C type of each operand parameter
@@ -112,12 +120,18 @@ std::vector<uint64_t> cuda_operand_params(const CudaKernel& k, std::span<const T
 // 2^31. Raises kiln::Error unless 1 <= d < 2^31.
 uint64_t cuda_divisor_magic(int64_t d);
 
-// Grid and block for a launch on a device with `multiprocessors` SMs (Split: the partial step;
-// its finishing step runs one block).
+// Grid and block for a launch on a device with `multiprocessors` SMs (Split, ColumnSplit: the
+// partial step), and for the two-step strategies the slots' count and the finishing step's grid
+// (Split: one block over the blocks' slots; ColumnSplit: enough chunks per row for the device's
+// resident threads, each of at least kColumnChunkMin elements, and a thread per row).
 struct CudaLaunch {
   unsigned grid = 1, block = kCudaBlock;
+  unsigned parts = 0, finish_grid = 0;  // (0: one step)
 };
+inline constexpr int64_t kColumnChunkMin = 32;
 CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block = kCudaBlock);
+// The bytes of the slots a two-step launch's partial step writes (0 for the others).
+size_t cuda_parts_bytes(const CudaKernel& k, const CudaLaunch& l);
 
 // What dump-ir --emit=cuda / --emit=ptx shows for every kernel of a program. PTX needs NVRTC
 // (no GPU); `arch` is the compute capability as a number (90: sm_90); `generic`: the

@@ -255,6 +255,45 @@ TEST(CanonSimplify, BroadcastOnlyViewsOfElementwiseOperands) {
             "}\n");
 }
 
+// A reduction that drops inner dims (x.sum({0, 2}) of [4, 5, 6] is [5], which broadcasting
+// lines up with x's last dim) keeps them and is viewed without them; the elementwise ops after
+// it compute on the kept-dims value, a dimensioned operand (b) unsqueezed to line up, a 0-d one
+// (s) as it is, each viewed back: one loop nest for fusion. An op whose result is larger than
+// the view (the sub with y: [3, 5]) still reads the view.
+TEST(CanonSimplify, ReductionsKeepTheirDimsForTheWorkAfterThem) {
+  EXPECT_EQ(check_pass("simplify",
+                       "graph @g(%x: f32[4,5,6]{30,6,1}, %b: f32[5]{1}, %s: f32[]{}, %y: f32[3,5]{5,1}) {\n"
+                       "  %0 = sum(%x) {dims=[0,2], dtype=none, keepdim=false} : f32[5]{1}\n"
+                       "  %1 = add(%0, %b) {alpha=1} : f32[5]{1}\n"
+                       "  %2 = mul(%1, %s) : f32[5]{1}\n"
+                       "  %3 = sqrt(%2) : f32[5]{1}\n"
+                       "  %4 = sub(%0, %y) {alpha=1} : f32[3,5]{5,1}\n"
+                       "  return %3, %0, %4\n"
+                       "}\n"),
+            "graph @g(%x: f32[4,5,6]{30,6,1}, %b: f32[5]{1}, %s: f32[]{}, %y: f32[3,5]{5,1}) {\n"
+            "  %0 = sum(%x) {dims=[0,2], dtype=none, keepdim=true} : f32[1,5,1]{5,1,1}\n"
+            "  %1 = view(%0) {sizes=[5]} : f32[5]{1}\n"
+            "  %2 = unsqueeze(%b) {dim=1} : f32[5,1]{1,1}\n"
+            "  %3 = add(%0, %2) {alpha=1} : f32[1,5,1]{5,1,1}\n"
+            "  %4 = view(%3) {sizes=[5]} : f32[5]{1}\n"
+            "  %5 = mul(%3, %s) : f32[1,5,1]{5,1,1}\n"
+            "  %6 = view(%5) {sizes=[5]} : f32[5]{1}\n"
+            "  %7 = sqrt(%5) : f32[1,5,1]{5,1,1}\n"
+            "  %8 = view(%7) {sizes=[5]} : f32[5]{1}\n"
+            "  %9 = sub(%1, %y) {alpha=1} : f32[3,5]{5,1}\n"
+            "  return %8, %1, %9\n"
+            "}\n");
+  // a reduction whose memory is written (an in-place op on its result) stays as it is
+  check_pass("simplify",
+             "graph @g(%x: f32[4,5]{5,1}) {\n"
+             "  %0 = sum(%x) {dims=[1], dtype=none, keepdim=false} : f32[4]{1}\n"
+             "  %1 = exp(%0) : f32[4]{1}\n"
+             "  %2 = copy(%0, %1) : f32[4]{1}\n"
+             "  return %2\n"
+             "}\n",
+             false);
+}
+
 TEST(CanonSimplify, ForwardingRespectsWrites) {
   // %1 = x*1 is read after a write into %x: reading %x there would see the write
   check_pass("simplify",

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "../schedule.h"
 #include "kiln/runtime/factories.h"
 #include "rewrite.h"
 
@@ -271,6 +272,113 @@ Replacement broadcast_view(Walk& w, const ir::Node& n) {
   return {.built = w.build(n.op, ins, n.attrs, n.outputs[0]->type)};
 }
 
+// ---- reductions that drop dims, and the elementwise work after them ----
+//
+// x.sum(1) of a matrix is [R], which broadcasting lines up with x's last dim, not its first: the
+// elementwise work after it (sqrt of a sum of squares, + b, a logsumexp's log) cannot share the
+// reduction's loop nest as it stands, and fusion leaves it to a kernel of its own. The two rules
+// below rewrite it into the reduction's own shape, where it fuses: the reduction keeps its dims
+// and is viewed without them (keep_reduced_dims), and an elementwise op reading such a view of a
+// fresh value computes on the value itself, its other operands given the same 1s, with the view
+// taken of its result instead (squeeze_past_elementwise). Views cost nothing; what runs is the
+// same arithmetic on the same elements, in one kernel.
+
+// Whether reduction n drops dims its result would not line up with by broadcasting (fuse.cpp's
+// aligned_result): keepdim=false over dims that are not the leading ones.
+bool drops_inner_dims(const ir::Node& n) {
+  if (ir::op_info(n.op).category != ir::Category::Reduction || n.outputs.size() != 1 || !n.attr("keepdim")) return false;
+  detail::ReduceInfo r = detail::reduce_info(n);
+  if (r.keepdim || r.full_output || r.all) return false;
+  for (size_t j = 0; j < r.dims.size(); ++j)
+    if (r.dims[j] != int(j)) return true;
+  return false;
+}
+
+// reduce(x, dims, keepdim=false) -> view(reduce(x, dims, keepdim=true)) when an elementwise op
+// reads it (and nothing writes its memory).
+Replacement keep_reduced_dims(Walk& w, const ir::Node& n) {
+  if (!drops_inner_dims(n) || w.mem.written(w.mem.cls(n.outputs[0]))) return {};
+  bool elementwise_reader = false;
+  for (const auto& u : w.mem.uses(n.outputs[0]))
+    elementwise_reader |= u.node->op != OpId::Copy && ir::op_info(u.node->op).category == ir::Category::Elementwise;
+  if (!elementwise_reader) return {};
+  std::vector<ir::Attr> attrs = n.attrs;
+  for (ir::Attr& a : attrs)
+    if (a.name == "keepdim") a.value = true;
+  auto kept = canon::try_infer(n.op, canon::types_of(w.rb.operands(n)), attrs);
+  if (!kept) return {};
+  ir::Value* r = w.rb.emit(n.op, w.rb.operands(n), attrs)->outputs[0];
+  const std::vector<int64_t>& sizes = n.outputs[0]->type.sizes;
+  return {.built = w.build(OpId::View, {r}, {{"sizes", IntList(sizes.begin(), sizes.end())}}, n.outputs[0]->type)};
+}
+
+// For a view v of u that only removes size-1 dims: per dim of v, the dim of u it is (matched
+// from the right); empty when v is not such a view of u.
+std::vector<int> squeezed_dims(const std::vector<int64_t>& u, const std::vector<int64_t>& v) {
+  if (v.size() >= u.size()) return {};
+  std::vector<int> at(v.size());
+  int j = int(v.size()) - 1;
+  for (int i = int(u.size()) - 1; i >= 0; --i) {
+    if (j >= 0 && u[size_t(i)] == v[size_t(j)]) at[size_t(j--)] = i;
+    else if (u[size_t(i)] != 1) return {};
+  }
+  if (j >= 0) return {};
+  return at;
+}
+
+// op(view(u), t, ...) -> view(op(u, t', ...)) for an elementwise op whose result has the view's
+// sizes, where the view (view or squeeze) only removes size-1 dims of u, a fresh value of a
+// reduction or of elementwise work (so the result moves on to the next elementwise op).
+// Every other dimensioned operand t gets the removed 1s back (unsqueeze) where it lines up with
+// u; 0-d operands and host numbers stay as they are (their type promotion differs).
+Replacement squeeze_past_elementwise(Walk& w, const ir::Node& n) {
+  if (ir::op_info(n.op).category != ir::Category::Elementwise || w.mem.written(w.mem.cls(n.outputs[0]))) return {};
+  const std::vector<int64_t>& out = n.outputs[0]->type.sizes;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const ir::Node* p = n.inputs[k]->producer;
+    if (!p || (p->op != OpId::View && p->op != OpId::Squeeze) || p->outputs[0]->type.sizes != out) continue;
+    const ir::Value* u = p->inputs[0];
+    const ir::Node* q = u->producer;
+    if (!q || q->op == OpId::Copy || q->op == OpId::Constant || !canon::is_fresh(u)) continue;
+    ir::Category c = ir::op_info(q->op).category;
+    if (c != ir::Category::Reduction && c != ir::Category::Elementwise) continue;
+    std::vector<int> at = squeezed_dims(u->type.sizes, out);
+    if (at.empty()) continue;
+    const int U = int(u->type.sizes.size());
+    std::vector<ir::Value*> ins = w.rb.operands(n);
+    std::vector<ir::Type> types = canon::types_of(ins);
+    std::vector<std::vector<int>> unsqueeze(ins.size());  // per operand: where its 1s go back
+    bool ok = true;
+    for (size_t i = 0; i < ins.size() && ok; ++i) {
+      const ir::Type& t = n.inputs[i]->type;
+      if (i == k) {
+        types[i] = u->type;
+        continue;
+      }
+      const size_t r = t.sizes.size();
+      if (t.is_scalar() || r == 0) continue;
+      if (r > out.size()) ok = false;
+      if (!ok) break;
+      // t lines up with the view's last r dims: u's dims from at[m - r] on
+      const int from = at[out.size() - r];
+      for (int d = from; d < U; ++d)
+        if (std::find(at.begin(), at.end(), d) == at.end()) unsqueeze[i].push_back(d - from);
+      for (int d : unsqueeze[i]) types[i].sizes.insert(types[i].sizes.begin() + d, 1), types[i].strides.insert(types[i].strides.begin() + d, 1);
+    }
+    if (!ok) continue;
+    // (the unsqueezed operands' strides do not matter to the op's type: a fresh result)
+    auto t = canon::try_infer(n.op, types, n.attrs);
+    if (!t || t->size() != 1 || (*t)[0].sizes != u->type.sizes || (*t)[0].dtype != n.outputs[0]->type.dtype) continue;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      if (i == k) ins[i] = w.rb(u);
+      for (int d : unsqueeze[i]) ins[i] = w.rb.emit(OpId::Unsqueeze, {ins[i]}, {{"dim", int64_t(d)}})->outputs[0];
+    }
+    ir::Value* e = w.rb.emit(n.op, ins, n.attrs)->outputs[0];
+    return {.built = w.build(OpId::View, {e}, {{"sizes", IntList(out.begin(), out.end())}}, n.outputs[0]->type)};
+  }
+  return {};
+}
+
 struct Rule {
   const char* name;
   Replacement (*apply)(Walk&, const ir::Node&);
@@ -287,6 +395,8 @@ const Rule kRules[] = {
     {"cast-roundtrip", cast_roundtrip},
     {"noop-view", noop_view},
     {"broadcast-view", broadcast_view},
+    {"keep-reduced-dims", keep_reduced_dims},
+    {"squeeze-past-elementwise", squeeze_past_elementwise},
 };
 
 bool Walk::run(const ir::Graph& g) {

@@ -294,6 +294,27 @@ TEST(CanonSimplify, ReductionsKeepTheirDimsForTheWorkAfterThem) {
              false);
 }
 
+// A chain of elementwise ops after such a reduction moves in one walk, each op reading the one
+// before as rewritten: 100 of them (more than simplify's walks) all end up on the kept dims.
+TEST(CanonSimplify, LongChainsAfterAReductionKeepItsDims) {
+  std::string text = "graph @g(%x: f32[4,5]{5,1}) {\n  %0 = sum(%x) {dims=[1], dtype=none, keepdim=false} : f32[4]{1}\n";
+  for (int i = 1; i <= 100; ++i) text += "  %" + std::to_string(i) + " = relu(%" + std::to_string(i - 1) + ") : f32[4]{1}\n";
+  text += "  return %100\n}\n";
+  std::string got = check_pass("simplify", text);
+  // every relu computes on [4, 1]; the return reads a view of the last one
+  size_t relus = 0;
+  for (size_t at = got.find("= relu("); at != std::string::npos; at = got.find("= relu(", at + 1)) {
+    ++relus;
+    EXPECT_EQ(got.substr(got.find(':', at), 13), ": f32[4,1]{1,") << got.substr(at, 60);
+  }
+  EXPECT_EQ(relus, 100u);
+  const size_t ret = got.rfind("return ") + 7;
+  const std::string name = got.substr(ret, got.find('\n', ret) - ret);
+  const size_t def = got.find("  " + name + " = ");
+  ASSERT_NE(def, std::string::npos) << got;
+  EXPECT_EQ(got.substr(def + name.size() + 5, 5), "view(") << got.substr(def, 60);
+}
+
 TEST(CanonSimplify, ForwardingRespectsWrites) {
   // %1 = x*1 is read after a write into %x: reading %x there would see the write
   check_pass("simplify",

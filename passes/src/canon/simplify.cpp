@@ -328,16 +328,18 @@ std::vector<int> squeezed_dims(const std::vector<int64_t>& u, const std::vector<
 
 // op(view(u), t, ...) -> view(op(u, t', ...)) for an elementwise op whose result has the view's
 // sizes, where the view (view or squeeze) only removes size-1 dims of u, a fresh value of a
-// reduction or of elementwise work (so the result moves on to the next elementwise op).
+// reduction or of elementwise work (so the result moves on to the next elementwise op). The
+// operand is looked at as rewritten so far in this walk, so that a whole chain of elementwise
+// ops after a reduction moves in one walk.
 // Every other dimensioned operand t gets the removed 1s back (unsqueeze) where it lines up with
 // u; 0-d operands and host numbers stay as they are (their type promotion differs).
 Replacement squeeze_past_elementwise(Walk& w, const ir::Node& n) {
   if (ir::op_info(n.op).category != ir::Category::Elementwise || w.mem.written(w.mem.cls(n.outputs[0]))) return {};
   const std::vector<int64_t>& out = n.outputs[0]->type.sizes;
   for (size_t k = 0; k < n.inputs.size(); ++k) {
-    const ir::Node* p = n.inputs[k]->producer;
+    const ir::Node* p = w.rb(n.inputs[k])->producer;  // (a node of the new graph)
     if (!p || (p->op != OpId::View && p->op != OpId::Squeeze) || p->outputs[0]->type.sizes != out) continue;
-    const ir::Value* u = p->inputs[0];
+    ir::Value* u = p->inputs[0];
     const ir::Node* q = u->producer;
     if (!q || q->op == OpId::Copy || q->op == OpId::Constant || !canon::is_fresh(u)) continue;
     ir::Category c = ir::op_info(q->op).category;
@@ -370,7 +372,7 @@ Replacement squeeze_past_elementwise(Walk& w, const ir::Node& n) {
     auto t = canon::try_infer(n.op, types, n.attrs);
     if (!t || t->size() != 1 || (*t)[0].sizes != u->type.sizes || (*t)[0].dtype != n.outputs[0]->type.dtype) continue;
     for (size_t i = 0; i < ins.size(); ++i) {
-      if (i == k) ins[i] = w.rb(u);
+      if (i == k) ins[i] = u;
       for (int d : unsqueeze[i]) ins[i] = w.rb.emit(OpId::Unsqueeze, {ins[i]}, {{"dim", int64_t(d)}})->outputs[0];
     }
     ir::Value* e = w.rb.emit(n.op, ins, n.attrs)->outputs[0];

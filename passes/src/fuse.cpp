@@ -15,7 +15,8 @@
 //   that is the epilogue's only reader takes it over as its prologue (hand_epilogue_over);
 // - merging never makes the kernel order cyclic (no path between the two groups through a
 //   third), and a kernel that writes memory (a copy) reads that memory only before the write,
-//   through the very view it writes, so reading and writing element by element is sound.
+//   through the very view it writes, and only where it writes each element once (not a write
+//   broadcast over a loop), so reading and writing element by element is sound.
 // The cost model (thresholds below) refuses merges that are legal but slower.
 #include <algorithm>
 #include <memory>
@@ -235,11 +236,24 @@ class Fuser {
             if (r > w && p < w) return false;
             continue;
           }
-          if (r > w || !(view_key(v) == dst)) return false;
+          if (r > w || !(view_key(v) == dst) || repeats(wn.outputs[0]->type.sizes, g)) return false;
         }
       }
     }
     return true;
+  }
+
+  // Whether a write of `sizes` in group g's loop space lands on the same element at more than
+  // one iteration of a loop that is not reduced (a broadcast write: a[1, 3] written in a kernel
+  // over [5, 3]). A read of the old values element by element is then unsound: the later
+  // iterations would read what the first one wrote.
+  static bool repeats(const std::vector<int64_t>& sizes, const Group& g) {
+    const size_t lead = g.space.size() - std::min(g.space.size(), sizes.size());
+    for (size_t d = 0; d < g.space.size(); ++d) {
+      const int64_t s = d < lead ? 1 : sizes[d - lead];
+      if (s == 1 && g.space[d] > 1 && !std::count(g.red_dims.begin(), g.red_dims.end(), int(d))) return true;
+    }
+    return false;
   }
 
   // Whether a reduction's result lines up with its operand's shape right-aligned, as broadcasting

@@ -145,6 +145,25 @@ TEST(Compile, WritesThroughViewsOfInputsReachTheBase) {
   EXPECT_EQ(f.stats().compiles, 1u);
 }
 
+// An in-place op on an input that the next op broadcasts (x of [1, 3, 5] against a of
+// [5, 1, 1]): fused into the [5, 3, 5] kernel, the write into x would repeat at every outer
+// iteration, each reading what the one before wrote. The write keeps a kernel of its own.
+TEST(Compile, WritesThatTheNextOpBroadcastsHappenOnce) {
+  auto fn = [](const Tensor& a, Tensor x) {
+    x.mul_(0.5);
+    return maximum(a, x) + 1;
+  };
+  auto f = compile(fn);
+  for (int i = 0; i < 3; ++i) {
+    Tensor a = randn({5, 1, 1}), x = randn({1, 3, 5});
+    Tensor xr = x.clone();
+    Tensor m = f(a, x), rm = fn(a, xr);
+    expect_same(x, xr);
+    expect_same(m, rm);
+  }
+  EXPECT_EQ(f.stats().compiles, 1u);
+}
+
 TEST(Compile, InplaceOnIntermediatesAndConstants) {
   auto fn = [](const Tensor& x) {
     Tensor acc = zeros({4});

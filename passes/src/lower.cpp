@@ -447,6 +447,34 @@ class Lowerer {
       }
       k.loads.push_back(std::move(acc));
     }
+    // A load a reduction reads that the work after the reductions reads too (s in
+    // (x * s).sum(1, keepdim) + s) is loaded a second time at the row for that work, where it
+    // does not vary along the reduced loops: read through the spanning load, the work would
+    // become a row of copies of one value again.
+    auto after_reductions = [&](const ir::Node& n) {
+      return classify(n) != NodeClass::Reduction && !n.outputs.empty() && !reduced.count(n.outputs[0]);
+    };
+    std::map<const ir::Value*, ir::Value*> at_row;  // the second loads, by value
+    for (size_t j = 0; j < loads.size(); ++j) {
+      const Operand& o = loads[j];
+      if (arg_of_.count(o.v) || o.v->type.sizes.empty() || !reduced.count(o.v)) continue;
+      Access acc;
+      acc.dtype = o.v->type.dtype;
+      acc.buffer = buffer_of(o.where.root);
+      to_loops(o.s_strides, acc, false);
+      if (acc.sizes == k.loads[j].sizes) continue;  // (it varies along the row anyway)
+      bool read_after = false;
+      for (int i : nodes) {
+        const ir::Node& n = *a_.nodes[size_t(i)];
+        if (after_reductions(n) && n.op != OpId::Copy)
+          read_after |= std::find(n.inputs.begin(), n.inputs.end(), o.v) != n.inputs.end();
+      }
+      if (!read_after) continue;
+      acc.offset = o.where.offset;
+      finish_access(acc, o.where.storage_relative);
+      at_row[o.v] = k.body.add_input("in" + std::to_string(k.loads.size()), ir::Type::contiguous(acc.dtype, acc.sizes, o.v->type.device));
+      k.loads.push_back(std::move(acc));
+    }
     auto loop_of = [&](int d) {
       for (size_t l = 0; l < loops.size(); ++l)
         if (std::count(loops[l].begin(), loops[l].end(), d)) return int64_t(l);
@@ -462,7 +490,8 @@ class Lowerer {
           const ir::Node& c = *v->producer;
           val[v] = k.body.add_node(OpId::Constant, {}, c.attrs, {v->type})->outputs[0];
         }
-        ins.push_back(val.at(v));
+        auto twin = at_row.find(v);
+        ins.push_back(twin != at_row.end() && after_reductions(n) ? twin->second : val.at(v));
       }
       if (n.op == OpId::Contiguous || n.op == OpId::Clone) {
         val[n.outputs[0]] = ins[0];

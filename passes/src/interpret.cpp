@@ -1,6 +1,8 @@
 // The kernel interpreter (see kernel.h): runs a kernel program on the eager ops, honouring its
 // index expressions and its memory plan, so that fusion, layout and planning are tested without
 // any code generation.
+#include <unordered_set>
+
 #include "kiln/passes/kernel.h"
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/storage.h"
@@ -123,6 +125,7 @@ std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buffers, std::
   std::span<const Tensor> buf = buffers;
   // The view an access names: offsets count from the buffer's first element (or its storage).
   auto view = [&](const Access& a) { return access_view(buf[size_t(a.buffer)], a); };
+  std::unordered_set<const Storage*> adopted;  // the storage of every tensor adopted as a buffer
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
     if (impl_->impls[i]) {
@@ -150,7 +153,9 @@ std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buffers, std::
         dst.fill_(out[j].scalar);
         continue;
       }
-      if (host && adoptable(p, a, v)) {
+      // (a value stored twice, `return %0, %0`, is one tensor: it stands for one buffer only, or
+      // a later write into the other would change both)
+      if (host && adoptable(p, a, v) && adopted.insert(v.storage().get()).second) {
         const Buffer& b = p.buffers[size_t(a.buffer)];
         if (own.empty()) {
           own.assign(buffers.begin(), buffers.end());

@@ -4,11 +4,13 @@
 // the last kernel that reads it. Walking the kernels in order, a temporary that dies at kernel k
 // frees its bytes after k; one born at k takes the best-fitting free block, or grows the arena.
 // In place: a temporary born at k may take the bytes of one that dies at k when k reads the old
-// one and writes the new one through the same index and element size, element by element.
+// one and writes the new one through the same index and element size, element by element, and
+// reads each element before it writes it (in_place_pair).
 // Output buffers are allocated per run and returned; they count towards the peak from the
 // kernel that writes them.
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "lower.h"
 #include "schedule.h"
@@ -63,8 +65,48 @@ void compute_peak(KernelProgram& p, const std::vector<Life>& life) {
   p.peak_bytes = peak;
 }
 
-// Whether kernel `k` reads `from` and writes `to` only through one and the same index.
+// Whether every load of buffer `from` in reduction kernel k feeds only its reductions: then
+// the backends read it in the passes over each row, before the row's per-row stores.
+bool read_only_by_reductions(const Kernel& k, int from) {
+  auto reduces = [](const ir::Node* n) { return ir::op_info(n->op).category == ir::Category::Reduction; };
+  std::set<const ir::Value*> feeds;  // values a reduction reads (through elementwise work)
+  std::vector<const ir::Value*> stack;
+  for (const auto& n : k.body.nodes())
+    if (reduces(n.get())) stack.insert(stack.end(), n->inputs.begin(), n->inputs.end());
+  while (!stack.empty()) {
+    const ir::Value* v = stack.back();
+    stack.pop_back();
+    if (feeds.insert(v).second && v->producer && !reduces(v->producer))
+      stack.insert(stack.end(), v->producer->inputs.begin(), v->producer->inputs.end());
+  }
+  for (size_t j = 0; j < k.loads.size(); ++j) {
+    if (k.loads[j].buffer != from) continue;
+    const ir::Value* in = k.body.inputs()[j];
+    for (const ir::Value* out : k.body.outputs())
+      if (out == in) return false;
+    for (const auto& n : k.body.nodes())
+      if (std::count(n->inputs.begin(), n->inputs.end(), in) && !reduces(n.get()) && !feeds.count(n->outputs[0]))
+        return false;
+  }
+  return true;
+}
+
+// Whether kernel `k` reads `from` and writes `to` only through one and the same index, and
+// every read of an element comes before the write of it. The backends load an operand when a
+// store's value first needs it, store by store: that holds for an elementwise kernel whose last
+// store is the one into `to` (after an earlier store, a later one would read what it wrote), and
+// for a reduction kernel's per-row store into `to` when only the reductions read `from` (its
+// passes over the row come first); not when the work after the reductions reads it.
 bool in_place_pair(const Kernel& k, int from, int to, const KernelProgram& p) {
+  if (k.stores.empty()) return false;
+  if (k.kind == KernelKind::Elementwise) {
+    if (k.stores.back().buffer != to) return false;
+  } else if (k.kind == KernelKind::Reduction || k.kind == KernelKind::RowWise) {
+    for (const Access& a : k.stores)
+      for (size_t d = size_t(std::max(k.reduce_from, 0)); a.buffer == to && d < a.sizes.size(); ++d)
+        if (a.sizes[d] != 1) return false;
+    if (!read_only_by_reductions(k, from)) return false;
+  }
   const Access* r = nullptr;
   const Access* w = nullptr;
   for (const Access& a : k.loads)

@@ -243,16 +243,16 @@ class Fuser {
     return true;
   }
 
-  // Whether a write of `sizes` in group g's loop space lands on the same element at more than
-  // one iteration of a loop that is not reduced (a broadcast write: a[1, 3] written in a kernel
-  // over [5, 3]). A read of the old values element by element is then unsound: the later
-  // iterations would read what the first one wrote.
+  // Whether a write of `sizes` in group g's loop space does not cover the space element for
+  // element (a broadcast write: a[1, 3] written in a kernel over [5, 3], or a per-row write in a
+  // reduction kernel). A read of the old values in the same kernel is then unsound: an
+  // elementwise kernel writes the element at its first iteration and reads it again at the
+  // next; a reduction kernel writes its per-row values before its last pass over the row, which
+  // may read the memory again (a 0-d x written in place beside x.mean(), where(x > 0, x, y)).
   static bool repeats(const std::vector<int64_t>& sizes, const Group& g) {
     const size_t lead = g.space.size() - std::min(g.space.size(), sizes.size());
-    for (size_t d = 0; d < g.space.size(); ++d) {
-      const int64_t s = d < lead ? 1 : sizes[d - lead];
-      if (s == 1 && g.space[d] > 1 && !std::count(g.red_dims.begin(), g.red_dims.end(), int(d))) return true;
-    }
+    for (size_t d = 0; d < g.space.size(); ++d)
+      if ((d < lead ? 1 : sizes[d - lead]) == 1 && g.space[d] > 1) return true;
     return false;
   }
 

@@ -6,11 +6,14 @@
 #include <kiln/kiln.h>
 #include <kiln/runtime/cuda.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "../common/close.h"
+#include "../common/random_programs.h"
 #include "../emulation/emulated_driver.h"
 #include "cuda_util.h"
 #include "workloads.h"
@@ -284,6 +287,45 @@ TEST(CudaCompiledFunction, RunsOnTheGpuAndMatchesEager) {
   std::vector<Tensor> host{a, b};
   EXPECT_TRUE(kiln::testing::close(f(host)[0], fn(host)[0]));
   EXPECT_EQ(f.explain(host).graphs[0].backend.rfind("cpu: ", 0), 0u);
+}
+
+// The differential test's random programs (tests/common/random_programs.h: broadcasting,
+// views, in-place writes into inputs and through views, item() branches) with their inputs on
+// the GPU, compiled there, against CPU eager on copies: the outputs, and the inputs the programs
+// write into. The first call of each traces (eager GPU ops), the others replay compiled kernels.
+// 40 programs by default (each new kernel is a host compile on the emulator);
+// KILN_DIFFERENTIAL_PROGRAMS=N runs seeds 1..N (on a GPU: scripts/gpu.sh's test phase).
+TEST(CudaCompiledFunction, RandomProgramsMatchCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  int programs = 40, compiled = 0;
+  if (const char* n = std::getenv("KILN_DIFFERENTIAL_PROGRAMS")) programs = std::max(1, std::atoi(n));
+  const auto f32 = kiln::testing::tolerance(kFloat32);  // (float64 values carry float32 rounding)
+  for (uint32_t seed = 1; seed <= uint32_t(programs); ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    kiln::testing::Program p = kiln::testing::make_program(seed);
+    auto f = compile([&p](const std::vector<Tensor>& in) { return kiln::testing::run(p, in); });
+    for (uint32_t call = 0; call < 3; ++call) {
+      std::vector<Tensor> host = kiln::testing::make_inputs(p, seed, call), in;
+      for (const Tensor& t : host) {  // (with the host tensor's strides)
+        in.push_back(empty_strided(t.sizes(), t.strides(), TensorOptions(t.dtype()).device(kGpu)));
+        in.back().copy_(t);
+      }
+      std::vector<Tensor> want = kiln::testing::run(p, host);
+      std::vector<Tensor> got = f(in);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_TRUE(got[i].is_cuda()) << "output " << i;
+        ASSERT_TRUE(kiln::testing::close(cpu(got[i]), want[i], f32)) << "call " << call << " output " << i << "\n"
+                                                                      << f.explain(in).str();
+      }
+      for (size_t i = 0; i < in.size(); ++i)
+        ASSERT_TRUE(kiln::testing::close(cpu(in[i]), host[i], f32)) << "call " << call << " input " << i;
+    }
+    std::vector<Tensor> in = kiln::testing::make_inputs(p, seed, 0);
+    for (Tensor& t : in) t = t.to(kGpu);
+    for (const auto& g : f.explain(in).graphs) compiled += g.backend.rfind("cuda:0: ", 0) == 0;
+  }
+  EXPECT_GT(compiled, programs / 2) << "graphs compiled for the GPU";
 }
 
 // A dim that became dynamic: each new size gets a compiled GPU program of its own (not the

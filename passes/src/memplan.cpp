@@ -66,9 +66,13 @@ void compute_peak(KernelProgram& p, const std::vector<Life>& life) {
 }
 
 // Whether every load of buffer `from` in reduction kernel k feeds only its reductions: then
-// the backends read it in the passes over each row, before the row's per-row stores.
+// the backends read it in the passes over each row, before the row's per-row stores. (Softmax,
+// log_softmax and cumsum do not count: their results are rows, computed in the last pass.)
 bool read_only_by_reductions(const Kernel& k, int from) {
-  auto reduces = [](const ir::Node* n) { return ir::op_info(n->op).category == ir::Category::Reduction; };
+  auto reduces = [](const ir::Node* n) {
+    return ir::op_info(n->op).category == ir::Category::Reduction && n->op != OpId::Softmax &&
+           n->op != OpId::LogSoftmax && n->op != OpId::Cumsum;
+  };
   std::set<const ir::Value*> feeds;  // values a reduction reads (through elementwise work)
   std::vector<const ir::Value*> stack;
   for (const auto& n : k.body.nodes())

@@ -256,17 +256,6 @@ class Fuser {
     return false;
   }
 
-  // Whether a reduction's result lines up with its operand's shape right-aligned, as broadcasting
-  // reads it in the kernel: it keeps its dims, or it drops only leading ones (sum over dim 0, a
-  // sum of everything). Otherwise (x.sum(1) of a matrix) its readers belong to a later kernel.
-  static bool aligned_result(const ir::Node& n) {
-    ReduceInfo r = reduce_info(n);
-    if (r.keepdim || r.full_output) return true;
-    for (size_t j = 0; j < r.dims.size(); ++j)
-      if (r.dims[j] != int(j)) return false;
-    return true;
-  }
-
   // Whether `to` is reachable from `from` through some group other than the two.
   bool path_through_other(int from, int to) const {
     std::vector<char> seen(groups_.size(), 0);

@@ -106,9 +106,11 @@ bool in_place_pair(const Kernel& k, int from, int to, const KernelProgram& p) {
   if (k.kind == KernelKind::Elementwise) {
     if (k.stores.back().buffer != to) return false;
   } else if (k.kind == KernelKind::Reduction || k.kind == KernelKind::RowWise) {
-    for (const Access& a : k.stores)
-      for (size_t d = size_t(std::max(k.reduce_from, 0)); a.buffer == to && d < a.sizes.size(); ++d)
-        if (a.sizes[d] != 1) return false;
+    for (const Access& a : k.stores) {
+      if (a.buffer != to) continue;
+      for (size_t d = size_t(std::max(k.reduce_from, 0)); d < a.sizes.size(); ++d)
+        if (a.sizes[d] != 1) return false;  // (an in-row store: written in the last pass)
+    }
     if (!read_only_by_reductions(k, from)) return false;
   }
   const Access* r = nullptr;

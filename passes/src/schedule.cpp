@@ -127,6 +127,14 @@ ReduceInfo reduce_info(const ir::Node& n) {
   return r;
 }
 
+bool aligned_result(const ir::Node& n) {
+  ReduceInfo r = reduce_info(n);
+  if (r.keepdim || r.full_output) return true;
+  for (size_t j = 0; j < r.dims.size(); ++j)
+    if (r.dims[j] != int(j)) return false;
+  return true;
+}
+
 bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to) {
   if (from.size() > to.size()) return false;
   size_t lead = to.size() - from.size();

@@ -38,6 +38,11 @@ struct ReduceInfo {
   bool all = false;  // dim=none or dims=[]: every dim
 };
 ReduceInfo reduce_info(const ir::Node& n);
+// Whether a reduction's result lines up with its operand's shape right-aligned, as broadcasting
+// reads it in the kernel: it keeps its dims, or it drops only leading ones (sum over dim 0, a
+// sum of everything). Otherwise (x.sum(1) of a matrix) its readers belong to a later kernel,
+// unless simplify's keep-reduced-dims has given it its dims back.
+bool aligned_result(const ir::Node& n);
 
 // Broadcasting helpers (right-aligned, as PyTorch).
 bool broadcasts_to(const std::vector<int64_t>& from, const std::vector<int64_t>& to);

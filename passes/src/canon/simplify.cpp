@@ -283,15 +283,11 @@ Replacement broadcast_view(Walk& w, const ir::Node& n) {
 // taken of its result instead (squeeze_past_elementwise). Views cost nothing; what runs is the
 // same arithmetic on the same elements, in one kernel.
 
-// Whether reduction n drops dims its result would not line up with by broadcasting (fuse.cpp's
-// aligned_result): keepdim=false over dims that are not the leading ones.
+// Whether reduction n (one with a keepdim attribute) drops dims its result would not line up
+// with by broadcasting: keepdim=false over dims that are not the leading ones.
 bool drops_inner_dims(const ir::Node& n) {
-  if (ir::op_info(n.op).category != ir::Category::Reduction || n.outputs.size() != 1 || !n.attr("keepdim")) return false;
-  detail::ReduceInfo r = detail::reduce_info(n);
-  if (r.keepdim || r.full_output || r.all) return false;
-  for (size_t j = 0; j < r.dims.size(); ++j)
-    if (r.dims[j] != int(j)) return true;
-  return false;
+  return ir::op_info(n.op).category == ir::Category::Reduction && n.outputs.size() == 1 && n.attr("keepdim") &&
+         !detail::aligned_result(n);
 }
 
 // reduce(x, dims, keepdim=false) -> view(reduce(x, dims, keepdim=true)) when an elementwise op
@@ -351,7 +347,7 @@ Replacement squeeze_past_elementwise(Walk& w, const ir::Node& n) {
     std::vector<ir::Type> types = canon::types_of(ins);
     std::vector<std::vector<int>> unsqueeze(ins.size());  // per operand: where its 1s go back
     bool ok = true;
-    for (size_t i = 0; i < ins.size() && ok; ++i) {
+    for (size_t i = 0; i < ins.size(); ++i) {
       const ir::Type& t = n.inputs[i]->type;
       if (i == k) {
         types[i] = u->type;
@@ -359,13 +355,18 @@ Replacement squeeze_past_elementwise(Walk& w, const ir::Node& n) {
       }
       const size_t r = t.sizes.size();
       if (t.is_scalar() || r == 0) continue;
-      if (r > out.size()) ok = false;
-      if (!ok) break;
+      if (r > out.size()) {
+        ok = false;
+        break;
+      }
       // t lines up with the view's last r dims: u's dims from at[m - r] on
       const int from = at[out.size() - r];
       for (int d = from; d < U; ++d)
         if (std::find(at.begin(), at.end(), d) == at.end()) unsqueeze[i].push_back(d - from);
-      for (int d : unsqueeze[i]) types[i].sizes.insert(types[i].sizes.begin() + d, 1), types[i].strides.insert(types[i].strides.begin() + d, 1);
+      for (int d : unsqueeze[i]) {
+        types[i].sizes.insert(types[i].sizes.begin() + d, 1);
+        types[i].strides.insert(types[i].strides.begin() + d, 1);
+      }
     }
     if (!ok) continue;
     // (the unsqueezed operands' strides do not matter to the op's type: a fresh result)

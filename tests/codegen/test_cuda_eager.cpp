@@ -289,6 +289,29 @@ TEST(CudaCompiledFunction, RunsOnTheGpuAndMatchesEager) {
   EXPECT_EQ(f.explain(host).graphs[0].backend.rfind("cpu: ", 0), 0u);
 }
 
+// One kernel overwrites memory it also reads (x's new value stored, |2x| of the old x read at
+// the same element): the old x is read before the store, whichever store comes first.
+TEST(CudaCompiledFunction, AKernelReadsWhatItOverwritesBeforeStoring) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto fn = [](const std::vector<Tensor>& v) {
+    Tensor x = v[0];
+    x.mul_(2);
+    Tensor y = x.abs();
+    x.copy_(v[1]);
+    return std::vector{where(y > x, y, v[1] * 0.5)};
+  };
+  auto f = compile(fn);
+  for (int call = 0; call < 3; ++call) {
+    Tensor x = randn({6, 5}), c = randn({6, 5});
+    std::vector<Tensor> in{x.to(kGpu), c.to(kGpu)};
+    std::vector<Tensor> out = f(in);
+    Tensor want = fn({x, c})[0];  // (writes x)
+    EXPECT_TRUE(kiln::testing::close(cpu(out[0]), want)) << "call " << call;
+    EXPECT_TRUE(kiln::testing::close(cpu(in[0]), x)) << "call " << call;
+  }
+  EXPECT_EQ(f.stats().hits, 2u);
+}
+
 // The differential test's random programs (tests/common/random_programs.h: broadcasting,
 // views, in-place writes into inputs and through views, item() branches) with their inputs on
 // the GPU, compiled there, against CPU eager on copies: the outputs, and the inputs the programs

@@ -164,6 +164,27 @@ TEST(Compile, WritesThatTheNextOpBroadcastsHappenOnce) {
   EXPECT_EQ(f.stats().compiles, 1u);
 }
 
+// One kernel overwrites memory it also reads: x's new value is stored, and |2x| of the old x
+// is read at the same element. The backends emit code where it is first used; the old x must
+// still be read before the store, whichever of the kernel's stores comes first.
+TEST(Compile, AKernelReadsWhatItOverwritesBeforeStoring) {
+  auto fn = [](Tensor x, const Tensor& c) {
+    x.mul_(2);
+    Tensor y = x.abs();
+    x.copy_(c);
+    return where(y > x, y, c * 0.5);
+  };
+  auto f = compile(fn);
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = randn({6, 5}), c = randn({6, 5});
+    Tensor xr = x.clone();
+    Tensor m = f(x, c), rm = fn(xr, c);
+    expect_same(x, xr);
+    expect_same(m, rm);
+  }
+  EXPECT_EQ(f.stats().compiles, 1u);
+}
+
 TEST(Compile, InplaceOnIntermediatesAndConstants) {
   auto fn = [](const Tensor& x) {
     Tensor acc = zeros({4});

@@ -747,7 +747,7 @@ class Emitter : ScalarBuilder {
           B.CreateStore(combine(in, a, x, nan_[size_t(r)] != nullptr), acc_[size_t(r)]);
         }
         if (depth == 1)
-          for (size_t j : early) store(j);
+          store_all(early);
         forget_rows();
       }, depth == ahead && !calls);
       for (int r : reduces[size_t(depth)]) {
@@ -765,13 +765,13 @@ class Emitter : ScalarBuilder {
         B.CreateStore(memo_[size_t(reduces[1][q])], B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), parts_, 8 * q));
       return;
     }
-    for (size_t j : per_row) store(j);
+    store_all(per_row);
     if (!in_row.empty()) {
       for (int id : needs.back())
         if (!code_.code[size_t(id)].row) value(id);
       start_scans(needs.back());
       row_loops(reduce_from(), [&] {
-        for (size_t j : in_row) store(j);
+        store_all(in_row);
         forget_rows();
       });
     }
@@ -947,6 +947,15 @@ class Emitter : ScalarBuilder {
     else
       v = raw;
     return convert(v, compute_dtype(a.dtype), to);
+  }
+
+  // Stores operands `js` of one point after computing every value they store. Code is emitted
+  // where it is first used, so storing one by one would put a load needed only by a later
+  // store after an earlier store, and that store may write the memory the load reads (an
+  // in-place update of the element the kernel also reads, as written back by fuse).
+  void store_all(const std::vector<size_t>& js) {
+    for (size_t j : js) value(code_.stores[j]);
+    for (size_t j : js) store(j);
   }
 
   void store(size_t j) {

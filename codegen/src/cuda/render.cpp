@@ -569,6 +569,20 @@ class Renderer {
     return convert(widen(raw, a.dtype), compute_dtype(a.dtype), to);
   }
 
+  // Stores operands `js` (all of them by default) of one point after computing every value
+  // they store. Code is declared where it is first used, so storing one by one would put a load
+  // needed only by a later store after an earlier store, and that store may write the memory
+  // the load reads (an in-place update of the element the kernel also reads).
+  void store_all(const std::vector<size_t>& js, const std::string& flat) {
+    for (size_t j : js) value(code_.stores[j], flat);
+    for (size_t j : js) store(j, flat);
+  }
+  void store_all(const std::string& flat) {
+    std::vector<size_t> all(k_.stores.size());
+    for (size_t j = 0; j < all.size(); ++j) all[j] = j;
+    store_all(all, flat);
+  }
+
   void store(size_t j, const std::string& flat) {
     const passes::Access& a = k_.stores[j];
     const size_t op = k_.loads.size() + j;
@@ -723,7 +737,7 @@ class Renderer {
     ++indent_;
     memo_.assign(code_.code.size(), "");
     if (needs_coordinates()) decompose("i", 0, rank());
-    for (size_t j = 0; j < k_.stores.size(); ++j) store(j, "i");
+    store_all("i");
     --indent_;
     line() << "}\n";
   }
@@ -759,7 +773,7 @@ class Renderer {
     vec_ = V;
     line() << "const " << I_ << " i = base + u;\n";
     line() << "(void)i;\n";
-    for (size_t j = 0; j < k_.stores.size(); ++j) store(j, "i");
+    store_all("i");
     vec_ = 0;
     --indent_;
     line() << "}\n";
@@ -831,7 +845,7 @@ class Renderer {
     over_tile("k", "tx", [&] {  // computing: lanes along the stores' contiguous loop
       memo_.assign(code_.code.size(), "");
       from_tiles_ = true;
-      for (size_t j = 0; j < k_.stores.size(); ++j) store(j, "");
+      store_all("");
       from_tiles_ = false;
     });
     --indent_;
@@ -988,7 +1002,7 @@ class Renderer {
       line() << "if (" << t0_ << " == 0u) {\n";
       ++indent_;
       auto saved = memo_;
-      for (size_t j : p.per_row) store(j, "");
+      store_all(p.per_row, "");
       memo_ = saved;  // (values declared inside the if are out of scope after it)
       --indent_;
       line() << "}\n";
@@ -998,7 +1012,7 @@ class Renderer {
         if (!code_.code[size_t(id)].row) value(id);
       declare_scans(p.needs.back());
       row_loop(t0_, nt_, [&] {
-        for (size_t j : p.in_row) store(j, "");
+        store_all(p.in_row, "");
       });
     }
     --indent_;
@@ -1057,7 +1071,7 @@ class Renderer {
     }
     line() << "if (threadIdx.x == 0) {\n";
     ++indent_;
-    for (size_t j : p.per_row) store(j, "");
+    store_all(p.per_row, "");
     --indent_;
     line() << "}\n";
   }
@@ -1110,7 +1124,7 @@ class Renderer {
              << combine(in, acc, "kiln_get<" + T + ">(" + column_slot("c", q) + ")") << ";\n";
       memo_[size_t(r)] = acc;
     }
-    for (size_t j : p.per_row) store(j, "");
+    store_all(p.per_row, "");
     --indent_;
     line() << "}\n";
   }

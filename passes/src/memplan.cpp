@@ -9,6 +9,7 @@
 // Output buffers are allocated per run and returned; they count towards the peak from the
 // kernel that writes them.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -66,32 +67,33 @@ void compute_peak(KernelProgram& p, const std::vector<Life>& life) {
 }
 
 // Whether every load of buffer `from` in reduction kernel k feeds only its reductions: then
-// the backends read it in the passes over each row, before the row's per-row stores. (Softmax,
-// log_softmax and cumsum do not count: their results are rows, computed in the last pass.)
+// the backends read it in the passes over each row, before the row's per-row stores. Every use
+// of the load must end in a reduction, through elementwise work: a value on the way that is
+// also stored, or read by work after the reductions, is computed again in the last pass, which
+// reads `from` again after the per-row stores. (Softmax, log_softmax and cumsum do not count as
+// reductions: their results are rows, computed in the last pass.)
 bool read_only_by_reductions(const Kernel& k, int from) {
   auto reduces = [](const ir::Node* n) {
     return ir::op_info(n->op).category == ir::Category::Reduction && n->op != OpId::Softmax &&
            n->op != OpId::LogSoftmax && n->op != OpId::Cumsum;
   };
-  std::set<const ir::Value*> feeds;  // values a reduction reads (through elementwise work)
-  std::vector<const ir::Value*> stack;
+  std::map<const ir::Value*, std::vector<const ir::Node*>> users;
   for (const auto& n : k.body.nodes())
-    if (reduces(n.get())) stack.insert(stack.end(), n->inputs.begin(), n->inputs.end());
-  while (!stack.empty()) {
-    const ir::Value* v = stack.back();
-    stack.pop_back();
-    if (feeds.insert(v).second && v->producer && !reduces(v->producer))
-      stack.insert(stack.end(), v->producer->inputs.begin(), v->producer->inputs.end());
-  }
-  for (size_t j = 0; j < k.loads.size(); ++j) {
-    if (k.loads[j].buffer != from) continue;
-    const ir::Value* in = k.body.inputs()[j];
-    for (const ir::Value* out : k.body.outputs())
-      if (out == in) return false;
-    for (const auto& n : k.body.nodes())
-      if (std::count(n->inputs.begin(), n->inputs.end(), in) && !reduces(n.get()) && !feeds.count(n->outputs[0]))
-        return false;
-  }
+    for (const ir::Value* v : n->inputs) users[v].push_back(n.get());
+  std::set<const ir::Value*> outputs(k.body.outputs().begin(), k.body.outputs().end());
+  std::map<const ir::Value*, bool> memo;
+  std::function<bool(const ir::Value*)> only_reduced = [&](const ir::Value* v) {
+    if (auto it = memo.find(v); it != memo.end()) return it->second;
+    bool ok = !outputs.count(v);
+    for (const ir::Node* n : users[v]) {
+      if (!ok) break;
+      if (reduces(n)) continue;
+      for (const ir::Value* o : n->outputs) ok = ok && only_reduced(o);
+    }
+    return memo[v] = ok;
+  };
+  for (size_t j = 0; j < k.loads.size(); ++j)
+    if (k.loads[j].buffer == from && !only_reduced(k.body.inputs()[j])) return false;
   return true;
 }
 

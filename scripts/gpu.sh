@@ -88,8 +88,9 @@ prepare() {
 # The phases of a GPU run, each small enough for one call of a lent machine (at most ten
 # minutes); `run OUTDIR` does them all in order. Every phase appends "phase: status" to
 # OUTDIR/summary.txt, which is printed last.
-phase_test() {  # the CUDA suite on the real GPU, fresh device memory poisoned (NaN / -1), 300 random programs
-  KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 KILN_DIFFERENTIAL_PROGRAMS=300 timeout 540 ctest --test-dir $build -j4 -R 'Cuda|cuda' \
+phase_test() {  # the CUDA suite on the real GPU, fresh device memory poisoned (NaN / -1), 300 random
+                # programs, 100 random graphs at small and at larger shapes
+  KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 KILN_DIFFERENTIAL_PROGRAMS=300 KILN_PROPERTY_GRAPHS=100 timeout 540 ctest --test-dir $build -j4 -R 'Cuda|cuda' \
     -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin' --output-on-failure >"$out/ctest-cuda.log" 2>&1
 }
 phase_memcheck() {  # compute-sanitizer's memcheck over the GPU suite, where the toolkit has it

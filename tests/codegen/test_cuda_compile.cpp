@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../common/close.h"
+#include "../common/random_graphs.h"
 #include "../emulation/emulated_driver.h"
 #include "../passes/check_program.h"
 #include "traced.h"
@@ -58,23 +59,20 @@ std::vector<ir::Slot> to_device(const std::vector<ir::Slot>& in) {
 // Runs `c` on the device and the reference executor on the same random inputs; compares
 // outputs and inputs afterwards.
 void expect_matches(const std::string& name, const Compiled& c, uint64_t seed) {
-  SCOPED_TRACE(name);
-  std::vector<ir::Slot> in = kiln::testing::random_inputs(c.graph, seed);
-  auto in_ref = kiln::testing::clone_slots(in);
-  std::vector<ir::Slot> in_dev = to_device(in);
-  std::vector<ir::Slot> want = ir::Executable(c.graph).run_slots(in_ref);
-  std::vector<Tensor> got = c.program->run(in_dev);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_TRUE(got[i].is_cuda()) << "output " << i << " is on " << got[i].device().str();
-    EXPECT_EQ(got[i].sizes(), want[i].tensor.sizes()) << "output " << i;
-    EXPECT_TRUE(kiln::testing::close(got[i].to(Device::cpu()), want[i].tensor)) << name << ": output " << i << "\n"
-                                                                                 << passes::print(c.program->program());
-  }
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i].is_scalar) continue;
-    EXPECT_TRUE(kiln::testing::close(in_dev[i].tensor.to(Device::cpu()), in_ref[i].tensor)) << name << ": input " << i;
-  }
+  kiln::testing::expect_run_matches(
+      c.graph,
+      [&](std::vector<ir::Slot>& in) {
+        std::vector<ir::Slot> in_dev = to_device(in);
+        std::vector<Tensor> got = c.program->run(in_dev);
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_TRUE(got[i].is_cuda()) << name << ": output " << i << " is on " << got[i].device().str();
+          got[i] = got[i].to(Device::cpu());
+        }
+        for (size_t i = 0; i < in.size(); ++i)
+          if (!in[i].is_scalar) in[i].tensor.copy_(in_dev[i].tensor);  // (what the program wrote)
+        return got;
+      },
+      seed, name, [&] { return passes::print(c.program->program()); });
 }
 
 TEST(CudaCompile, EveryWorkloadMatchesTheReferenceExecutor) {
@@ -247,6 +245,52 @@ TEST(CudaGraphs, ProgramsWithHostWorkRunWithoutAGraph) {
                                         {n, d}),
                              {.graphs = true});
   EXPECT_NE(q.program->stats().graphs.find("division by zero"), std::string::npos) << q.program->stats().graphs;
+}
+
+// The property tests' random graphs (tests/common/random_graphs.h: dtype mixes, views and
+// gapped layouts, reductions keepdim or not, softmax, normalisations, matmul epilogues, in-place
+// writes through views), each compiled with specialised kernels, with size-generic ones, and
+// replayed as a CUDA graph (the specialised kernels again: nothing new to compile).
+void expect_random_graphs_match(const std::vector<kiln::testing::property::Case>& cases) {
+  int kernels = 0, compiled = 0;
+  for (const kiln::testing::property::Case& c : cases) {
+    ASSERT_TRUE(c.error.empty()) << "seed " << c.seed << ": the generator's program does not trace: " << c.error;
+    SCOPED_TRACE(kiln::testing::property::header(c));
+    for (int mode = 0; mode < 3; ++mode) {
+      const std::string what = mode == 0 ? "specialised kernels" : mode == 1 ? "size-generic kernels" : "a CUDA graph";
+      Compiled cp;
+      try {
+        cp = compile_graph(passes::clone(c.graph), {.graphs = mode == 2, .generic = mode == 1});
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << what << ": the compile threw: " << e.what();
+        continue;
+      }
+      kernels += cp.program->stats().kernels;
+      compiled += cp.program->stats().compiled;
+      for (const std::string& why : cp.program->stats().interpreted)
+        EXPECT_TRUE(why.find("opaque") != std::string::npos || why.find("control") != std::string::npos ||
+                    why.find("cond") != std::string::npos)
+            << what << ": " << why << "\n" << passes::print(cp.program->program());
+      expect_matches(what, cp, c.seed + uint64_t(mode) * 5000);
+      if (mode == 2) expect_matches(what + ", replayed", cp, c.seed + 15000);  // (the first run captures)
+    }
+  }
+  EXPECT_GT(compiled, kernels / 2);
+}
+
+// Seeds 1..25 (each kernel is compiled by the host compiler on the emulator);
+// KILN_PROPERTY_GRAPHS=N for 1..N (scripts/gpu.sh runs more on a GPU), KILN_PROPERTY_SEED=S for
+// seed S alone.
+TEST(CudaCompile, RandomGraphsMatchTheReferenceExecutor) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  expect_random_graphs_match(kiln::testing::property::cases(25));
+}
+
+// Shapes up to 300 per dim and 40000 elements: vector loads, tiles, row caches, warp and block
+// rows. Seeds 1..6 here.
+TEST(CudaCompile, RandomGraphsWithLargerShapesMatchTheReferenceExecutor) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  expect_random_graphs_match(kiln::testing::property::cases(6, kiln::testing::property::kLargeShapes));
 }
 
 TEST(CudaCompile, RefusesAHostDevice) {

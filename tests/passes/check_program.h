@@ -9,6 +9,7 @@
 #include <kiln/passes/kernel.h>
 #include <kiln/passes/pass.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,27 +59,42 @@ inline std::vector<ir::Slot> clone_slots(const std::vector<ir::Slot>& in) {
   return out;
 }
 
-// Runs `g` on the reference executor and its kernel program on the interpreter, on the same
-// random inputs (inputs written in place are compared too).
+// Runs `g` on the reference executor and `run` on the same random inputs (its own copy, which it
+// may write into: inputs written in place are compared too). `run` is a kernel program on the
+// interpreter, or compiled by a backend.
+using ProgramRun = std::function<std::vector<Tensor>(std::vector<ir::Slot>& inputs)>;
+inline void expect_run_matches(const ir::Graph& g, const ProgramRun& run, uint64_t seed, const std::string& what,
+                               const std::function<std::string()>& program_text) {
+  auto in = random_inputs(g, seed);
+  auto in_ref = clone_slots(in), in_got = clone_slots(in);
+  std::vector<ir::Slot> want = ir::Executable(g).run_slots(in_ref);
+  std::vector<Tensor> got;
+  try {
+    got = run(in_got);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": the run threw: " << e.what() << "\n" << ir::print(g) << program_text();
+    return;
+  }
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(close(got[i], want[i].tensor)) << what << ": output " << i << "\n" << ir::print(g) << program_text();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i].is_scalar) continue;
+    EXPECT_TRUE(close(in_got[i].tensor, in_ref[i].tensor)) << what << ": input " << i << " after the run\n"
+                                                           << ir::print(g) << program_text();
+  }
+}
+
+// The kernel program `p` of `g` on the interpreter.
 inline void expect_program_matches(const ir::Graph& g, const passes::KernelProgram& p, uint64_t seed,
                                    const std::string& what) {
   if (auto e = passes::verify_program(p)) {
     ADD_FAILURE() << what << ": kernel program does not verify: " << *e << "\n" << passes::print(p);
     return;
   }
-  auto in = random_inputs(g, seed);
-  auto in_ref = clone_slots(in), in_got = clone_slots(in);
-  std::vector<ir::Slot> want = ir::Executable(g).run_slots(in_ref);
-  std::vector<Tensor> got = passes::ProgramRunner(p).run(in_got);
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i)
-    EXPECT_TRUE(close(got[i], want[i].tensor)) << what << ": output " << i << "\n"
-                                               << ir::print(g) << passes::print(p);
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i].is_scalar) continue;
-    EXPECT_TRUE(close(in_got[i].tensor, in_ref[i].tensor)) << what << ": input " << i << " after the run\n"
-                                                           << ir::print(g) << passes::print(p);
-  }
+  expect_run_matches(
+      g, [&](std::vector<ir::Slot>& in) { return passes::ProgramRunner(p).run(in); }, seed, what,
+      [&] { return passes::print(p); });
 }
 
 }  // namespace kiln::testing

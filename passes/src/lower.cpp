@@ -10,6 +10,7 @@
 #include "lower.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -455,25 +456,30 @@ class Lowerer {
       return classify(n) != NodeClass::Reduction && !n.outputs.empty() && !reduced.count(n.outputs[0]);
     };
     std::map<const ir::Value*, ir::Value*> at_row;  // the second loads, by value
-    for (size_t j = 0; j < loads.size(); ++j) {
+    // Load j's second load at the row (made once), or null where load j varies along the row.
+    auto twin_of = [&](size_t j) -> ir::Value* {
       const Operand& o = loads[j];
-      if (arg_of_.count(o.v) || o.v->type.sizes.empty() || !reduced.count(o.v)) continue;
+      if (auto it = at_row.find(o.v); it != at_row.end()) return it->second;
+      if (arg_of_.count(o.v) || o.v->type.sizes.empty() || !reduced.count(o.v)) return nullptr;
       Access acc;
       acc.dtype = o.v->type.dtype;
       acc.buffer = buffer_of(o.where.root);
       to_loops(o.s_strides, acc, false);
-      if (acc.sizes == k.loads[j].sizes) continue;  // (it varies along the row anyway)
+      if (acc.sizes == k.loads[j].sizes) return nullptr;  // (it varies along the row)
+      acc.offset = o.where.offset;
+      finish_access(acc, o.where.storage_relative);
+      ir::Value* in = k.body.add_input("in" + std::to_string(k.loads.size()), ir::Type::contiguous(acc.dtype, acc.sizes, o.v->type.device));
+      k.loads.push_back(std::move(acc));
+      return at_row[o.v] = in;
+    };
+    for (size_t j = 0; j < loads.size(); ++j) {
       bool read_after = false;
       for (int i : nodes) {
         const ir::Node& n = *a_.nodes[size_t(i)];
         if (after_reductions(n) && n.op != OpId::Copy)
-          read_after |= std::find(n.inputs.begin(), n.inputs.end(), o.v) != n.inputs.end();
+          read_after |= std::find(n.inputs.begin(), n.inputs.end(), loads[j].v) != n.inputs.end();
       }
-      if (!read_after) continue;
-      acc.offset = o.where.offset;
-      finish_access(acc, o.where.storage_relative);
-      at_row[o.v] = k.body.add_input("in" + std::to_string(k.loads.size()), ir::Type::contiguous(acc.dtype, acc.sizes, o.v->type.device));
-      k.loads.push_back(std::move(acc));
+      if (read_after) twin_of(j);
     }
     auto loop_of = [&](int d) {
       for (size_t l = 0; l < loops.size(); ++l)
@@ -534,6 +540,32 @@ class Lowerer {
         val[n.outputs[j]] = outs[j];
       }
     }
+    // A value the reductions read that is also stored once per row (w2 = w * 2 returned beside
+    // (x * w2).sum(1)) is computed a second time from the loads at the row: through the spanning
+    // loads it is a row's worth of copies of one value, which no backend stores once per row.
+    // Only elementwise work on loads and constants; anything else keeps the row value.
+    std::map<const ir::Value*, ir::Value*> row_copies;
+    std::function<ir::Value*(const ir::Value*)> at_the_row = [&](const ir::Value* v) -> ir::Value* {
+      if (auto it = row_copies.find(v); it != row_copies.end()) return it->second;
+      ir::Value* out = nullptr;
+      auto load = std::find_if(loads.begin(), loads.end(), [&](const Operand& o) { return o.v == v; });
+      if (load != loads.end()) {
+        out = arg_of_.count(v) || v->type.sizes.empty() ? val.at(v) : twin_of(size_t(load - loads.begin()));
+      } else if (is_inline(v) || !v->producer || !in_group(v, in)) {
+        out = val.count(v) && val.at(v)->type.sizes.empty() ? val.at(v) : nullptr;
+      } else if (const ir::Node& n = *v->producer; n.op == OpId::Contiguous || n.op == OpId::Clone) {
+        out = at_the_row(n.inputs[0]);
+      } else if (classify(n) == NodeClass::Elementwise && n.op != OpId::Copy && n.outputs.size() == 1) {
+        std::vector<ir::Value*> ins;
+        for (const ir::Value* x : n.inputs) {
+          ir::Value* y = at_the_row(x);
+          if (!y) return row_copies[v] = nullptr;
+          ins.push_back(y);
+        }
+        out = emit(k.body, n.op, ins, n.attrs)[0];
+      }
+      return row_copies[v] = out;
+    };
     // Stores; a later store through the same index makes an earlier one dead.
     std::vector<ir::Value*> body_outs;
     for (size_t j = 0; j < stores.size(); ++j) {
@@ -551,8 +583,13 @@ class Lowerer {
           body_outs.erase(body_outs.begin() + long(q));
           break;
         }
+      ir::Value* x = val.at(s.v);
+      bool per_row = int(acc.sizes.size()) > k.reduce_from;
+      for (size_t l = size_t(std::max(k.reduce_from, 0)); l < acc.sizes.size(); ++l) per_row = per_row && acc.sizes[l] == 1;
+      if (per_row && reduced.count(s.v) && x->type.sizes != acc.sizes)
+        if (ir::Value* y = at_the_row(s.v); y && y->type.dtype == x->type.dtype) x = y;
       k.stores.push_back(std::move(acc));
-      body_outs.push_back(val.at(s.v));
+      body_outs.push_back(x);
     }
     k.body.set_outputs(body_outs);
     for (Access& acc : k.loads)

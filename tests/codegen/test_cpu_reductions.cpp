@@ -490,11 +490,12 @@ TEST(CpuOpsReductionEdgeCases, SiblingStoresOfFullAndRowReductions) {
 }
 
 // Work after a reduction that reads another operand at the row (x.sum(0) + b, a mean scaled by
-// a per-row weight, integers too; c both inside a reduction and after it): the operand is a
-// per-row load (for c a second one beside the reduction's), so the kernel is a reduction that
-// compiles. Such loads used to span the reduced loop like the reduction's own operand, and
-// the kernel ran interpreted ("a row value stored once per row"); Expect's `compiled` checks it
-// no longer does. Over dim 0 and the last dim, contiguous and transposed.
+// a per-row weight, integers too; c both inside a reduction and after it; c2 = c * 2 both
+// reduced with x and stored): the operand is a per-row load (for c a second one beside the
+// reduction's, from which c2 is computed again for its store), so the kernel is a reduction
+// that compiles. Such loads used to span the reduced loop like the reduction's own operand,
+// and the kernel ran interpreted ("a row value stored once per row"); Expect's `compiled`
+// checks it no longer does. Over dim 0 and the last dim, contiguous and transposed.
 TEST(CpuOpsReductionEdgeCases, PerRowWorkReadingOtherOperandsCompiles) {
   for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt64}) {
     for (Layout layout : {Layout::Contiguous, Layout::Transposed}) {
@@ -510,7 +511,12 @@ TEST(CpuOpsReductionEdgeCases, PerRowWorkReadingOtherOperandsCompiles) {
         const Tensor &x = in[0], &b = in[1], &c = in[2];
         V out{x.sum({0}) + b, x.amax({1}, true) * c};
         // (eager rounds a bfloat16 product before summing it, a kernel keeps it in float32)
-        if (dt != kBFloat16) out.push_back((x * c).sum({1}, true) - c);
+        if (dt != kBFloat16) {
+          out.push_back((x * c).sum({1}, true) - c);
+          Tensor c2 = c * 2;  // stored once per row and reduced with x
+          out.push_back((x * c2).sum({1}));
+          out.push_back(c2);
+        }
         if (is_floating(dt)) out.push_back(x.mean({0}) * b - 1);
         return out;
       };

@@ -9,7 +9,10 @@
 // where and masked_fill, casts, views (transpose, permute, slice with a step, select, unsqueeze,
 // expand, view/reshape, squeeze, diagonal), reductions over one or several dims or all of them,
 // keepdim or not, over views and broadcast operands, softmax and log_softmax, normalisations
-// (x - x.mean(d, keepdim), layer norm), matmul/mm with epilogues, in-place writes (add_, sub_,
+// (x - x.mean(d, keepdim), layer norm), index reductions (argmax/argmin, max/min with a dim),
+// cumsum, logsumexp, any/all, integer division and remainders (floor, trunc, fmod, bitwise ops;
+// int64 from the index reductions), float remainders, cat, index_select and gather with
+// indices computed in the program, matmul/mm with epilogues, in-place writes (add_, sub_,
 // mul_, copy_ with dtype conversion and broadcasting, fill_, relu_) into inputs, intermediates
 // and views of them, views taken before a write and read after it, repeated steps (duplicated
 // subexpressions, repeated writes), and several outputs (inputs, views of inputs, the same value
@@ -56,9 +59,12 @@ enum Kind : int {
   kInplaceView,  // the same through a view of a live tensor
   kRepeat,       // a previous step again, on the same operands
   kKeepView,     // a view of a live tensor kept alive (read after later writes)
+  kIndexReduce,  // argmax/argmin, max/min with a dim (values and indices), cumsum, logsumexp, any/all
+  kIntegerOps,   // integer division (floor, trunc), remainder, fmod, bitwise ops; float remainders
+  kIndexing,     // cat, index_select and gather with indices computed in the program
   kNumKinds
 };
-constexpr int kWeights[kNumKinds] = {3, 4, 2, 2, 1, 3, 3, 1, 2, 2, 2, 2, 2, 1};
+constexpr int kWeights[kNumKinds] = {3, 4, 2, 2, 1, 3, 3, 1, 2, 2, 2, 2, 2, 1, 2, 2, 1};
 
 struct Step {
   int kind;
@@ -697,6 +703,94 @@ class Runner {
         }
         focus_ = int(ti);
         return;
+      }
+      case kIndexReduce: {
+        Val a = x.t.dtype() == kBool ? floated(x) : x;
+        const Tensor& t = a.t;
+        const bool f = is_float(t);
+        if (t.dim() == 0) { push(t * 3, a.bound * 3, a.exact); return; }
+        int64_t d = int64_t(s.b % uint32_t(t.dim()));
+        const double n = double(t.size(d));
+        if (s.b % 7 == 0) d -= t.dim();  // a negative dim
+        const bool keep = s.c % 2;
+        switch ((s.c / 2) % 6) {
+          case 0:
+          case 1: {  // index reductions: ties go to the first index, so exact values only
+            const bool mx = (s.c / 2) % 6 == 0;
+            if (!a.exact) { push(mx ? t.amax({d}, keep) : t.amin({d}, keep), a.bound, false); return; }
+            if (s.d % 3 == 0) { push(mx ? t.argmax() : t.argmin(), double(t.numel()), true); return; }
+            if (s.d % 3 == 1) { push(mx ? t.argmax(d, keep) : t.argmin(d, keep), n, true); return; }
+            auto [v, i] = mx ? t.max(d, keep) : t.min(d, keep);
+            push(v, a.bound, true);
+            push(i, n, true);
+            return;
+          }
+          case 2:
+          case 3: push(t.cumsum(d), a.bound * n, a.exact && !f); return;
+          case 4: {
+            Val b = floated(a);
+            push(b.t.logsumexp({d}, keep), b.bound + std::log(n) + 1, false);
+            return;
+          }
+          default: {  // any / all of a condition (of exact values only: rounding flips one)
+            Tensor cond = a.exact ? t > 0 : t.isfinite();
+            push(s.d % 2 ? cond.any({d}, keep) : cond.all({d}, keep), 1, true);
+            return;
+          }
+        }
+      }
+      case kIntegerOps: {
+        size_t yi = partner(xi, s.b, nlive, false);
+        Val a = x.t.dtype() == kBool ? Val{x.t.to(kInt32), 1, x.exact, true} : x;
+        Val b = live_[yi].t.dtype() == kBool ? Val{live_[yi].t.to(kInt32), 1, live_[yi].exact, true} : live_[yi];
+        if (!a.exact || !b.exact) {  // a remainder of a rounded value jumps: exact operands only
+          push(floated(a).t.clamp(-2.0, 2.0), 2, false);
+          return;
+        }
+        if (!is_float(a.t) && !is_float(b.t)) {
+          Tensor den = b.t.abs() + 1;  // never zero
+          switch (s.c % 6) {
+            case 0: push(a.t.div(den, "floor"), a.bound, true); return;
+            case 1: push(a.t.div(den, "trunc"), a.bound, true); return;
+            case 2: push(a.t.remainder(den), b.bound + 1, true); return;
+            case 3: push(a.t.fmod(den), b.bound + 1, true); return;
+            case 4: push(s.d % 2 ? a.t.bitwise_xor(b.t) : a.t.bitwise_and(b.t), 2 * (a.bound + b.bound) + 1, true); return;
+            default: push(a.t.floor_divide(-3), a.bound / 3 + 1, true); return;
+          }
+        }
+        Val fa = floated(a), fb = floated(b);
+        same_precision(fa, fb);
+        Tensor den = fb.t.abs() + 1;
+        switch (s.c % 3) {
+          case 0: push(fa.t.remainder(den), fb.bound + 1, true); return;
+          case 1: push(fa.t.fmod(den), fb.bound + 1, true); return;
+          default: push(fa.t.div(den, "floor"), fa.bound + 1, true); return;
+        }
+      }
+      case kIndexing: {
+        const Tensor& t = x.t;
+        if (t.dim() == 0) { push(cat({t.unsqueeze(0), t.unsqueeze(0)}), x.bound, x.exact); return; }
+        const int64_t d = int64_t(s.b % uint32_t(t.dim())), n = t.size(d);
+        switch (s.c % 3) {
+          case 0: {  // x and part of x (doubled) along d
+            Tensor part = t.slice(d, 0, (n + 1) / 2);
+            push(cat({t, t.dtype() == kBool ? part : part * 2}, d), x.bound * 2, x.exact);
+            return;
+          }
+          case 1: {  // rows of x picked by an index computed in the program (repeats, any order)
+            const int64_t m = 1 + int64_t(s.d % uint32_t(n + 2));
+            Tensor idx = (arange(m, TensorOptions(kInt64)) * int64_t(1 + s.d % 5) + int64_t(s.c % 7)).remainder(n);
+            push(t.index_select(d, idx), x.bound, x.exact);
+            return;
+          }
+          default: {  // gather along d with an index of x's sizes
+            Tensor idx = (arange(t.numel(), TensorOptions(kInt64)) * int64_t(1 + s.d % 3) + int64_t(s.c % 5))
+                             .remainder(n)
+                             .view(t.sizes());
+            push(t.gather(d, idx), x.bound, x.exact);
+            return;
+          }
+        }
       }
       case kKeepView: {
         bool w = x.writable;

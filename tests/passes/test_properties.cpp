@@ -86,7 +86,8 @@ TEST(OptimizerProperties, GeneratorTracesValidGraphs) {
   for (OpId op : {OpId::Add, OpId::Mul, OpId::Sub, OpId::Div, OpId::Where, OpId::Cast, OpId::Gt, OpId::Transpose,
                   OpId::Permute, OpId::Slice, OpId::Select, OpId::Unsqueeze, OpId::Expand, OpId::View, OpId::Sum,
                   OpId::Mean, OpId::Amax, OpId::Var, OpId::Norm, OpId::Softmax, OpId::LogSoftmax, OpId::Matmul,
-                  OpId::Mm, OpId::Copy, OpId::MaskedFill, OpId::Exp})
+                  OpId::Mm, OpId::Copy, OpId::MaskedFill, OpId::Exp, OpId::Argmax, OpId::MaxDim, OpId::Cumsum,
+                  OpId::Any, OpId::LogSumExp, OpId::Remainder, OpId::Fmod, OpId::Cat, OpId::IndexSelect, OpId::Gather})
     EXPECT_TRUE(has(op)) << "no generated graph uses " << ir::op_info(op).name;
   EXPECT_GT(writes, cases().size() / 2);
   EXPECT_GT(ops_seen, size_t(40));

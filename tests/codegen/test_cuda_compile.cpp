@@ -158,6 +158,20 @@ TEST(CudaCompile, IntegerDivisionByZeroRaisesEagersError) {
   EXPECT_TRUE(kiln::testing::close(out[0].to(Device::cpu()), fn({a, b})[0]));
 }
 
+// A cumsum both reduced (amin of 2 - cumsum) and stored: two passes over the row run the scan,
+// each from its start, in one scope (the second pass declared it again and the kernel did not
+// compile; found by the random graphs, seed 205).
+TEST(CudaCompile, AScanInTwoPassesOfARow) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto fn = [](const std::vector<Tensor>& v) {
+    Tensor c = v[0].cumsum(1);
+    return std::vector{c, (2.0 - c).amin({1}, true) + c};
+  };
+  Compiled c = compile_graph(traced_one(fn, {randn({5, 6})}));
+  EXPECT_TRUE(c.program->stats().interpreted.empty());
+  expect_matches("cumsum twice", c, 11);
+}
+
 TEST(CudaCompile, TemporariesAndScratchGoBackToThePool) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
   Tensor a = randn({300, 70}), t = randn({3000, 70});

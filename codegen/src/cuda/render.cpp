@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
 #include <sstream>
 
 #include "../epilogue.h"
@@ -223,6 +224,7 @@ class Renderer {
   std::string I_, S_;                 // index type (unsigned), offset type (signed)
   std::vector<std::string> coord_;    // per loop: the variable holding its index, or "" (0)
   std::vector<std::string> memo_;     // per instruction: its variable where the code is now
+  std::set<int> scans_declared_;      // row strategies: the scans declared in the row's scope
   std::vector<bool> linear_;          // per operand: its offset is the flat index (Elementwise)
   int vec_ = 0;                       // > 0 inside the vector path: loads and stores go via lanes
   int across_ = -1, along_ = -1;      // Tiled: the staged operands' contiguous loop, the stores'
@@ -942,10 +944,14 @@ class Renderer {
     cached_ = std::move(cached);
   }
 
+  // Starts the scans a pass over the row needs: declared in the row's scope by the first pass
+  // that needs each, set back to their start by a later one (a cumsum both reduced and stored).
   void declare_scans(const std::vector<int>& need) {
     for (int id : need) {
       const Instr& in = code_.code[size_t(id)];
-      if (in.op == EOp::Scan) line() << ctype(in.type) << " scan" << id << " = " << identity(in) << ";\n";
+      if (in.op != EOp::Scan) continue;
+      const bool declared = !scans_declared_.insert(id).second;
+      line() << (declared ? "" : std::string(ctype(in.type)) + " ") << "scan" << id << " = " << identity(in) << ";\n";
     }
   }
 
@@ -953,6 +959,7 @@ class Renderer {
   void rows() {
     coord_.assign(size_t(rank()), "");
     memo_.assign(code_.code.size(), "");
+    scans_declared_.clear();
     std::string group, groups;
     if (out_.strategy == CudaStrategy::BlockRow) {
       group = "(" + I_ + ")blockIdx.x", groups = "(" + I_ + ")gridDim.x", t0_ = "(" + I_ + ")threadIdx.x", nt_ = "blockDim.x";

@@ -5,18 +5,19 @@
 // the same graphs.
 //
 // A program is a seed-determined list of steps over a pool of live tensors: elementwise chains
-// with broadcasting, wrapped numbers and dtype mixes (f32, f64, i32, bool from comparisons),
-// where and masked_fill, casts, views (transpose, permute, slice with a step, select, unsqueeze,
-// expand, view/reshape, squeeze, diagonal), reductions over one or several dims or all of them,
-// keepdim or not, over views and broadcast operands, softmax and log_softmax, normalisations
-// (x - x.mean(d, keepdim), layer norm), index reductions (argmax/argmin, max/min with a dim),
-// cumsum, logsumexp, any/all, integer division and remainders (floor, trunc, fmod, bitwise ops;
-// int64 from the index reductions), float remainders, cat, index_select and gather with
-// indices computed in the program, matmul/mm with epilogues, in-place writes (add_, sub_,
-// mul_, copy_ with dtype conversion and broadcasting, fill_, relu_) into inputs, intermediates
-// and views of them, views taken before a write and read after it, repeated steps (duplicated
-// subexpressions, repeated writes), and several outputs (inputs, views of inputs, the same value
-// twice). One graph in four has an input turned into a tensor constant (work for fold).
+// with broadcasting, wrapped numbers and dtype mixes (f32, f64, i32, bool from comparisons;
+// int8, uint8, int16 and int64 from casts and index reductions), where and masked_fill, casts,
+// views (transpose, permute, slice with a step, select, unsqueeze, expand, view/reshape,
+// squeeze, diagonal), reductions over one or several dims or all of them, keepdim or not, over
+// views and broadcast operands, softmax and log_softmax, normalisations (x - x.mean(d,
+// keepdim), layer norm), index reductions (argmax/argmin, max/min with a dim), cumsum,
+// logsumexp, any/all, integer division and remainders (floor, trunc, fmod, bitwise ops), float
+// remainders, cat, index_select and gather with indices computed in the program, matmul/mm
+// with epilogues, in-place writes (add_, sub_, mul_, copy_ with dtype conversion and
+// broadcasting, fill_, relu_) into inputs, intermediates and views of them, views taken before
+// a write and read after it, repeated steps (duplicated subexpressions, repeated writes), and
+// several outputs (inputs, views of inputs, the same value twice). One graph in four has an
+// input turned into a tensor constant (work for fold).
 // Inputs are 0-d to 4-d with sizes 1..6, some with transposed or gapped layouts.
 //
 // KILN_PROPERTY_GRAPHS=N gives seeds 1..N instead of a test's default count (a longer hunt),
@@ -472,7 +473,14 @@ class Runner {
         switch (s.c % 4) {
           case 0: push(t.to(t.dtype() == kFloat64 || noisy32(x) ? kFloat32 : kFloat64), x.bound, x.exact); return;
           case 1:
-            if (x.exact && x.bound < 1e6) { push(t.to(kInt32), x.bound, true); return; }
+            if (x.exact && x.bound < 1e6) {  // to an integer type it fits (narrow ones wrap in later work)
+              const uint32_t k = s.d % 5;
+              if (k == 1 && x.bound < 100) { push(t.to(kInt8), x.bound, true); return; }
+              if (k == 2 && x.bound < 200) { push(t.abs().to(kUInt8), x.bound, true); return; }
+              if (k == 3 && x.bound < 30000) { push(t.to(kInt16), x.bound, true); return; }
+              push(t.to(k == 4 ? kInt64 : kInt32), x.bound, true);
+              return;
+            }
             push(t.to(noisy32(x) ? kFloat32 : kFloat64), x.bound, x.exact);
             return;
           case 2: push(t.to(kFloat32), x.bound, x.exact); return;

@@ -221,6 +221,12 @@ class Fuser {
       const ir::Node& wn = *a_.nodes[size_t(w)];
       if (wn.op != OpId::Copy) continue;
       ViewKey dst = view_key(wn.inputs[0]);
+      // Memory this kernel computes (a value's own store) written again through another view
+      // (t = tanh(...); t.t().copy_(y)): element by element, the value's store at a later
+      // iteration overwrites what the copy wrote at an earlier one.
+      if (const ir::Node* rp = dst.root->producer; rp && classify(*rp) != NodeClass::Free &&
+                                                     in.count(a_.index.at(rp)) && !(dst == view_key(dst.root)))
+        return false;
       for (int r : g.nodes) {
         const ir::Node& rn = *a_.nodes[size_t(r)];
         for (size_t k = 0; k < rn.inputs.size(); ++k) {

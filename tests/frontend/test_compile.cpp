@@ -185,6 +185,24 @@ TEST(Compile, AKernelReadsWhatItOverwritesBeforeStoring) {
   EXPECT_EQ(f.stats().compiles, 1u);
 }
 
+// A value computed in a kernel and overwritten there through another view of it (its
+// transpose): element by element, the value's own store at a later element would overwrite
+// what the copy wrote at an earlier one, so the copy gets a kernel of its own.
+TEST(Compile, AValueOverwrittenThroughItsTranspose) {
+  auto fn = [](const Tensor& x) {
+    Tensor a = x + 1;
+    Tensor t = a.tanh();
+    t.t().copy_(a * 2);
+    return t;
+  };
+  auto f = compile(fn);
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = randn({5, 5});
+    expect_same(f(x), fn(x));
+  }
+  EXPECT_EQ(f.stats().compiles, 1u);
+}
+
 TEST(Compile, InplaceOnIntermediatesAndConstants) {
   auto fn = [](const Tensor& x) {
     Tensor acc = zeros({4});

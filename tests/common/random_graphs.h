@@ -6,7 +6,8 @@
 //
 // A program is a seed-determined list of steps over a pool of live tensors: elementwise chains
 // with broadcasting, wrapped numbers and dtype mixes (f32, f64, i32, bool from comparisons;
-// int8, uint8, int16 and int64 from casts and index reductions), where and masked_fill, casts,
+// int8, uint8, int16 and int64 from casts and index reductions; float16 and bfloat16 as
+// outputs), where and masked_fill, casts,
 // views (transpose, permute, slice with a step, select, unsqueeze, expand, view/reshape,
 // squeeze, diagonal), reductions over one or several dims or all of them, keepdim or not, over
 // views and broadcast operands, softmax and log_softmax, normalisations (x - x.mean(d,
@@ -63,9 +64,10 @@ enum Kind : int {
   kIndexReduce,  // argmax/argmin, max/min with a dim (values and indices), cumsum, logsumexp, any/all
   kIntegerOps,   // integer division (floor, trunc), remainder, fmod, bitwise ops; float remainders
   kIndexing,     // cat, index_select and gather with indices computed in the program
+  kHalf,         // a value cast to float16 or bfloat16 and an op or two on it, kept as an output
   kNumKinds
 };
-constexpr int kWeights[kNumKinds] = {3, 4, 2, 2, 1, 3, 3, 1, 2, 2, 2, 2, 2, 1, 2, 2, 1};
+constexpr int kWeights[kNumKinds] = {3, 4, 2, 2, 1, 3, 3, 1, 2, 2, 2, 2, 2, 1, 2, 2, 1, 1};
 
 struct Step {
   int kind;
@@ -162,6 +164,7 @@ struct Val {
   double bound = 1;      // every element's magnitude is at most this (never NaN or infinite)
   bool exact = true;     // the same bits whatever the kernel: safe to compare and to truncate
   bool writable = true;  // no two elements share memory (not an expanded view)
+  bool terminal = false; // a 16-bit float value: an output only, never read by a later step
 };
 
 inline std::optional<std::vector<int64_t>> broadcast(IntArrayRef a, IntArrayRef b) {
@@ -234,8 +237,10 @@ class Runner {
   size_t pick(uint32_t r, size_t nlive) const {
     if (focus_ >= 0 && size_t(focus_) < nlive && r % 3 == 0) return size_t(focus_);
     r /= 3;
-    if (r % 2) return nlive - 1 - (r / 2) % std::min<size_t>(3, nlive);  // recent values: deep chains
-    return (r / 2) % nlive;
+    size_t i = r % 2 ? nlive - 1 - (r / 2) % std::min<size_t>(3, nlive)  // recent values: deep chains
+                     : (r / 2) % nlive;
+    while (live_[i].terminal) --i;  // (the inputs come first and are not)
+    return i;
   }
   // The broadcast shape of a and b, where they broadcast into a value of at most
   // p.max_value elements. (Within the class this hides the free function.)
@@ -249,6 +254,7 @@ class Runner {
   size_t partner(size_t x, uint32_t r, size_t nlive, bool into) const {
     for (size_t k = 0; k < nlive; ++k) {
       size_t j = (pick(r, nlive) + k) % nlive;
+      if (live_[j].terminal) continue;
       const Tensor& y = live_[j].t;
       if (into ? fits(y.sizes(), live_[x].t.sizes()) : broadcast(y.sizes(), live_[x].t.sizes()).has_value())
         return j;
@@ -608,6 +614,7 @@ class Runner {
         int64_t k = t.size(-1);
         for (size_t j = 0; j < nlive && !other.defined(); ++j) {
           const Val& y = live_[(pick(s.b, nlive) + j) % nlive];
+          if (y.terminal) continue;
           if (noisy32(y) && t.dtype() == kFloat64) continue;
           if (y.t.dim() == 2 && y.t.size(0) == k && y.t.dtype() != kBool) other = y.t.to(t.dtype()), ob = y.bound;
           else if (y.t.dim() == 1 && y.t.size(0) == k && y.t.dtype() != kBool && s.c % 3 == 0)
@@ -646,9 +653,9 @@ class Runner {
       case kInplaceView: {
         // the target: a writable tensor (not bool); through a view of it for kInplaceView
         size_t ti = xi;
-        for (size_t k = 0; k < nlive && (!live_[ti].writable || live_[ti].t.dtype() == kBool); ++k)
-          ti = (xi + k) % nlive;
-        if (!live_[ti].writable || live_[ti].t.dtype() == kBool) return;
+        auto unfit = [&](size_t i) { return !live_[i].writable || live_[i].terminal || live_[i].t.dtype() == kBool; };
+        for (size_t k = 0; k < nlive && unfit(ti); ++k) ti = (xi + k) % nlive;
+        if (unfit(ti)) return;
         Val target = live_[ti];
         Tensor dst = target.t;
         if (s.kind == kInplaceView) {
@@ -799,6 +806,24 @@ class Runner {
             return;
           }
         }
+      }
+      case kHalf: {
+        // Kernels compute 16-bit floats in float32 and round at the store, eager rounds after
+        // every op: the two differ in the last bits of a chain, within float16's tolerance but
+        // not float32's, so no later step reads the value (Val::terminal); it is an output.
+        Val a = floated(x);
+        if (a.bound > 1e4) a = {a.t.tanh(), 1, false, true};
+        Tensor h = a.t.to(s.c % 2 ? kFloat16 : kBFloat16);
+        const int64_t d = h.dim() ? -1 : 0;
+        switch (s.d % 5) {
+          case 0: h = h * 2 + 1; break;
+          case 1: h = a.bound < 10 ? (h * 0.1).exp() : h.relu(); break;
+          case 2: h = h.dim() ? h.sum({d}, bool(s.c / 2 % 2)) : h.neg(); break;
+          case 3: h = h.dim() ? h.softmax(d) : h.sigmoid(); break;
+          default: h = h.abs() - h; break;
+        }
+        live_.push_back({h, a.bound * 4 + 2, false, true, true});
+        return;
       }
       case kKeepView: {
         bool w = x.writable;

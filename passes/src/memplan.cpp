@@ -98,11 +98,12 @@ bool read_only_by_reductions(const Kernel& k, int from) {
 }
 
 // Whether kernel `k` reads `from` and writes `to` only through one and the same index, and
-// every read of an element comes before the write of it. The backends load an operand when a
-// store's value first needs it, store by store: that holds for an elementwise kernel whose last
-// store is the one into `to` (after an earlier store, a later one would read what it wrote), and
-// for a reduction kernel's per-row store into `to` when only the reductions read `from` (its
-// passes over the row come first); not when the work after the reductions reads it.
+// every read of an element comes before the write of it: for a reduction kernel's per-row store
+// into `to` when only the reductions read `from` (its passes over the row come first), not when
+// the work after the reductions reads it. For an elementwise kernel the store into `to` must be
+// its last. (That rule dates from when the backends loaded an operand as each store needed it,
+// store by store; they now compute a group's values before its stores, so it is stricter than
+// the backends need. It is kept as a margin.)
 bool in_place_pair(const Kernel& k, int from, int to, const KernelProgram& p) {
   if (k.stores.empty()) return false;
   if (k.kind == KernelKind::Elementwise) {

@@ -23,12 +23,6 @@ using testing::property::Case;
 
 constexpr uint32_t kGraphs = 150, kLargeGraphs = 40;
 
-// Whether an interpreted kernel's reason is one the backend gives by design.
-bool interpreted_by_design(const std::string& why) {
-  return why.find("opaque") != std::string::npos || why.find("control") != std::string::npos ||
-         why.find("cond") != std::string::npos;
-}
-
 void expect_compiled_programs_match(const std::vector<Case>& cases) {
   int kernels = 0, compiled = 0;
   for (const Case& c : cases) {
@@ -56,7 +50,7 @@ void expect_compiled_programs_match(const std::vector<Case>& cases) {
       kernels += st.kernels;
       compiled += st.compiled;
       for (const std::string& why : st.interpreted)
-        EXPECT_TRUE(interpreted_by_design(why)) << what << ": " << why << "\n" << passes::print(*program);
+        EXPECT_TRUE(testing::interpreted_by_design(why)) << what << ": " << why << "\n" << passes::print(*program);
       testing::expect_run_matches(
           c.graph, [&](std::vector<ir::Slot>& in) { return cp->run(in); }, c.seed + uint64_t(generic) * 5000, what,
           [&] { return passes::print(*program); });

@@ -86,9 +86,7 @@ TEST(CudaCompile, EveryWorkloadMatchesTheReferenceExecutor) {
     kernels += st.kernels;
     // Only library ops and conds are left to the host.
     for (const std::string& why : st.interpreted)
-      EXPECT_TRUE(why.find("opaque") != std::string::npos || why.find("control") != std::string::npos ||
-                  why.find("cond") != std::string::npos)
-          << name << ": " << why;
+      EXPECT_TRUE(kiln::testing::interpreted_by_design(why)) << name << ": " << why;
     for (uint64_t seed : {1, 2}) expect_matches(name, c, seed);
   }
   EXPECT_GT(epilogues, 0) << "no matmul epilogue ran on the device";
@@ -282,9 +280,8 @@ void expect_random_graphs_match(const std::vector<kiln::testing::property::Case>
       kernels += cp.program->stats().kernels;
       compiled += cp.program->stats().compiled;
       for (const std::string& why : cp.program->stats().interpreted)
-        EXPECT_TRUE(why.find("opaque") != std::string::npos || why.find("control") != std::string::npos ||
-                    why.find("cond") != std::string::npos)
-            << what << ": " << why << "\n" << passes::print(cp.program->program());
+        EXPECT_TRUE(kiln::testing::interpreted_by_design(why)) << what << ": " << why << "\n"
+                                                               << passes::print(cp.program->program());
       expect_matches(what, cp, c.seed + uint64_t(mode) * 5000);
       if (mode == 2) expect_matches(what + ", replayed", cp, c.seed + 15000);  // (the first run captures)
     }

@@ -59,6 +59,13 @@ inline std::vector<ir::Slot> clone_slots(const std::vector<ir::Slot>& in) {
   return out;
 }
 
+// Whether a backend's reason for leaving a kernel to the interpreter is one it gives by design
+// (a library op, a cond), not a kernel it could not compile.
+inline bool interpreted_by_design(const std::string& why) {
+  return why.find("opaque") != std::string::npos || why.find("control") != std::string::npos ||
+         why.find("cond") != std::string::npos;
+}
+
 // Runs `g` on the reference executor and `run` on the same random inputs (its own copy, which it
 // may write into: inputs written in place are compared too). `run` is a kernel program on the
 // interpreter, or compiled by a backend.

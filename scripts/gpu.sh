@@ -23,7 +23,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(libsleef-dev libsleef3 libopenblas-dev libopenblas0-pthread libopenblas-pthread-dev libgfortran5 libquadmath0
+# OpenBLAS's OpenMP build, as scripts/setup.sh installs it (CMakeLists.txt prefers it), with the
+# OpenMP runtime of the machine's own compiler (a GCC 12 libgomp first on the path could lack what a newer GCC emits)
+packages=(libsleef-dev libsleef3 libopenblas-openmp-dev libopenblas0-openmp libgfortran5 libquadmath0
           libfmt-dev libfmt9 nlohmann-json3-dev libgtest-dev libgmock-dev libcli11-dev)
 
 gather() {
@@ -38,7 +40,7 @@ gather() {
       case "$f" in
         /usr/share/doc/* | /usr/share/man/* | /usr/share/lintian/* | /usr/src/*) continue ;;
         # the static BLAS and LAPACK (hundreds of MB) and the reference BLAS are not needed
-        */openblas-pthread/*.a | */openblas-pthread/libblas* | */openblas-pthread/liblapack*) continue ;;
+        */openblas-openmp/*.a | */openblas-openmp/libblas* | */openblas-openmp/liblapack*) continue ;;
       esac
       mkdir -p "$stage$(dirname "$f")"
       target=$(readlink "$f" || true)
@@ -68,14 +70,22 @@ prepare() {
   fi
   usr=$prefix/usr
   local lib=$prefix/usr/lib/x86_64-linux-gnu
-  export PKG_CONFIG_PATH=$lib/pkgconfig:$lib/openblas-pthread/pkgconfig:$usr/share/pkgconfig
-  export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread:${LD_LIBRARY_PATH:-}
+  export PKG_CONFIG_PATH=$lib/pkgconfig:$lib/openblas-openmp/pkgconfig:$usr/share/pkgconfig
+  export LD_LIBRARY_PATH=$lib:$lib/openblas-openmp:${LD_LIBRARY_PATH:-}
   {
     nvidia-smi || true
     nvcc --version || true
     cmake --version | head -1
     c++ --version | head -1
   } >"$out/machine.txt" 2>&1
+  # KILN_GPU_BUILD=DIR: a build made elsewhere against the same gathered folder (unpacked at the
+  # same /tmp/kiln-deps) and carried along, used as it is: it saves the build's minutes of a
+  # lent machine. ctest's files name absolute paths, so DIR must sit where it was configured.
+  if [[ -n ${KILN_GPU_BUILD:-} ]]; then
+    build=$KILN_GPU_BUILD
+    [[ -f $build/CTestTestfile.cmake ]] || { echo "[gpu] KILN_GPU_BUILD=$build is not a build folder" >&2; exit 2; }
+    return 0
+  fi
   build=build-gpu
   if [[ ! -f $build/build.ninja ]]; then
     cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_LLVM=OFF -DKILN_BUILD_TESTS=ON \
@@ -90,12 +100,13 @@ prepare() {
 # OUTDIR/summary.txt, which is printed last.
 phase_test() {  # the CUDA suite on the real GPU, fresh device memory poisoned (NaN / -1), 300 random
                 # programs, 100 random graphs at small and at larger shapes
-  KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 KILN_DIFFERENTIAL_PROGRAMS=300 KILN_PROPERTY_GRAPHS=100 timeout 540 ctest --test-dir $build -j4 -R 'Cuda|cuda' \
+  KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-300} \
+    KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-100} timeout "${KILN_GPU_TEST_TIMEOUT:-540}" ctest --test-dir $build -j"${KILN_GPU_TEST_JOBS:-4}" -R 'Cuda|cuda' \
     -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin' --output-on-failure >"$out/ctest-cuda.log" 2>&1
 }
 phase_memcheck() {  # compute-sanitizer's memcheck over the GPU suite, where the toolkit has it
   command -v compute-sanitizer >/dev/null || { echo "no compute-sanitizer" >"$out/memcheck.log"; return 0; }
-  KILN_TEST_REAL_CUDA=1 timeout 540 compute-sanitizer --tool memcheck --error-exitcode 1 \
+  KILN_TEST_REAL_CUDA=1 timeout "${KILN_GPU_MEMCHECK_TIMEOUT:-540}" compute-sanitizer --tool memcheck --error-exitcode 1 \
     $build/tests/codegen/cuda_backend_tests >"$out/memcheck-full.log" 2>&1
   local rc=$?
   tail -200 "$out/memcheck-full.log" >"$out/memcheck.log"
@@ -107,7 +118,7 @@ phase_all() {  # everything else (the emulated CUDA tests included)
 phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torch.compile and its
                  # reduce-overhead mode at the gpu tier, workload by workload (FILTER: a comma list)
   local filter=${1:-} tag=${1:-all}
-  timeout 560 python3 tools/bench/compare.py --kiln-bench $build/tools/kiln-bench --python python3 --device cuda \
+  timeout "${KILN_GPU_BENCH_TIMEOUT:-560}" python3 tools/bench/compare.py --kiln-bench $build/tools/kiln-bench --python python3 --device cuda \
     --tier gpu --no-compile-time ${filter:+--filter "$filter"} --out "$out/bench-gpu-${tag//,/+}" \
     >"$out/bench-gpu-${tag//,/+}.log" 2>&1
 }

@@ -228,6 +228,11 @@ def main():
                     by[(w, column(r))] = r
                 merged.append(r)
             print(f"[{i + 1}/{len(workloads)}] {w}: kiln-bench {kt:.1f} s, peers {pt:.1f} s", flush=True)
+            medians = [(c, by[(w, c)].get("median_ms")) for c in COLUMNS if (w, c) in by]
+            print("    " + ", ".join(f"{c} {m:.4g} ms" for c, m in medians if m), flush=True)
+            # the records so far, so that a run cut short (a lent machine's time limit) keeps them
+            with open(os.path.join(args.out, "bench.json"), "w") as f:
+                json.dump(merged, f, indent=1)
 
     text = tables(workloads, by)
     print()

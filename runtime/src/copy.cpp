@@ -128,8 +128,16 @@ Tensor& Tensor::fill_(const Scalar& v) {
   }
   if (!is_cpu()) {
     // The value is checked and converted by a host fill of one element, which goes over and is
-    // broadcast into this tensor by a device copy.
-    return copy_across_devices(*this, empty({}, TensorOptions(dtype())).fill_(v).to(device()));
+    // broadcast into this tensor by a device copy. A stride-0 dim (an expanded view) names one
+    // location along its whole length: the copy writes the view with such dims cut to one
+    // element, which is every location the view reaches (a copy refuses the overlap, a fill
+    // of one value is well defined through it).
+    std::vector<int64_t> one_each = sizes().vec();
+    for (int64_t d = 0; d < dim(); ++d)
+      if (strides()[d] == 0) one_each[size_t(d)] = std::min<int64_t>(one_each[size_t(d)], 1);
+    Tensor reached = as_strided(one_each, strides().vec(), storage_offset());
+    copy_across_devices(reached, empty({}, TensorOptions(dtype())).fill_(v).to(device()));
+    return *this;
   }
   // No overlap check: writing one value through a stride-0 view is well defined.
   KILN_DISPATCH_ALL(dtype(), "fill_", [&](auto scalar_tag_) {

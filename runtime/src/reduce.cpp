@@ -357,7 +357,8 @@ std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
     return {out[0], out[1]};
   }
   if (!x.device().is_cpu()) [[unlikely]]  // on a GPU: the values and their first index, as two kernels
-    return {amax(x, {dim}, keepdim), argmax(x, dim, keepdim)};
+    // (argmax refuses bool, which max with a dim takes: its index is that of the uint8 copy)
+    return {amax(x, {dim}, keepdim), argmax(x.dtype() == kBool ? x.to(kUInt8) : x, dim, keepdim)};
   return arg_extremum("max", x, dim, keepdim, true);
 }
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
@@ -372,7 +373,8 @@ std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
     return {out[0], out[1]};
   }
   if (!x.device().is_cpu()) [[unlikely]]  // on a GPU: the values and their first index, as two kernels
-    return {amin(x, {dim}, keepdim), argmin(x, dim, keepdim)};
+    // (argmin refuses bool, which min with a dim takes: its index is that of the uint8 copy)
+    return {amin(x, {dim}, keepdim), argmin(x.dtype() == kBool ? x.to(kUInt8) : x, dim, keepdim)};
   return arg_extremum("min", x, dim, keepdim, false);
 }
 Tensor argmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {

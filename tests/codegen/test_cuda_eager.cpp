@@ -96,6 +96,35 @@ TEST(CudaEager, InPlaceOpsWriteTheDeviceTensor) {
   z.copy_(arange(16).reshape({4, 4}));
   EXPECT_EQ(cpu(z).to_vector<int32_t>()[15], 15);
   EXPECT_EQ(z.sum().item<int64_t>(), 120);  // (item() of a device result)
+  // A fill through an expanded view writes the one location each stride-0 dim names, as on
+  // the CPU (a copy_ into such a view is refused; a fill of one value is not).
+  Tensor base = zeros({3}, TensorOptions().device(kGpu));
+  base.expand({4, 3}).fill_(7);
+  EXPECT_EQ(cpu(base).to_vector<float>(), (std::vector<float>{7, 7, 7}));
+  Tensor col = zeros({4, 1}, TensorOptions().device(kGpu));
+  col.expand({4, 5}).zero_();
+  col.expand({4, 5}).fill_(-2);
+  EXPECT_EQ(cpu(col).to_vector<float>(), (std::vector<float>{-2, -2, -2, -2}));
+}
+
+// max and min with a dim take bool, which argmax and argmin refuse: on a GPU the indices
+// come from the two-kernel path, and must match the CPU's.
+TEST(CudaEager, MaxAndMinWithADimTakeBool) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  Tensor x = randn({5, 7}).gt(0.3);
+  for (int64_t d : {0, 1}) {
+    for (bool keep : {false, true}) {
+      auto [v, i] = x.max(d, keep);
+      auto [dv, di] = x.to(kGpu).max(d, keep);
+      EXPECT_TRUE(kiln::testing::close(cpu(dv), v)) << "max dim " << d;
+      EXPECT_TRUE(kiln::testing::close(cpu(di), i)) << "max dim " << d;
+      auto [w, j] = x.min(d, keep);
+      auto [dw, dj] = x.to(kGpu).min(d, keep);
+      EXPECT_TRUE(kiln::testing::close(cpu(dw), w)) << "min dim " << d;
+      EXPECT_TRUE(kiln::testing::close(cpu(dj), j)) << "min dim " << d;
+    }
+  }
+  EXPECT_NE(error_of([&] { (void)x.to(kGpu).argmax(0); }).find("argmax"), std::string::npos);
 }
 
 // The ops whose output shape depends on the data read it on the host and hand back device

@@ -156,6 +156,44 @@ TEST(CudaCompile, IntegerDivisionByZeroRaisesEagersError) {
   EXPECT_TRUE(kiln::testing::close(out[0].to(Device::cpu()), fn({a, b})[0]));
 }
 
+// Broadcast operands in elementwise kernels: a bias over rows and a column over columns are read
+// per run of the innermost loop, a vector at a time, when the runs hold whole vectors; other
+// layouts keep the scalar loop. Every layout must give eager's values (test_cuda_render.cpp
+// checks which ones get vector accesses).
+TEST(CudaCompile, BroadcastOperandsInEveryLayoutMatch) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  using V = std::vector<Tensor>;
+  struct Case {
+    const char* name;
+    kiln::testing::Fn fn;
+    V in;
+  };
+  auto add2 = [](const V& v) { return V{v[0] + v[1]}; };
+  std::vector<Case> cases = {
+      {"bias over rows", add2, {randn({64, 128}), randn({128})}},
+      {"column over columns", add2, {randn({64, 128}), randn({64, 1})}},
+      {"3-d: a run and a column", [](const V& v) { return V{v[0] * v[1] + v[2]}; }, {randn({8, 16, 32}), randn({16, 1}), randn({32})}},
+      {"rows of 130: two per vector", add2, {randn({64, 130}), randn({130})}},
+      {"rows of 131: no whole vectors", add2, {randn({64, 131}), randn({131})}},
+      {"a narrowed matrix, rows 134 apart", [](const V& v) { return V{v[0].narrow(1, 0, 128) - v[1]}; },
+       {randn({64, 134}), randn({128})}},
+      {"a bias read every other element", [](const V& v) { return V{v[0] + v[1].slice(0, 0, 256, 2)}; },
+       {randn({64, 128}), randn({256})}},
+      {"float16", add2, {randn({32, 64}).to(kFloat16), randn({64}).to(kFloat16)}},
+      {"float64", [](const V& v) { return V{(v[0] * v[1]).exp()}; }, {randn({64, 32}).to(kFloat64), randn({32}).to(kFloat64)}},
+      {"two outputs", [](const V& v) { Tensor t = v[0] + v[1]; return V{t, t * v[2]}; },
+       {randn({48, 64}), randn({64}), randn({48, 1})}},
+      {"in place", [](const V& v) { Tensor m = v[0].clone(); m.add_(v[1]); return V{m}; }, {randn({32, 96}), randn({96})}},
+      {"a tail past the vectors", add2, {randn({3, 5, 12}), randn({5, 12})}},
+  };
+  uint64_t seed = 40;
+  for (Case& c : cases) {
+    Compiled k = compile_graph(traced_one(c.fn, c.in));
+    EXPECT_TRUE(k.program->stats().interpreted.empty()) << c.name;
+    expect_matches(c.name, k, ++seed);
+  }
+}
+
 // A cumsum both reduced (amin of 2 - cumsum) and stored: two passes over the row run the scan,
 // each from its start, in one scope (the second pass declared it again and the kernel did not
 // compile; found by the random graphs, seed 205).

@@ -513,6 +513,29 @@ TEST(CudaSource, StridedOperandsGetIndexMathAndNoVectorAccess) {
   EXPECT_NE(body.find("(int)c1 * 2]"), std::string::npos) << body;
 }
 
+// A broadcast operand of a specialised kernel is read per run of the innermost loop: a bias
+// over rows as a vector at the vector's column, a column over columns as one element per
+// vector. The runs must hold whole vectors (rows of 130 floats: two per vector; of 131: none).
+TEST(CudaSource, BroadcastOperandsAreReadPerRunOfTheInnermostLoop) {
+  auto add2 = [](const std::vector<Tensor>& v) { return std::vector{v[0] + v[1]}; };
+  std::string bias = source_of(add2, {randn({64, 128}), randn({128})});
+  EXPECT_NE(bias.find("reinterpret_cast<const kiln_vec<float, 4>*>(p0 + base)"), std::string::npos) << bias;
+  EXPECT_NE(bias.find("reinterpret_cast<const kiln_vec<float, 4>*>(p1 + (int)c1)"), std::string::npos) << bias;
+  std::string col = source_of(add2, {randn({64, 128}), randn({64, 1})});
+  EXPECT_NE(col.find("kiln_vec<float, 4>*>(p0 + base)"), std::string::npos) << col;
+  EXPECT_EQ(col.find("kiln_vec<float, 4>*>(p1"), std::string::npos) << col;
+  EXPECT_NE(col.find("= p1[(int)c0];"), std::string::npos) << col;
+  std::string two = source_of(add2, {randn({64, 130}), randn({130})});
+  EXPECT_NE(two.find("kiln_vec<float, 2>*>(p1 + (int)c1)"), std::string::npos) << two;
+  std::string none = source_of(add2, {randn({64, 131}), randn({131})});
+  none = none.substr(none.find("extern \"C\""));
+  EXPECT_EQ(none.find("kiln_vec"), std::string::npos) << none;
+  // a narrowed matrix, rows 134 apart: its runs start two elements off a 16-byte line
+  std::string narrowed = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].narrow(1, 0, 128) - v[1]}; },
+                                   {randn({64, 134}), randn({128})});
+  EXPECT_NE(narrowed.find("kiln_vec<float, 2>*>(p0 + "), std::string::npos) << narrowed;
+}
+
 // A transposed operand is staged through shared memory, read along its own contiguous dim
 // (lanes tx walk it: stride 1), and read back transposed while the store walks its rows.
 TEST(CudaSource, TransposedOperandsAreStagedThroughSharedMemory) {

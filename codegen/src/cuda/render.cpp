@@ -226,6 +226,8 @@ class Renderer {
   std::vector<std::string> memo_;     // per instruction: its variable where the code is now
   std::set<int> scans_declared_;      // row strategies: the scans declared in the row's scope
   std::vector<bool> linear_;          // per operand: its offset is the flat index (Elementwise)
+  std::vector<bool> run_;             // per load: contiguous along the innermost loop, not linear
+  bool per_run_ = false;              // the vector path takes the coordinates of each vector
   int vec_ = 0;                       // > 0 inside the vector path: loads and stores go via lanes
   int across_ = -1, along_ = -1;      // Tiled: the staged operands' contiguous loop, the stores'
   std::vector<bool> staged_;          // Tiled: per load, read through a shared-memory tile
@@ -389,7 +391,16 @@ class Renderer {
 
   // Elementwise: operands whose offset is the flat index; vector accesses when every buffer
   // operand is either that or read at one element, VEC elements per 16 bytes (at most 8).
+  // In a specialised kernel a load may also be a broadcast one (a bias over the rows of a
+  // matrix, a column over its columns): contiguous along the innermost loop (a run: vector
+  // loads at the vector's coordinates) or constant along it (one element per vector). Each
+  // vector then lies within one run of the innermost loop, whose length VEC divides, and a
+  // run's other strides are multiples of VEC too, so that its vector loads stay aligned.
   void plan_vector() {
+    run_.assign(nops(), false);
+    int last = -1;  // the innermost loop of more than one element
+    for (int d = rank() - 1; d >= 0 && last < 0; --d)
+      if (k_.loops[size_t(d)] > 1) last = d;
     bool all = true;
     size_t widest = 0;
     for (size_t j = 0; j < nops(); ++j) {
@@ -404,12 +415,30 @@ class Renderer {
         expect *= k_.loops[size_t(d)];
       }
       linear_[j] = lin && !invariant;
-      if (linear_[j]) widest = std::max<size_t>(widest, size_t(itemsize(a.dtype)));
-      else if (!invariant) all = false;
+      const bool per_run = !linear_[j] && !invariant && !generic_ && j < k_.loads.size() && last >= 0;
+      if (linear_[j]) {
+        widest = std::max<size_t>(widest, size_t(itemsize(a.dtype)));
+      } else if (per_run && moves(a, size_t(last)) && a.strides[size_t(last)] == 1) {
+        run_[j] = per_run_ = true;
+        widest = std::max<size_t>(widest, size_t(itemsize(a.dtype)));
+      } else if (per_run && !moves(a, size_t(last))) {
+        per_run_ = true;
+      } else if (!invariant) {
+        all = false;
+      }
       // a store written at one element from every index: leave it to the scalar loop
       if (j >= k_.loads.size() && invariant && out_.items > 1) all = false;
     }
     if (all && widest > 0) out_.vector = int(std::min<size_t>(8, 16 / widest));
+    auto whole_runs = [&](int64_t v) {
+      if (!per_run_) return true;
+      if (k_.loops[size_t(last)] % v) return false;
+      for (size_t j = 0; j < nops(); ++j)
+        for (int d = 0; run_[j] && d < rank(); ++d)
+          if (d != last && moves(operand(j), size_t(d)) && operand(j).strides[size_t(d)] % v) return false;
+      return true;
+    };
+    while (out_.vector > 1 && !whole_runs(out_.vector)) out_.vector /= 2;
     if (out_.vector < 2 || out_.items < 2 * out_.vector) out_.vector = 1;
   }
 
@@ -524,9 +553,13 @@ class Renderer {
 
   // Operand j's element at the current coordinates.
   std::string element(size_t j, const std::string& flat = "") {
-    const passes::Access& a = operand(j);
     std::string base = std::string(j < k_.loads.size() ? "p" : "s") + std::to_string(j);
     if (!flat.empty() && linear_[j]) return base + "[" + flat + "]";
+    return base + "[" + offset(j) + "]";
+  }
+  // Its offset from the coordinates.
+  std::string offset(size_t j) {
+    const passes::Access& a = operand(j);
     std::string off;
     for (size_t d = 0; d < a.sizes.size() && d < coord_.size(); ++d) {
       if (!moves(a, d) || coord_[d].empty()) continue;
@@ -534,7 +567,7 @@ class Renderer {
       if (a.strides[d] != 1) term += " * " + stride(j, d);
       off += (off.empty() ? "" : " + ") + term;
     }
-    return base + "[" + (off.empty() ? "0" : off) + "]";
+    return off.empty() ? "0" : off;
   }
 
   // ---- conversions ----
@@ -565,7 +598,7 @@ class Renderer {
   std::string load(int j, DType to, const std::string& flat) {
     const passes::Access& a = k_.loads[size_t(j)];
     if (a.buffer < 0) return convert("a" + std::to_string(j), is_floating(a.dtype) ? DType::Float64 : DType::Int64, to);
-    std::string raw = vec_ && linear_[size_t(j)]                  ? "l" + std::to_string(j) + ".v[u]"
+    std::string raw = vec_ && (linear_[size_t(j)] || run_[size_t(j)]) ? "l" + std::to_string(j) + ".v[u]"
                       : from_tiles_ && staged_[size_t(j)] ? "tile" + std::to_string(j) + "[tx][k]"
                                                           : element(size_t(j), flat);
     return convert(widen(raw, a.dtype), compute_dtype(a.dtype), to);
@@ -744,13 +777,14 @@ class Renderer {
     line() << "}\n";
   }
 
-  // Every operand contiguous (or read at one element): VEC elements per aligned access when
-  // all of their addresses allow it, the scalar loop for the tail.
+  // Every operand contiguous (or read at one element, or per run of the innermost loop): VEC
+  // elements per aligned access when all of their addresses allow it, the scalar loop for the
+  // tail.
   void vector_loop() {
     const int V = out_.vector;
     std::string cond;
     for (size_t j = 0; j < nops(); ++j) {
-      if (!linear_[j]) continue;
+      if (!linear_[j] && !run_[j]) continue;
       const passes::Access& a = operand(j);
       cond += std::string(cond.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
               std::to_string(j) + ", " + std::to_string(V * int(itemsize(a.dtype))) + ")";
@@ -761,11 +795,14 @@ class Renderer {
     line() << "for (" << I_ << " q = g0; q < nv; q += gs) {\n";
     ++indent_;
     line() << "const " << I_ << " base = q * " << V << "u;\n";
+    // (the vector's coordinates: those of all of its elements but along the innermost loop,
+    // where they start; loads constant along it read their one element there)
+    if (per_run_) decompose("base", 0, rank());
     auto vt = [&](const passes::Access& a) { return std::string("kiln_vec<") + storage_ctype(a.dtype) + ", " + std::to_string(V) + ">"; };
     for (size_t j = 0; j < k_.loads.size(); ++j)
-      if (linear_[j])
+      if (linear_[j] || run_[j])
         line() << "const " << vt(k_.loads[j]) << " l" << j << " = *reinterpret_cast<const " << vt(k_.loads[j]) << "*>(p" << j
-               << " + base);\n";
+               << " + " << (run_[j] ? offset(j) : "base") << ");\n";
     for (size_t j = k_.loads.size(); j < nops(); ++j)
       if (linear_[j]) line() << vt(operand(j)) << " w" << j << ";\n";
     line() << "#pragma unroll\n";

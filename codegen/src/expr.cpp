@@ -521,7 +521,9 @@ class Builder {
     if (dims.empty()) {
       for (int d = 0; d < in_rank; ++d) got.insert(d);
     }
-    for (int64_t d : dims) got.insert(d < 0 ? d + in_rank : d);
+    // (a 0-d input takes dim 0 or -1, which name its one element: as "every dim")
+    if (in_rank > 0)
+      for (int64_t d : dims) got.insert(d < 0 ? d + in_rank : d);
     std::set<int64_t> want;
     for (int d = k_.reduce_from; d < rank_; ++d) want.insert(d);
     // a 0-d input reduced over "every dim" of a scalar kernel, or the kernel's reduction loops

@@ -194,6 +194,28 @@ TEST(CudaCompile, BroadcastOperandsInEveryLayoutMatch) {
   }
 }
 
+// A 0-d tensor reduced along dim 0 or -1 (PyTorch takes either for its one element) runs on
+// the device: the kernel's lowering took those dims for loops a 0-d kernel does not have and
+// left it to the host (seen as a warning in the conformance run on an H100).
+TEST(CudaCompile, ReductionsOfA0dTensorAlongItsDimRunOnTheDevice) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  using V = std::vector<Tensor>;
+  std::vector<std::pair<const char*, kiln::testing::Fn>> cases = {
+      {"argmax(x, 0)", [](const V& v) { return V{v[0].argmax(0)}; }},
+      {"argmin(x, -1, keepdim)", [](const V& v) { return V{v[0].argmin(-1, true)}; }},
+      {"max(x, 0)", [](const V& v) { auto [m, i] = v[0].max(0); return V{m, i}; }},
+      {"sum(x, {0})", [](const V& v) { return V{v[0].sum({0})}; }},
+      {"amax(x, {-1}) * 2", [](const V& v) { return V{v[0].amax({-1}) * 2}; }},
+  };
+  uint64_t seed = 70;
+  for (auto& [name, fn] : cases) {
+    Compiled k = compile_graph(traced_one(fn, {randn({})}));
+    EXPECT_TRUE(k.program->stats().interpreted.empty())
+        << name << ": " << (k.program->stats().interpreted.empty() ? "" : k.program->stats().interpreted[0]);
+    expect_matches(name, k, ++seed);
+  }
+}
+
 // A cumsum both reduced (amin of 2 - cumsum) and stored: two passes over the row run the scan,
 // each from its start, in one scope (the second pass declared it again and the kernel did not
 // compile; found by the random graphs, seed 205).

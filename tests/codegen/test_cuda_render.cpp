@@ -481,6 +481,12 @@ extern "C" const int kiln_past_end_emu_params = 3;
 
 // ---- the rendered source ----
 
+size_t count_of(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
 std::string source_of(const Fn& fn, const std::vector<Tensor>& in) {
   auto graphs = trace(fn, {in});
   passes::Module m = passes::optimize(graphs[0], {});
@@ -562,6 +568,8 @@ TEST(CudaSource, TransposedOperandsAreStagedThroughSharedMemory) {
   EXPECT_NE(s.find("= tile0[tx][k];"), std::string::npos) << s;
   EXPECT_NE(s.find("s2[(int)ct * 4096 + (int)ca] = "), std::string::npos) << s;
   EXPECT_NE(s.find("const unsigned ct = bt + k, ca = ba + tx;"), std::string::npos) << s;
+  // each warp's rows of a tile in a counted loop, unrolled: its loads in flight together
+  EXPECT_EQ(count_of(s, "#pragma unroll 4\n      for (unsigned kk = 0; kk < kn; ++kk) {"), 2u) << s;
   // y is read where it is stored: straight from memory
   EXPECT_NE(s.find("p1[(int)ct * 4096 + (int)ca]"), std::string::npos) << s;
 }
@@ -577,11 +585,6 @@ std::string layernorm_body(int64_t n) {
       {randn({300, n}), randn({n}), randn({n})});
   std::string body = s.substr(s.find("// kernel k0"));
   return body.substr(0, body.find("#if defined(KILN_CUDA_EMULATION)"));
-}
-size_t count_of(const std::string& s, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
-  return n;
 }
 
 // A warp-per-row kernel of several passes over its rows (layernorm: the mean, the variance,

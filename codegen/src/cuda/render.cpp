@@ -864,13 +864,22 @@ class Renderer {
       if (d != across_ && d != along_ && k_.loops[size_t(d)] > 1) rest.push_back(d);
     decompose_dims("rt", rest);
     coord_[size_t(across_)] = "ct", coord_[size_t(along_)] = "ca";
+    // (each warp's rows of the tile: counted, as row loops are, so that the compiler unrolls
+    // them and a thread has its loads in flight together)
     auto over_tile = [&](const char* ct, const char* ca, auto&& body) {
-      line() << "for (unsigned k = ty; k < " << T << "; k += ny) {\n";
+      line() << "{\n";
       ++indent_;
+      line() << "const unsigned kn = ty < " << T << " ? (" << T << " - ty + ny - 1u) / ny : 0u;\n";
+      line() << "#pragma unroll 4\n";
+      line() << "for (unsigned kk = 0; kk < kn; ++kk) {\n";
+      ++indent_;
+      line() << "const unsigned k = ty + kk * ny;\n";
       line() << "const " << I_ << " ct = bt + " << ct << ", ca = ba + " << ca << ";\n";
       line() << "if (ct < " << nt << " && ca < " << na << ") {\n";
       ++indent_;
       body();
+      --indent_;
+      line() << "}\n";
       --indent_;
       line() << "}\n";
       --indent_;

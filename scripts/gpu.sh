@@ -102,7 +102,7 @@ phase_test() {  # the CUDA suite on the real GPU, fresh device memory poisoned (
                 # programs, 100 random graphs at small and at larger shapes
   KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-300} \
     KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-100} timeout "${KILN_GPU_TEST_TIMEOUT:-540}" ctest --test-dir $build -j"${KILN_GPU_TEST_JOBS:-4}" -R 'Cuda|cuda' \
-    -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin' --output-on-failure >"$out/ctest-cuda.log" 2>&1
+    -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin|golden' --output-on-failure >"$out/ctest-cuda.log" 2>&1
 }
 phase_memcheck() {  # compute-sanitizer's memcheck over the GPU suite, where the toolkit has it
   command -v compute-sanitizer >/dev/null || { echo "no compute-sanitizer" >"$out/memcheck.log"; return 0; }
@@ -119,7 +119,7 @@ phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torc
                  # reduce-overhead mode at the gpu tier, workload by workload (FILTER: a comma list)
   local filter=${1:-} tag=${1:-all}
   timeout "${KILN_GPU_BENCH_TIMEOUT:-560}" python3 tools/bench/compare.py --kiln-bench $build/tools/kiln-bench --python python3 --device cuda \
-    --tier gpu --no-compile-time ${filter:+--filter "$filter"} --out "$out/bench-gpu-${tag//,/+}" \
+    --tier gpu --no-compile-time ${filter:+--filter "$filter"} ${KILN_GPU_PEERS:+--peers "$KILN_GPU_PEERS"} --out "$out/bench-gpu-${tag//,/+}" \
     >"$out/bench-gpu-${tag//,/+}.log" 2>&1
 }
 phase_small() {  # tiny tensors: the per-call host overhead; and NVRTC compile vs disk-cache load

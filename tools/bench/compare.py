@@ -230,7 +230,8 @@ def main():
             print(f"[{i + 1}/{len(workloads)}] {w}: kiln-bench {kt:.1f} s, peers {pt:.1f} s", flush=True)
             medians = [(c, by[(w, c)].get("median_ms")) for c in COLUMNS if (w, c) in by]
             print("    " + ", ".join(f"{c} {m:.4g} ms" for c, m in medians if m), flush=True)
-            # the records so far, so that a run cut short (a lent machine's time limit) keeps them
+            # the records so far (after the last workload, all of them), so that a run cut short
+            # (a lent machine's time limit) keeps what it measured
             with open(os.path.join(args.out, "bench.json"), "w") as f:
                 json.dump(merged, f, indent=1)
 
@@ -238,8 +239,6 @@ def main():
     print()
     print(text)
     machine = next((r for r in merged if r.get("tool") == "machine"), {})
-    with open(os.path.join(args.out, "bench.json"), "w") as f:
-        json.dump(merged, f, indent=1)
     with open(os.path.join(args.out, "table.txt"), "w") as f:
         f.write(text)
     series = []

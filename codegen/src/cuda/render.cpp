@@ -651,6 +651,31 @@ class Renderer {
       if (code_.code[i].row) memo_[i].clear();
   }
 
+  // ---- loops ----
+
+  // Opens `for (var = from; var < end; var += step)` with its count computed on entry, so that
+  // the compiler unrolls it by four with no bounds check between the copies: a thread then has
+  // four loads in flight, not one (NVRTC does not unroll the plain loop, whose count is
+  // unknown and whose index may wrap). Two scopes, which close_counted_loop closes.
+  void open_counted_loop(const std::string& type, const std::string& var, const std::string& from,
+                         const std::string& end, const std::string& step) {
+    const std::string f = "(" + from + ")", st = "(" + step + ")", n = var + "n", k = var + "k";
+    line() << "{\n";
+    ++indent_;
+    line() << "const " << type << " " << n << " = " << f << " < " << end << " ? (" << end << " - " << f << " + " << st
+           << " - 1) / " << st << " : 0;\n";
+    line() << "#pragma unroll 4\n";
+    line() << "for (" << type << " " << k << " = 0; " << k << " < " << n << "; ++" << k << ") {\n";
+    ++indent_;
+    line() << "const " << type << " " << var << " = " << f << " + " << k << " * " << st << ";\n";
+  }
+  void close_counted_loop() {
+    --indent_;
+    line() << "}\n";
+    --indent_;
+    line() << "}\n";
+  }
+
   // ---- Elementwise ----
 
   // Elementwise: whether some operand's offset needs the loops' coordinates (not the flat index
@@ -765,26 +790,16 @@ class Renderer {
       if (d != across_ && d != along_ && k_.loops[size_t(d)] > 1) rest.push_back(d);
     decompose_dims("rt", rest);
     coord_[size_t(across_)] = "ct", coord_[size_t(along_)] = "ca";
-    // (each warp's rows of the tile: counted, as row loops are, so that the compiler unrolls
-    // them and a thread has its loads in flight together)
+    // (each warp's rows of the tile in a counted loop, as a row's elements are)
     auto over_tile = [&](const char* ct, const char* ca, auto&& body) {
-      line() << "{\n";
-      ++indent_;
-      line() << "const unsigned kn = ty < " << T << " ? (" << T << " - ty + ny - 1u) / ny : 0u;\n";
-      line() << "#pragma unroll 4\n";
-      line() << "for (unsigned kk = 0; kk < kn; ++kk) {\n";
-      ++indent_;
-      line() << "const unsigned k = ty + kk * ny;\n";
+      open_counted_loop("unsigned", "k", "ty", T, "ny");
       line() << "const " << I_ << " ct = bt + " << ct << ", ca = ba + " << ca << ";\n";
       line() << "if (ct < " << nt << " && ca < " << na << ") {\n";
       ++indent_;
       body();
       --indent_;
       line() << "}\n";
-      --indent_;
-      line() << "}\n";
-      --indent_;
-      line() << "}\n";
+      close_counted_loop();
       line() << "__syncthreads();\n";
     };
     over_tile("tx", "k", [&] {  // staging: lanes along the operand's contiguous loop
@@ -829,25 +844,12 @@ class Renderer {
       line() << "if (e < " << row_len() << ") {\n";
       ++indent_;
     } else {
-      // (counted, so that the compiler unrolls it with the count known on entry: four loads
-      // in flight per thread instead of one, each behind the previous bounds check)
-      const std::string f = "(" + from + ")", st = "(" + step + ")";
-      line() << "{\n";
-      ++indent_;
-      line() << "const " << I_ << " en = " << f << " < " << end << " ? (" << end << " - " << f << " + " << st << " - 1) / "
-             << st << " : 0;\n";
-      line() << "#pragma unroll 4\n";
-      line() << "for (" << I_ << " ek = 0; ek < en; ++ek) {\n";
-      ++indent_;
-      line() << "const " << I_ << " e = " << f << " + ek * " << st << ";\n";
+      open_counted_loop(I_, "e", from, end, step);
     }
     decompose("e", rf(), rank());
     body();
     forget_rows();
-    --indent_;
-    line() << "}\n";
-    --indent_;
-    line() << "}\n";
+    close_counted_loop();  // (the cache's for and if close the same way)
     for (int& c : cached_) c = c == 3 ? 2 : c;  // (filled by this pass: read from the cache after it)
   }
 

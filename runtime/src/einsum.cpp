@@ -94,8 +94,10 @@ int64_t size_of(const Term& x, int label) {
   return it == x.labels.end() ? 1 : x.t.sizes()[it - x.labels.begin()];
 }
 
-// Contracts a and b; labels in `keep` survive, shared labels not in `keep` are summed.
-Term contract(const Term& a, const Term& b, const std::vector<int>& keep) {
+// Contracts a and b; labels in `keep` survive, shared labels not in `keep` are summed. With
+// `into`, a product whose labels come out as `into_labels` is written there (einsum_impl).
+Term contract(const Term& a, const Term& b, const std::vector<int>& keep, const Tensor* into = nullptr,
+              const std::vector<int>* into_labels = nullptr) {
   auto in = [](const std::vector<int>& v, int l) { return std::find(v.begin(), v.end(), l) != v.end(); };
   std::vector<int> batch, left, con, right;
   for (int l : a.labels) {
@@ -133,7 +135,6 @@ Term contract(const Term& a, const Term& b, const std::vector<int>& keep) {
   std::vector<int64_t> fa, fb;
   Tensor A = arrange(a, {&batch, &left, &con}, fa);
   Tensor B = arrange(b, {&batch, &con, &right}, fb);
-  Tensor r = bmm(A, B);
   std::vector<int64_t> shape;
   std::vector<int> labels;
   for (auto* g : {&batch, &left, &right})
@@ -141,6 +142,7 @@ Term contract(const Term& a, const Term& b, const std::vector<int>& keep) {
       shape.push_back(std::max(size_of(a, l), size_of(b, l)));
       labels.push_back(l);
     }
+  Tensor r = into && labels == *into_labels ? detail::bmm_into(A, B, *into) : bmm(A, B);
   return {r.view(shape), labels};
 }
 
@@ -155,7 +157,7 @@ Tensor einsum(std::string_view eq, const std::vector<Tensor>& operands) {
 // The contraction itself, on whichever device the operands share: its steps are public ops
 // (views, sums, bmm), so on a GPU they run there (the CUDA backend calls this through
 // device_ops::run_library).
-Tensor detail::einsum_impl(std::string_view eq, const std::vector<Tensor>& operands) {
+Tensor detail::einsum_impl(std::string_view eq, const std::vector<Tensor>& operands, const Tensor* into) {
   KILN_CHECK(!operands.empty(), "einsum", "einsum(): must provide at least one operand");
   for (auto& t : operands)
     KILN_CHECK(t.dtype() == operands[0].dtype(), "einsum", "expected scalar type ", name(operands[0].dtype()),
@@ -221,7 +223,9 @@ Tensor detail::einsum_impl(std::string_view eq, const std::vector<Tensor>& opera
     std::vector<int> keep_b = keep;
     keep_b.insert(keep_b.end(), acc.labels.begin(), acc.labels.end());
     Term b = sum_unneeded(terms[i], keep_b);
-    acc = contract(acc, b, keep);
+    // (the last product, when its labels are the result's in order: nothing follows it then)
+    const bool last = i + 1 == terms.size();
+    acc = contract(acc, b, keep, last ? into : nullptr, &out);
   }
   acc = sum_unneeded(acc, out);
   std::vector<int64_t> perm;

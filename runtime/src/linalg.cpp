@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 
@@ -268,32 +269,37 @@ void check_mm(std::string_view op, const Tensor& a, const Tensor& b) {
              name(a.dtype()), " != ", name(b.dtype()));
 }
 
-Tensor product(std::vector<int64_t> shape, const Tensor& like) {
+// The tensor a product is written to: `into` seen with the product's shape where the caller
+// gave one (run_library_into: contiguous, of the result's dtype and element count, sharing no
+// byte with an operand), else a new one.
+Tensor product(std::vector<int64_t> shape, const Tensor& like, const Tensor* into) {
+  if (into) return into->view(shape);
   return empty(shape, TensorOptions(like.dtype()).device(like.device()));
 }
 
-Tensor mm_impl(const Tensor& a, const Tensor& b) {
+Tensor mm_impl(const Tensor& a, const Tensor& b, const Tensor* into = nullptr) {
   check_mm("mm", a, b);
-  Tensor out = product({a.sizes()[0], b.sizes()[1]}, a);
+  Tensor out = product({a.sizes()[0], b.sizes()[1]}, a, into);
   gemm_into(a, b, out, 1.0, 0.0);
   return out;
 }
 
-Tensor addmm_impl(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha) {
+Tensor addmm_impl(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha,
+                  const Tensor* into = nullptr) {
   check_mm("addmm", a, b);
   KILN_CHECK(self.dtype() == a.dtype(), "addmm", "expected self and mat1 to have the same dtype, but got: ",
              name(self.dtype()), " != ", name(a.dtype()));
   std::vector<int64_t> shape{a.sizes()[0], b.sizes()[1]};
   KILN_CHECK(broadcast_shapes(self.sizes(), shape, "addmm") == shape, "addmm", "self of shape ",
              self.sizes().vec(), " cannot be broadcast to the product's shape ", shape);
-  Tensor out = product(shape, a);
+  Tensor out = product(shape, a, into);
   double be = beta.to_double();
   if (be != 0) out.copy_(self);
   gemm_into(a, b, out, alpha.to_double(), be);
   return out;
 }
 
-Tensor bmm_impl(const Tensor& a, const Tensor& b) {
+Tensor bmm_impl(const Tensor& a, const Tensor& b, const Tensor* into = nullptr) {
   KILN_CHECK(a.dim() == 3, "bmm", "batch1 must be a 3D tensor, got shape ", a.sizes().vec());
   KILN_CHECK(b.dim() == 3, "bmm", "batch2 must be a 3D tensor, got shape ", b.sizes().vec());
   KILN_CHECK(a.sizes()[0] == b.sizes()[0], "bmm", "batch1 and batch2 must have same number of batches, got ",
@@ -301,12 +307,12 @@ Tensor bmm_impl(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.sizes()[2] == b.sizes()[1], "bmm", "Expected size for first two dimensions of batch2 tensor to be: [",
              a.sizes()[0], ", ", a.sizes()[2], "] but got: [", b.sizes()[0], ", ", b.sizes()[1], "].");
   KILN_CHECK(a.dtype() == b.dtype(), "bmm", "expected scalar type ", name(a.dtype()), " but found ", name(b.dtype()));
-  Tensor out = product({a.sizes()[0], a.sizes()[1], b.sizes()[2]}, a);
+  Tensor out = product({a.sizes()[0], a.sizes()[1], b.sizes()[2]}, a, into);
   gemm_into(a, b, out, 1.0, 0.0);
   return out;
 }
 
-Tensor matmul_impl(const Tensor& a, const Tensor& b) {
+Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* into = nullptr) {
   int64_t da = a.dim(), db = b.dim();
   KILN_CHECK(da > 0 && db > 0, "matmul", "both arguments to matmul need to be at least 1D, but they are ", da,
              "D and ", db, "D");
@@ -316,15 +322,15 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b) {
     KILN_CHECK(a.sizes()[0] == b.sizes()[0], "matmul", "inconsistent tensor size, expected tensor [",
                a.sizes()[0], "] and src [", b.sizes()[0], "] to have the same number of elements, but got ",
                a.sizes()[0], " and ", b.sizes()[0], " elements respectively");
-    return mm_impl(a.unsqueeze(0), b.unsqueeze(1)).view({});
+    return mm_impl(a.unsqueeze(0), b.unsqueeze(1), into).view({});
   }
   if (da == 2 && db == 1) {
     KILN_CHECK(a.sizes()[1] == b.sizes()[0], "matmul", "size mismatch, got input (", a.sizes()[0], "), mat (",
                a.sizes()[0], "x", a.sizes()[1], "), vec (", b.sizes()[0], ")");
-    return mm_impl(a, b.unsqueeze(1)).squeeze(-1);
+    return mm_impl(a, b.unsqueeze(1), into).squeeze(-1);
   }
-  if (da == 1 && db == 2) return mm_impl(a.unsqueeze(0), b).squeeze(0);
-  if (da == 2 && db == 2) return mm_impl(a, b);
+  if (da == 1 && db == 2) return mm_impl(a.unsqueeze(0), b, into).squeeze(0);
+  if (da == 2 && db == 2) return mm_impl(a, b, into);
   // Batched: a 1-d operand becomes a matrix and its extra dim is dropped from the result.
   Tensor A = da == 1 ? a.unsqueeze(0) : a;
   Tensor B = db == 1 ? b.unsqueeze(-1) : b;
@@ -334,7 +340,7 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b) {
   std::vector<int64_t> out_shape;
   if (db <= 2 && da >= 3) {
     // [..., n, k] @ [k, m]: fold the batch into the rows, one GEMM.
-    Tensor r = mm_impl(A.reshape({-1, k}), B);
+    Tensor r = mm_impl(A.reshape({-1, k}), B, into);
     out_shape.assign(A.sizes().begin(), A.sizes().end() - 1);
     out_shape.push_back(m);
     r = r.view(out_shape);
@@ -347,7 +353,7 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b) {
   ea.insert(ea.end(), {n, k});
   eb.insert(eb.end(), {k, m});
   // (a batch broadcast along one dim stays a view with batch stride 0; BLAS reads it in place)
-  Tensor r = bmm_impl(A.expand(ea).reshape({nbatch, n, k}), B.expand(eb).reshape({nbatch, k, m}));
+  Tensor r = bmm_impl(A.expand(ea).reshape({nbatch, n, k}), B.expand(eb).reshape({nbatch, k, m}), into);
   out_shape = batch;
   out_shape.insert(out_shape.end(), {n, m});
   r = r.view(out_shape);
@@ -356,7 +362,27 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b) {
   return r;
 }
 
+// The bytes a view can reach: [first, last] addresses on its storage.
+std::pair<const char*, const char*> extent(const Tensor& t) {
+  const char* p = first_element(t);
+  int64_t lo = 0, hi = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t span = (t.sizes()[d] - 1) * t.strides()[d];
+    (span < 0 ? lo : hi) += span;
+  }
+  return {p + lo * int64_t(t.element_size()), p + (hi + 1) * int64_t(t.element_size()) - 1};
+}
+
+bool may_overlap(const Tensor& a, const Tensor& b) {
+  if (!a.is_alias_of(b) || a.numel() == 0 || b.numel() == 0) return false;
+  auto [a0, a1] = extent(a);
+  auto [b0, b1] = extent(b);
+  return a0 <= b1 && b0 <= a1;
+}
+
 }  // namespace
+
+Tensor detail::bmm_into(const Tensor& a, const Tensor& b, const Tensor& into) { return bmm_impl(a, b, &into); }
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   KILN_TRACE(Mm, (a, b), (), mm(a, b))
@@ -388,7 +414,10 @@ bool has_library(OpId op) {
   return op == OpId::Matmul || op == OpId::Mm || op == OpId::Bmm || op == OpId::Addmm || op == OpId::Einsum;
 }
 
-Tensor run_library(OpId op, std::span<const Tensor> in, const std::vector<Attr>& attrs) {
+namespace {
+
+// The op on its operands; with `into` (product()'s), its product is written there.
+Tensor library_op(OpId op, std::span<const Tensor> in, const std::vector<Attr>& attrs, const Tensor* into) {
   auto arg = [&](size_t i) -> const Tensor& {
     KILN_CHECK(i < in.size(), "run_library", "op ", int(op), " takes more than ", in.size(), " operands");
     return in[i];
@@ -399,20 +428,43 @@ Tensor run_library(OpId op, std::span<const Tensor> in, const std::vector<Attr>&
     return Scalar(1.0);
   };
   switch (op) {
-    case OpId::Matmul: return matmul_impl(arg(0), arg(1));
-    case OpId::Mm: return mm_impl(arg(0), arg(1));
-    case OpId::Bmm: return bmm_impl(arg(0), arg(1));
-    case OpId::Addmm: return addmm_impl(arg(0), arg(1), arg(2), scalar("beta"), scalar("alpha"));
+    case OpId::Matmul: return matmul_impl(arg(0), arg(1), into);
+    case OpId::Mm: return mm_impl(arg(0), arg(1), into);
+    case OpId::Bmm: return bmm_impl(arg(0), arg(1), into);
+    case OpId::Addmm: return addmm_impl(arg(0), arg(1), arg(2), scalar("beta"), scalar("alpha"), into);
     case OpId::Einsum: {
       // (its steps are public ops: nothing of them is recorded should a trace be running)
       trace::Pause pause;
       std::string eq;
       for (const Attr& a : attrs)
         if (auto* s = std::get_if<std::string>(&a.value); s && a.name == "equation") eq = *s;
-      return einsum_impl(eq, std::vector<Tensor>(in.begin(), in.end()));
+      return einsum_impl(eq, std::vector<Tensor>(in.begin(), in.end()), into);
     }
     default: KILN_FAIL("run_library", "op ", int(op), " is not a library op with a device implementation");
   }
+}
+
+}  // namespace
+
+Tensor run_library(OpId op, std::span<const Tensor> in, const std::vector<Attr>& attrs) {
+  return library_op(op, in, attrs, nullptr);
+}
+
+void run_library_into(OpId op, std::span<const Tensor> in, const std::vector<Attr>& attrs, const Tensor& dst) {
+  // The product is written into dst itself where dst is laid out as a new product would be
+  // (contiguous, the product's dtype) and no operand reads a byte of it; otherwise it is
+  // computed apart and copied over. (A compiled attention_scores' [32, 8, 1024, 1024] scores
+  // cost a 1 GiB copy on the GPU that way, and a second 1 GiB buffer.)
+  const bool direct = !in.empty() && dst.is_contiguous() && dst.dtype() == in[0].dtype() &&
+                      std::none_of(in.begin(), in.end(), [&](const Tensor& t) { return may_overlap(t, dst); });
+  Tensor r = library_op(op, in, attrs, direct ? &dst : nullptr);
+  KILN_CHECK(dst.sizes() == r.sizes(), "run_library", "a library op's result ", r.sizes().vec(),
+             " does not fit its store ", dst.sizes().vec());
+  bool in_place = first_element(r) == first_element(dst);  // (the strides of size-1 dims may differ)
+  for (int64_t d = 0; d < r.dim() && in_place; ++d) in_place = r.sizes()[d] == 1 || r.strides()[d] == dst.strides()[d];
+  if (in_place) return;
+  Tensor d = dst;
+  d.copy_(r);
 }
 
 }  // namespace device_ops

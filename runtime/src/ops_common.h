@@ -59,8 +59,13 @@ inline char* first_element(const Tensor& t) {
 // Checks that the CPU eager path can run the op on these tensors.
 void check_cpu(std::string_view op, std::initializer_list<Arg> args);
 
-// einsum's contraction on the operands' own device (runtime/src/einsum.cpp).
-Tensor einsum_impl(std::string_view eq, const std::vector<Tensor>& operands);
+// einsum's contraction on the operands' own device (runtime/src/einsum.cpp). With `into`
+// (contiguous, the result's dtype and element count, sharing no byte with an operand), the last
+// contraction's product is written there when its labels come out in the result's order: the
+// result is then a view of `into`.
+Tensor einsum_impl(std::string_view eq, const std::vector<Tensor>& operands, const Tensor* into = nullptr);
+// bmm's product written into `into` (as einsum_impl's), seen with the product's shape.
+Tensor bmm_into(const Tensor& a, const Tensor& b, const Tensor& into);
 
 // copy_ where either tensor is on a GPU (runtime/src/cuda/transfer.cpp): the values are
 // converted and broadcast on the host and written through dst's strides.

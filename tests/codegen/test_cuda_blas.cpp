@@ -7,6 +7,7 @@
 #include <kiln/codegen/cuda.h>
 #include <kiln/kiln.h>
 #include <kiln/runtime/cuda.h>
+#include <kiln/runtime/device_ops.h>
 
 #include <functional>
 #include <string>
@@ -117,6 +118,80 @@ TEST(CudaBlas, ACompiledMatmulRunsThroughCublasWithItsEpilogueOnTheDevice) {
   const std::string& note = e.graphs[0].backend;
   EXPECT_NE(note.find("(cuBLAS)"), std::string::npos) << note;
   EXPECT_EQ(note.find("interpreted"), std::string::npos) << note;
+}
+
+// A product a compiled program stores into one of its planned buffers is written there by cuBLAS
+// itself: the program's device memory at its peak is that buffer and the output, not a third
+// buffer for the product plus a copy of it (attention_scores' 1 GiB scores at the gpu tier).
+// Where the store cannot take it (einsum labels coming out permuted, an operand overlapping the
+// store) the values still match.
+TEST(CudaBlas, CompiledProductsAreWrittenIntoTheirStoreWithoutACopy) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  using V = const std::vector<Tensor>&;
+  struct Program {
+    std::string name;
+    std::function<Tensor(V)> fn;
+    std::vector<std::vector<int64_t>> shapes;
+    bool direct;  // whether the product can be written into its store
+  };
+  const std::vector<Program> programs = {
+      {"attention scores", [](V v) { return softmax(einsum("bhqd,bhkd->bhqk", {v[0], v[1]}) * 0.125, -1); },
+       {{2, 3, 64, 16}, {2, 3, 64, 16}}, true},
+      {"mm", [](V v) { return softmax(mm(v[0], v[1]), -1); }, {{96, 40}, {40, 128}}, true},
+      {"bmm", [](V v) { return softmax(bmm(v[0], v[1]), -1); }, {{3, 64, 40}, {3, 40, 64}}, true},
+      {"matmul, a batch folded into the rows", [](V v) { return softmax(matmul(v[0], v[1]), -1); },
+       {{3, 32, 40}, {40, 128}}, true},
+      {"matmul, a matrix repeated across the batch", [](V v) { return softmax(matmul(v[0], v[1]), -1); },
+       {{32, 24}, {3, 24, 64}}, true},
+      {"addmm", [](V v) { return softmax(addmm(v[0], v[1], v[2], 0.5, 2.0), -1); }, {{128}, {96, 40}, {40, 128}}, true},
+      {"einsum with its labels permuted (copied)", [](V v) { return softmax(einsum("bij,bjk->bki", {v[0], v[1]}), -1); },
+       {{3, 64, 40}, {3, 40, 64}}, false},
+  };
+  manual_seed(7);
+  for (const Program& p : programs) {
+    SCOPED_TRACE(p.name);
+    std::vector<Tensor> host, dev;
+    for (const auto& s : p.shapes) {
+      host.push_back(randn(s));
+      dev.push_back(host.back().to(kGpu));
+    }
+    auto f = compile([&](V v) { return std::vector{p.fn(v)}; });
+    f(dev);  // (compiles)
+    cuda::synchronize();
+    const size_t base = cuda::memory_allocated();
+    cuda::reset_peak_memory_stats();
+    Tensor got = f(dev)[0];
+    cuda::synchronize();
+    const size_t peak = cuda::max_memory_allocated() - base, bytes = size_t(got.numel()) * 4;
+    EXPECT_TRUE(kiln::testing::close(cpu(got), p.fn(host), {1e-4, 1e-5}));
+    // the product's buffer and the softmax's output, each `bytes` (the pool rounds up)
+    if (p.direct) EXPECT_LT(peak, bytes * 5 / 2) << "peak " << peak << " for results of " << bytes << " bytes";
+    else EXPECT_GE(peak, bytes * 3) << "peak " << peak << " for results of " << bytes << " bytes";
+  }
+}
+
+// The library call behind those stores, given a store an operand reads: x @ w into x itself is
+// computed apart and copied over (cuBLAS would read elements it has already written), while a
+// store elsewhere in the operand's own storage is written directly.
+TEST(CudaBlas, AProductIntoMemoryItsOperandsReadIsComputedApart) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(8);
+  Tensor x = randn({64, 64}), w = randn({64, 64});
+  const Tensor want = mm(x, w);
+  Tensor xd = x.to(kGpu), wd = w.to(kGpu);
+  device_ops::run_library_into(OpId::Mm, std::vector{xd, wd}, {}, xd);
+  EXPECT_TRUE(kiln::testing::close(cpu(xd), want, {1e-4, 1e-5}));
+
+  Tensor both = cat({x, zeros({64, 64})}, 0).to(kGpu);  // x in rows 0-63, the store in rows 64-127
+  device_ops::run_library_into(OpId::Mm, std::vector{both.narrow(0, 0, 64), wd}, {}, both.narrow(0, 64, 64));
+  EXPECT_TRUE(kiln::testing::close(cpu(both.narrow(0, 64, 64)), want, {1e-4, 1e-5}));
+  EXPECT_TRUE(kiln::testing::close(cpu(both.narrow(0, 0, 64)), x, {0, 0}));
+
+  // einsum's product into one of its operands: the same
+  Tensor q = randn({2, 8, 8}), qd = q.to(kGpu);
+  const Tensor want_e = einsum("bij,bjk->bik", {q, q});
+  device_ops::run_library_into(OpId::Einsum, std::vector{qd, qd}, {{"equation", std::string("bij,bjk->bik")}}, qd);
+  EXPECT_TRUE(kiln::testing::close(cpu(qd), want_e, {1e-4, 1e-5}));
 }
 
 }  // namespace

@@ -42,5 +42,8 @@ Tensor run(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> at
 // attributes as the op records them (addmm's alpha and beta, einsum's equation).
 bool has_library(OpId op);
 Tensor run_library(OpId op, std::span<const Tensor> operands, const std::vector<Attr>& attrs);
+// The same op with its result written into `dst` (of the result's sizes): a product writes there
+// directly where dst is contiguous and overlaps no operand, else the result is copied over.
+void run_library_into(OpId op, std::span<const Tensor> operands, const std::vector<Attr>& attrs, const Tensor& dst);
 
 }  // namespace kiln::device_ops

@@ -285,6 +285,61 @@ TEST(CudaGraphs, AReplayNeverOverwritesAnEarlierOutput) {
   EXPECT_NE(first[1].storage(), second[1].storage());
 }
 
+// A replay hands out the output buffers it wrote when no one holds them any more: `y = f(x)`
+// with y dropped before the next call allocates and copies nothing.
+TEST(CudaGraphs, OutputsNoOneHoldsAreHandedOutWithoutACopy) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto fn = [](const std::vector<Tensor>& v) { return std::vector{v[0].exp() * 2, (v[0] + 1).sum({1})}; };
+  Tensor a = randn({300, 40});
+  Compiled c = compile_graph(traced_one(fn, {a}), {.graphs = true});
+  ASSERT_EQ(c.program->stats().graphs, "replayed as a CUDA graph");
+  const std::vector<Tensor> in{a.to(Device::cuda())};
+  c.program->run(in);  // (runs, then captures)
+  std::vector<const void*> seen;
+  for (int call = 0; call < 3; ++call) {
+    cuda::synchronize();
+    const size_t before = cuda::memory_allocated();
+    std::vector<Tensor> got = c.program->run(in);
+    EXPECT_EQ(cuda::memory_allocated(), before) << "call " << call << " allocated its outputs";
+    for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(kiln::testing::close(got[i].to(Device::cpu()), fn({a})[i])) << "output " << i;
+    seen.push_back(got[0].storage()->data());
+  }  // (each call's outputs are dropped before the next)
+  EXPECT_EQ(seen[0], seen[1]);
+  EXPECT_EQ(seen[1], seen[2]);
+}
+
+// Outputs a caller still holds are never written again: `x = f(x)` alternates between two
+// captures, and a caller keeping every output gets copies once both captures' outputs are held.
+TEST(CudaGraphs, OutputsACallerHoldsAreNeverWrittenAgain) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto step = [](const std::vector<Tensor>& v) { return std::vector{(v[0] * 0.5 + v[1]).tanh()}; };
+  Tensor x0 = randn({1000}), w = randn({1000});
+  Compiled c = compile_graph(traced_one(step, {x0, w}), {.graphs = true});
+  ASSERT_EQ(c.program->stats().graphs, "replayed as a CUDA graph");
+  Tensor want = x0, got = x0.to(Device::cuda());
+  const Tensor wd = w.to(Device::cuda());
+  std::vector<const void*> storages;
+  for (int i = 0; i < 6; ++i) {
+    want = step({want, w})[0];
+    got = c.program->run(std::vector<Tensor>{got, wd})[0];
+    storages.push_back(got.storage()->data());
+    EXPECT_TRUE(kiln::testing::close(got.to(Device::cpu()), want)) << "step " << i;
+  }
+  // (the first call's output is its own; then the two captures take turns)
+  for (int i = 1; i + 2 < 6; ++i) EXPECT_EQ(storages[size_t(i)], storages[size_t(i) + 2]) << "step " << i;
+  EXPECT_NE(storages[1], storages[2]);
+
+  std::vector<Tensor> inputs, kept;
+  for (int i = 0; i < 5; ++i) {
+    inputs.push_back(randn({1000}));
+    kept.push_back(c.program->run(std::vector<Tensor>{inputs.back().to(Device::cuda()), wd})[0]);
+  }
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(kiln::testing::close(kept[size_t(i)].to(Device::cpu()), step({inputs[size_t(i)], w})[0])) << "kept " << i;
+  for (int i = 0; i < 5; ++i)
+    for (int j = i + 1; j < 5; ++j) EXPECT_NE(kept[size_t(i)].storage()->data(), kept[size_t(j)].storage()->data());
+}
+
 // cuBLAS calls are captured with the program's kernels; what they allocate (the product, a copy
 // of an operand cuBLAS cannot read in place) is graph memory, freed within each replay.
 TEST(CudaGraphs, ProductsAreCapturedWithTheirTemporariesAsGraphMemory) {

@@ -320,6 +320,50 @@ TEST(CudaCompiledFunction, RunsOnTheGpuAndMatchesEager) {
   EXPECT_EQ(f.explain(host).graphs[0].backend.rfind("cpu: ", 0), 0u);
 }
 
+// Reduction passes reading 16 bytes per load (render.cpp's reduce_pass) against cpu eager:
+// rows whose length whole vectors do not cover, rows whose start is aligned only every other
+// row (a slice of 2 elements in: the rest read element by element), several reduced loops,
+// 16-bit loads beside 32-bit ones, two passes (the variance after the mean), a split
+// whole-tensor sum, and one whose start is never aligned. (argmax's first index among ties and
+// a per-row value inside a pass keep their rows in a shared-memory cache: element by element.)
+TEST(CudaCompiledFunction, VectorReductionPassesMatchCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  using V = std::vector<Tensor>;
+  struct Case {
+    const char* name;
+    std::function<V(const V&)> fn;
+    V in;
+  };
+  manual_seed(31);
+  const std::vector<Case> cases = {
+      {"sum over rows of 5003", [](const V& v) { return V{v[0].sum({1})}; }, {randn({37, 5003})}},
+      {"sum over rows of a slice", [](const V& v) { return V{v[0].narrow(1, 2, 5004).sum({1})}; }, {randn({21, 5006})}},
+      {"sum over two dims", [](const V& v) { return V{v[0].sum({1, 2})}; }, {randn({20, 50, 100})}},
+      {"float16 times float32", [](const V& v) { return V{(v[0] * v[1]).sum({1})}; },
+       {randn({9, 4099}).to(kFloat16), randn({9, 4099})}},
+      {"argmax among ties", [](const V& v) { return V{v[0].argmax(1)}; }, {randint(0, 1000, {12, 6000}).to(kFloat32)}},
+      {"mean and variance", [](const V& v) { return V{v[0].mean({1}), v[0].var({1}, 1)}; }, {randn({10, 8193})}},
+      {"per-row value in the pass", [](const V& v) { return V{(v[0] - v[0].mean({1}, true)).abs().sum({1})}; },
+       {randn({10, 6000})}},
+      {"split sum, float64", [](const V& v) { return V{v[0].sum()}; }, {randn({100003}).to(kFloat64)}},
+      {"split sum of a slice", [](const V& v) { return V{(v[0].narrow(0, 1, 100000) * 2).sum()}; }, {randn({100003})}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto f = compile(c.fn);
+    V dev;
+    for (const Tensor& t : c.in) dev.push_back(t.to(kGpu));
+    const V want = c.fn(c.in);
+    for (int call = 0; call < 2; ++call) {  // (traced eagerly, then compiled)
+      V got = f(dev);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(kiln::testing::close(cpu(got[i]), want[i])) << "output " << i;
+    }
+    const std::string note = f.explain(dev).graphs.at(0).backend;
+    EXPECT_EQ(note.find("reference executor"), std::string::npos) << note;
+  }
+}
+
 // One kernel overwrites memory it also reads (x's new value stored, |2x| of the old x read at
 // the same element): the old x is read before the store, whichever store comes first.
 TEST(CudaCompiledFunction, AKernelReadsWhatItOverwritesBeforeStoring) {

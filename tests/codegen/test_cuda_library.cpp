@@ -125,7 +125,9 @@ TEST(CudaLibrary, GathersOfNewShapesLoadNoNewKernel) {
     EXPECT_TRUE(kiln::testing::close(cpu(gather(x.to(kGpu), 1, idx.narrow(0, 0, m).to(kGpu))), gather(x, 1, idx.narrow(0, 0, m))));
     EXPECT_TRUE(kiln::testing::close(cpu(gather(xs.to(kGpu), 1, idx.narrow(0, 0, m).to(kGpu))), gather(xs, 1, idx.narrow(0, 0, m))));
     EXPECT_TRUE(kiln::testing::close(cpu(index_select(x.to(kGpu), 0, sel.to(kGpu))), index_select(x, 0, sel)));
-    if (s > 0) EXPECT_EQ(codegen::cuda_kernel_modules(), modules) << "a new shape loaded a new kernel";
+    if (s > 0) {
+      EXPECT_EQ(codegen::cuda_kernel_modules(), modules) << "a new shape loaded a new kernel";
+    }
     modules = codegen::cuda_kernel_modules();
   }
   Tensor x = randn({6, 5}), bad = from_vector(std::vector<int64_t>{0, 4, 7, 1}, {2, 2});

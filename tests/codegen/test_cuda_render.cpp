@@ -547,14 +547,41 @@ TEST(CudaSource, BroadcastOperandsAreReadPerRunOfTheInnermostLoop) {
 // thread otherwise: row_sum at 72% of the copy's bandwidth on an H100). Parenthesised: the
 // start and step are expressions.
 TEST(CudaSource, RowLoopsCountTheirIterationsAndUnrollByFour) {
-  std::string s = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].sum({1})}; }, {randn({300, 5000})});
+  // (rows of 50 runs of 100 elements 128 apart: element by element)
+  std::string s = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].narrow(2, 0, 100).sum({1, 2})}; },
+                            {randn({300, 50, 128})});
   EXPECT_NE(s.find("block-per-row"), std::string::npos) << s;
+  EXPECT_EQ(s.find("kiln_vec<float"), std::string::npos) << s;
   EXPECT_NE(s.find("const unsigned en = ((unsigned)threadIdx.x) < 5000u ? (5000u - ((unsigned)threadIdx.x) + (blockDim.x) - 1) / "
                    "(blockDim.x) : 0;"),
             std::string::npos)
       << s;
   EXPECT_NE(s.find("#pragma unroll 4\n      for (unsigned ek = 0; ek < en; ++ek) {"), std::string::npos) << s;
   EXPECT_NE(s.find("const unsigned e = ((unsigned)threadIdx.x) + ek * (blockDim.x);"), std::string::npos) << s;
+}
+
+// A reduction pass over contiguous rows reads 16 bytes per load (four of them in flight per
+// thread in the unrolled loop), where the row's start is aligned; the rest of the row, or a
+// row whose start is not aligned, element by element. The whole-tensor split reduction too.
+TEST(CudaSource, ReductionPassesOverContiguousRowsReadSixteenBytesPerLoad) {
+  std::string s = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].sum({1})}; }, {randn({300, 5001})});
+  EXPECT_NE(s.find("block-per-row, 300 rows, 4-wide vector accesses"), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned nv0 = kiln_aligned(p0 + (int)row * 5001, 16) ? 5001u / 4u : 0u;"), std::string::npos) << s;
+  EXPECT_NE(s.find("#pragma unroll 4\n      for (unsigned qk = 0; qk < qn; ++qk) {"), std::string::npos) << s;
+  EXPECT_NE(s.find("const kiln_vec<float, 4> l0 = *reinterpret_cast<const kiln_vec<float, 4>*>(p0 + (int)row * 5001 + base);"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("const unsigned e = (nv0 * 4u + (unsigned)threadIdx.x) + ek * (blockDim.x);"), std::string::npos) << s;
+
+  std::string d = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].sum()}; }, {randn({100000}).to(kFloat64)});
+  EXPECT_NE(d.find("split, 100000 elements, 2-wide vector accesses"), std::string::npos) << d;
+  EXPECT_NE(d.find("reinterpret_cast<const kiln_vec<double, 2>*>(p0 + 0 + base)"), std::string::npos) << d;
+
+  // float16 with float32: as many elements per load as the widest dtype's 16 bytes hold
+  std::string h = source_of([](const std::vector<Tensor>& v) { return std::vector{(v[0] * v[1]).sum({1})}; },
+                            {randn({64, 4096}).to(kFloat16), randn({64, 4096})});
+  EXPECT_NE(h.find("kiln_vec<unsigned short, 4> l0"), std::string::npos) << h;
+  EXPECT_NE(h.find("kiln_vec<float, 4> l1"), std::string::npos) << h;
 }
 
 // A transposed operand is staged through shared memory, read along its own contiguous dim

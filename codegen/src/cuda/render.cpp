@@ -133,6 +133,7 @@ class Renderer {
   int across_ = -1, along_ = -1;      // Tiled: the staged operands' contiguous loop, the stores'
   std::vector<bool> staged_;          // Tiled: per load, read through a shared-memory tile
   bool from_tiles_ = false;           // inside the Tiled compute loop: staged loads read the tiles
+  int row_vec_ = 1;                   // BlockRow/Split: elements per vector load in reduction passes
   int64_t cache_iters_ = 0;           // WarpRow with a row cache: row elements per lane (0: none)
   int64_t cache_row_ = 0;             // BlockRow with a row cache: elements per cached row (0: none)
   std::vector<int> cached_;           // per instruction: 0, or cached: 1 to fill, 3 filling (this pass), 2 filled
@@ -676,6 +677,9 @@ class Renderer {
     line() << "}\n";
   }
 
+  // The type of a vector of `v` elements of dtype t as stored.
+  static std::string vec_type(DType t, int v) { return std::string("kiln_vec<") + storage_ctype(t) + ", " + std::to_string(v) + ">"; }
+
   // ---- Elementwise ----
 
   // Elementwise: whether some operand's offset needs the loops' coordinates (not the flat index
@@ -724,7 +728,7 @@ class Renderer {
     // (the vector's coordinates: those of all of its elements but along the innermost loop,
     // where they start; loads constant along it read their one element there)
     if (per_run_) decompose("base", 0, rank());
-    auto vt = [&](const passes::Access& a) { return std::string("kiln_vec<") + storage_ctype(a.dtype) + ", " + std::to_string(V) + ">"; };
+    auto vt = [&](const passes::Access& a) { return vec_type(a.dtype, V); };
     for (size_t j = 0; j < k_.loads.size(); ++j)
       if (linear_[j] || run_[j])
         line() << "const " << vt(k_.loads[j]) << " l" << j << " = *reinterpret_cast<const " << vt(k_.loads[j]) << "*>(p" << j
@@ -853,6 +857,86 @@ class Renderer {
     for (int& c : cached_) c = c == 3 ? 2 : c;  // (filled by this pass: read from the cache after it)
   }
 
+  // BlockRow and Split (a block per row, or the whole tensor over blocks), specialised, without a
+  // row cache: a reduction pass reads VEC elements per 16-byte load when every load that varies
+  // along the row is contiguous over the reduced loops (in their order). Each thread then has
+  // four vectors in flight in the unrolled pass, not four elements. (PyTorch's reductions read
+  // their input the same way.) linear_ marks those loads.
+  void plan_row_vector() {
+    row_vec_ = 1;
+    run_.assign(nops(), false);
+    if (generic_ || cache_iters_ || cache_row_ ||
+        (out_.strategy != CudaStrategy::BlockRow && out_.strategy != CudaStrategy::Split))
+      return;
+    size_t widest = 0;
+    for (size_t j = 0; j < k_.loads.size(); ++j) {
+      const passes::Access& a = k_.loads[j];
+      if (a.buffer < 0) continue;
+      bool along = false;
+      for (int d = rf(); d < rank(); ++d) along |= moves(a, size_t(d));
+      if (!along) continue;  // (the same element along the row: read once per row)
+      int64_t expect = 1;
+      for (int d = rank() - 1; d >= rf(); --d) {
+        if (k_.loops[size_t(d)] == 1) continue;
+        if (!moves(a, size_t(d)) || a.strides[size_t(d)] != expect) return;
+        expect *= k_.loops[size_t(d)];
+      }
+      linear_[j] = true;
+      widest = std::max<size_t>(widest, size_t(itemsize(a.dtype)));
+    }
+    if (widest == 0) return;
+    const int v = int(std::min<size_t>(8, 16 / widest));
+    // (a row shorter than a few vectors per thread gains nothing)
+    if (v > 1 && row_len_ >= 8 * v) row_vec_ = out_.vector = v;
+    if (row_vec_ == 1) linear_.assign(nops(), false);
+  }
+
+  // A reduction pass (no stores in it) over [from, end) by `step`: with row_vec_ > 1, the whole
+  // vectors from the row's start are read VEC elements per load when every vector load's row
+  // start is aligned (checked per row: a sliced operand's rows may not be), `body` running once
+  // per element of each vector in order; the rest of the row (or all of it) element by element.
+  template <class Body>
+  void reduce_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end = "") {
+    if (row_vec_ < 2) return row_loop(from, step, body, end);
+    const int V = row_vec_;
+    const std::string Vs = std::to_string(V) + "u", nv = fresh("nv");
+    // (the row's start: no coordinates along the row)
+    std::vector<std::string> along(coord_.begin() + rf(), coord_.end());
+    for (int d = rf(); d < rank(); ++d) coord_[size_t(d)] = "";
+    std::vector<std::string> start(k_.loads.size());
+    std::string aligned;
+    for (size_t j = 0; j < k_.loads.size(); ++j) {
+      if (!linear_[j]) continue;
+      start[j] = "p" + std::to_string(j) + " + " + offset(j);
+      aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + start[j] + ", " +
+                 std::to_string(V * int(itemsize(k_.loads[j].dtype))) + ")";
+    }
+    std::copy(along.begin(), along.end(), coord_.begin() + rf());
+    line() << "const " << I_ << " " << nv << " = " << aligned << " ? " << (end.empty() ? row_len() : end) << " / " << Vs
+           << " : 0u;\n";
+    open_counted_loop(I_, "q", from, nv, step);
+    line() << "const " << I_ << " base = q * " << Vs << ";\n";
+    auto vt = [&](const passes::Access& a) { return vec_type(a.dtype, V); };
+    for (size_t j = 0; j < k_.loads.size(); ++j)
+      if (linear_[j])
+        line() << "const " << vt(k_.loads[j]) << " l" << j << " = *reinterpret_cast<const " << vt(k_.loads[j]) << "*>("
+               << start[j] << " + base);\n";
+    line() << "#pragma unroll\n";
+    line() << "for (int u = 0; u < " << V << "; ++u) {\n";
+    ++indent_;
+    line() << "const " << I_ << " e = base + u;\n";
+    line() << "(void)e;\n";
+    decompose("e", rf(), rank());
+    vec_ = V;
+    body();
+    vec_ = 0;
+    forget_rows();
+    --indent_;
+    line() << "}\n";
+    close_counted_loop();
+    row_loop(nv + " * " + Vs + " + " + from, step, body, end);
+  }
+
   // A cached load's element at the current row position: WarpRow's register (`it` a constant
   // in each unrolled copy), BlockRow's slot in shared memory (the thread's own: each thread
   // reads back only the positions it wrote, so no barrier is needed).
@@ -931,6 +1015,7 @@ class Renderer {
     decompose("row", 0, rf());
     RowPlan p = row_plan(k_, code_);
     plan_row_cache(p);
+    plan_row_vector();
     for (size_t id = 0; id < cached_.size(); ++id) {
       if (!cached_[id]) continue;
       if (cache_row_) line() << "__shared__ " << ctype(code_.code[id].type) << " rs" << id << "[" << cache_row_ << "];  // row cache\n";
@@ -945,7 +1030,7 @@ class Renderer {
         line() << ctype(in.type) << " acc" << r << " = " << identity(in) << ";\n";
       }
       declare_scans(need);
-      row_loop(t0_, nt_, [&] {
+      reduce_pass(t0_, nt_, [&] {
         for (int id : need)
           if (code_.code[size_t(id)].row) value(id);
         for (int r : p.reduces[size_t(depth)]) {
@@ -991,7 +1076,7 @@ class Renderer {
     for (int id : need)
       if (!code_.code[size_t(id)].row) value(id);
     for (int r : p.reduces[1]) line() << ctype(code_.code[size_t(r)].type) << " acc" << r << " = " << identity(code_.code[size_t(r)]) << ";\n";
-    row_loop(from, step, [&] {
+    reduce_pass(from, step, [&] {
       for (int id : need)
         if (code_.code[size_t(id)].row) value(id);
       for (int r : p.reduces[1]) {
@@ -1006,6 +1091,7 @@ class Renderer {
     coord_.assign(size_t(rank()), "");
     memo_.assign(code_.code.size(), "");
     RowPlan p = row_plan(k_, code_);
+    plan_row_vector();
     partial_pass(p, "(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", "(" + I_ + ")gridDim.x * blockDim.x");
     for (size_t q = 0; q < p.reduces[1].size(); ++q) {
       int r = p.reduces[1][q];

@@ -69,7 +69,8 @@ struct CudaKernel {
   CudaStrategy strategy = CudaStrategy::Elementwise;
   int64_t items = 0;  // what the grid spreads over: elements (Elementwise, Split), tiles (Tiled), rows (others)
   int64_t row_len = 0;  // the row strategies: elements per row (ColumnSplit cuts it into chunks)
-  int vector = 1;     // Elementwise: elements per vector access on the fast path (1: none)
+  int vector = 1;     // elements per vector access on the fast path (1: none): Elementwise's
+                      // loads and stores, BlockRow's and Split's loads in reduction passes
   // Elementwise over operands that are all contiguous (or read at one element): the element
   // count is a parameter, the last before the status word (`unsigned long long`), and the body
   // names no size, so one kernel (one CUBIN, one module) serves every size of the same op on the

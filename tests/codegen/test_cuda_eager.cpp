@@ -326,16 +326,39 @@ TEST(CudaCompiledFunction, RunsOnTheGpuAndMatchesEager) {
 // 16-bit loads beside 32-bit ones, two passes (the variance after the mean), a split
 // whole-tensor sum, and one whose start is never aligned. (argmax's first index among ties and
 // a per-row value inside a pass keep their rows in a shared-memory cache: element by element.)
+using V = std::vector<Tensor>;
+struct CompiledCase {
+  const char* name;
+  std::function<V(const V&)> fn;
+  V in;
+};
+
+// Each case compiled (traced eagerly, then run compiled) on device copies of its inputs against
+// cpu eager, outputs and inputs (in-place writes) compared; none left to the reference executor.
+void expect_compiled_cases_match_cpu_eager(const std::vector<CompiledCase>& cases) {
+  for (const CompiledCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto f = compile(c.fn);
+    for (int call = 0; call < 2; ++call) {
+      V dev, host;
+      for (const Tensor& t : c.in) dev.push_back(t.to(kGpu)), host.push_back(t.clone());
+      const V want = c.fn(host);
+      V got = f(dev);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(kiln::testing::close(cpu(got[i]), want[i])) << "output " << i;
+      for (size_t i = 0; i < dev.size(); ++i) EXPECT_TRUE(kiln::testing::close(cpu(dev[i]), host[i])) << "input " << i;
+      if (call == 1) {
+        const std::string note = f.explain(dev).graphs.at(0).backend;
+        EXPECT_EQ(note.find("reference executor"), std::string::npos) << note;
+      }
+    }
+  }
+}
+
 TEST(CudaCompiledFunction, VectorReductionPassesMatchCpuEager) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
-  using V = std::vector<Tensor>;
-  struct Case {
-    const char* name;
-    std::function<V(const V&)> fn;
-    V in;
-  };
   manual_seed(31);
-  const std::vector<Case> cases = {
+  const std::vector<CompiledCase> cases = {
       {"sum over rows of 5003", [](const V& v) { return V{v[0].sum({1})}; }, {randn({37, 5003})}},
       {"sum over rows of a slice", [](const V& v) { return V{v[0].narrow(1, 2, 5004).sum({1})}; }, {randn({21, 5006})}},
       {"sum over two dims", [](const V& v) { return V{v[0].sum({1, 2})}; }, {randn({20, 50, 100})}},
@@ -348,20 +371,33 @@ TEST(CudaCompiledFunction, VectorReductionPassesMatchCpuEager) {
       {"split sum, float64", [](const V& v) { return V{v[0].sum()}; }, {randn({100003}).to(kFloat64)}},
       {"split sum of a slice", [](const V& v) { return V{(v[0].narrow(0, 1, 100000) * 2).sum()}; }, {randn({100003})}},
   };
-  for (const Case& c : cases) {
-    SCOPED_TRACE(c.name);
-    auto f = compile(c.fn);
-    V dev;
-    for (const Tensor& t : c.in) dev.push_back(t.to(kGpu));
-    const V want = c.fn(c.in);
-    for (int call = 0; call < 2; ++call) {  // (traced eagerly, then compiled)
-      V got = f(dev);
-      ASSERT_EQ(got.size(), want.size());
-      for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(kiln::testing::close(cpu(got[i]), want[i])) << "output " << i;
-    }
-    const std::string note = f.explain(dev).graphs.at(0).backend;
-    EXPECT_EQ(note.find("reference executor"), std::string::npos) << note;
-  }
+  expect_compiled_cases_match_cpu_eager(cases);
+}
+
+// Tiled kernels (a transposed operand staged through shared memory, each warp's rows of a tile
+// loaded four at a time ahead of their use: render.cpp's tile_rows) against cpu eager: edge
+// tiles, two staged operands beside a direct one and a broadcast bias, a batch loop outside
+// the tile, float16, an in-place update of the operand read directly.
+TEST(CudaCompiledFunction, TiledKernelsMatchCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(32);
+  const std::vector<CompiledCase> cases = {
+      {"edge tiles", [](const V& v) { return V{v[0].t() + v[1]}; }, {randn({70, 45}), randn({45, 70})}},
+      {"two staged, one direct, a bias",
+       [](const V& v) { return V{v[0].t() * v[1].t() + v[2] - v[3]}; },
+       {randn({100, 90}), randn({100, 90}), randn({90, 100}), randn({100})}},
+      {"a batch", [](const V& v) { return V{v[0].transpose(1, 2) - v[1]}; }, {randn({3, 40, 50}), randn({3, 50, 40})}},
+      {"float16", [](const V& v) { return V{(v[0].t() + v[1]) * 2}; },
+       {randn({64, 33}).to(kFloat16), randn({33, 64}).to(kFloat16)}},
+      {"in place",
+       [](const V& v) {
+         Tensor y = v[1];
+         y.add_(v[0].t());
+         return V{y * 1};
+       },
+       {randn({48, 80}), randn({80, 48})}},
+  };
+  expect_compiled_cases_match_cpu_eager(cases);
 }
 
 // One kernel overwrites memory it also reads (x's new value stored, |2x| of the old x read at

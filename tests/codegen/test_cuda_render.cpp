@@ -591,14 +591,18 @@ TEST(CudaSource, TransposedOperandsAreStagedThroughSharedMemory) {
                             {randn({4096, 4096}), randn({4096, 4096})});
   EXPECT_NE(s.find("tiled, 16384 tiles of 32 x 32"), std::string::npos) << s;
   EXPECT_NE(s.find("__shared__ float tile0[32][33];"), std::string::npos) << s;
-  EXPECT_NE(s.find("tile0[k][tx] = p0[(int)ct + (int)ca * 4096];"), std::string::npos) << s;
+  EXPECT_NE(s.find("st0[kk] = p0[(int)ct + (int)ca * 4096];"), std::string::npos) << s;
+  EXPECT_NE(s.find("tile0[k][tx] = st0[kk];"), std::string::npos) << s;
   EXPECT_NE(s.find("= tile0[tx][k];"), std::string::npos) << s;
   EXPECT_NE(s.find("s2[(int)ct * 4096 + (int)ca] = "), std::string::npos) << s;
   EXPECT_NE(s.find("const unsigned ct = bt + k, ca = ba + tx;"), std::string::npos) << s;
-  // each warp's rows of a tile in a counted loop, unrolled: its loads in flight together
-  EXPECT_EQ(count_of(s, "#pragma unroll 4\n      for (unsigned kk = 0; kk < kn; ++kk) {"), 2u) << s;
-  // y is read where it is stored: straight from memory
-  EXPECT_NE(s.find("p1[(int)ct * 4096 + (int)ca]"), std::string::npos) << s;
+  // each warp's rows of a tile four at a time: loaded into registers in one unrolled loop (their
+  // loads in flight together), stored or used in the next
+  EXPECT_EQ(count_of(s, "for (unsigned k0 = ty; k0 < 32u; k0 += 4u * ny) {"), 2u) << s;
+  EXPECT_EQ(count_of(s, "#pragma unroll\n      for (unsigned kk = 0; kk < 4u; ++kk) {"), 4u) << s;
+  // y is read where it is stored: straight from memory, ahead of the stores
+  EXPECT_NE(s.find("ld1[kk] = p1[(int)ct * 4096 + (int)ca];"), std::string::npos) << s;
+  EXPECT_NE(s.find("= ld1[kk];"), std::string::npos) << s;
 }
 
 // Layernorm over rows of `n` (the mean, the variance, the stores: three passes over each row),

@@ -7,6 +7,7 @@
 // one thread, and the partial results of a pass meet in a warp or block reduction.
 #include <algorithm>
 #include <bit>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -51,6 +52,8 @@ constexpr int64_t kColumnSplitMinLen = 4 * kColumnChunkMin;
 // Tiled: the side of a tile, the fewest elements along both of its loops, and the most
 // operands staged through shared memory (32 x 33 elements each: at most 8.4 KiB).
 constexpr int64_t kTile = 32;
+// Tiled: rows of a tile each thread loads into registers before it uses them (tile_rows).
+constexpr int kTileRows = 4;
 constexpr int64_t kTileMin = 16;
 constexpr int kMaxStaged = 4;
 // WarpRow: a row's loaded values a lane keeps in registers across the passes over its row, at
@@ -502,6 +505,7 @@ class Renderer {
     if (a.buffer < 0) return convert("a" + std::to_string(j), is_floating(a.dtype) ? DType::Float64 : DType::Int64, to);
     std::string raw = vec_ && (linear_[size_t(j)] || run_[size_t(j)]) ? "l" + std::to_string(j) + ".v[u]"
                       : from_tiles_ && staged_[size_t(j)] ? "tile" + std::to_string(j) + "[tx][k]"
+                      : from_tiles_                       ? "ld" + std::to_string(j) + "[kk]"
                                                           : element(size_t(j), flat);
     return convert(widen(raw, a.dtype), compute_dtype(a.dtype), to);
   }
@@ -794,30 +798,58 @@ class Renderer {
       if (d != across_ && d != along_ && k_.loops[size_t(d)] > 1) rest.push_back(d);
     decompose_dims("rt", rest);
     coord_[size_t(across_)] = "ct", coord_[size_t(along_)] = "ca";
-    // (each warp's rows of the tile in a counted loop, as a row's elements are)
-    auto over_tile = [&](const char* ct, const char* ca, auto&& body) {
-      open_counted_loop("unsigned", "k", "ty", T, "ny");
-      line() << "const " << I_ << " ct = bt + " << ct << ", ca = ba + " << ca << ";\n";
-      line() << "if (ct < " << nt << " && ca < " << na << ") {\n";
-      ++indent_;
-      body();
-      --indent_;
-      line() << "}\n";
-      close_counted_loop();
-      line() << "__syncthreads();\n";
-    };
-    over_tile("tx", "k", [&] {  // staging: lanes along the operand's contiguous loop
-      for (size_t j = 0; j < k_.loads.size(); ++j)
-        if (staged_[j]) line() << "tile" << j << "[k][tx] = " << element(j) << ";\n";
-    });
-    over_tile("k", "tx", [&] {  // computing: lanes along the stores' contiguous loop
-      memo_.assign(code_.code.size(), "");
-      from_tiles_ = true;
-      store_all("");
-      from_tiles_ = false;
-    });
+    // staging: lanes along the operand's contiguous loop
+    std::vector<size_t> staged, direct;
+    for (size_t j = 0; j < k_.loads.size(); ++j)
+      if (staged_[j]) staged.push_back(j);
+      else if (k_.loads[j].buffer >= 0) direct.push_back(j);
+    tile_rows(T, nt, na, "tx", "k", staged, "st", [&](size_t j) { return "tile" + std::to_string(j) + "[k][tx] = st" + std::to_string(j) + "[kk];"; });
+    // computing: lanes along the stores' contiguous loop, the other loads read ahead
+    tile_rows(T, nt, na, "k", "tx", direct, "ld", nullptr);
     --indent_;
     line() << "}\n";
+  }
+
+  // Tiled: each warp's rows of a tile (rows k = ty + m * ny), kTileRows at a time, in two
+  // unrolled loops: the first loads operands `regs` at each row into registers (`reg<j>[kk]`),
+  // the second stores them into the tiles (`stage`), or, without it, computes and stores the
+  // kernel's values reading those registers (and the staged operands from the tiles). So a thread
+  // has kTileRows loads in flight: loading and storing row by row, ptxas kept each store after
+  // its load (a warp then waits for every load). Elements outside the loops are skipped in both
+  // loops; an entry not loaded keeps its 0.
+  void tile_rows(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
+                 const std::vector<size_t>& regs, const char* reg, const std::function<std::string(size_t)>& stage) {
+    const std::string R = std::to_string(kTileRows) + "u";
+    line() << "for (unsigned k0 = ty; k0 < " << T << "; k0 += " << R << " * ny) {\n";
+    ++indent_;
+    for (size_t j : regs) line() << storage_ctype(k_.loads[j].dtype) << " " << reg << j << "[" << kTileRows << "] = {};\n";
+    for (bool first : {true, false}) {
+      if (first && regs.empty()) continue;
+      line() << "#pragma unroll\n";
+      line() << "for (unsigned kk = 0; kk < " << R << "; ++kk) {\n";
+      ++indent_;
+      line() << "const unsigned k = k0 + kk * ny;\n";
+      line() << "const " << I_ << " ct = bt + " << ct << ", ca = ba + " << ca << ";\n";
+      line() << "if (k < " << T << " && ct < " << nt << " && ca < " << na << ") {\n";
+      ++indent_;
+      if (first) {
+        for (size_t j : regs) line() << reg << j << "[kk] = " << element(j) << ";\n";
+      } else if (stage) {
+        for (size_t j : regs) line() << stage(j) << "\n";
+      } else {
+        memo_.assign(code_.code.size(), "");
+        from_tiles_ = true;
+        store_all("");
+        from_tiles_ = false;
+      }
+      --indent_;
+      line() << "}\n";
+      --indent_;
+      line() << "}\n";
+    }
+    --indent_;
+    line() << "}\n";
+    line() << "__syncthreads();\n";
   }
 
   // ---- rows ----

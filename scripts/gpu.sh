@@ -7,6 +7,12 @@
 #                               (SLEEF, OpenBLAS, fmt, nlohmann/json, GoogleTest, CLI11: headers,
 #                               libraries and CMake configs) into .gpu-deps/deps.tar.xz (ignored by
 #                               git; about 10 MB). Take .gpu-deps along to the GPU machine.
+#   scripts/gpu.sh ship         optional, here after gather: configures and builds build-carry against the
+#                               gathered folder (unpacked at /tmp/kiln-deps, as the GPU machine will have
+#                               it) and copies it without its object files into .gpu-ship (ignored; about
+#                               25 MB), with the absolute paths ctest's files name. Take .gpu-ship along
+#                               too: `run` then uses that build and builds nothing, which saves minutes of
+#                               a lent machine (recreating those paths there as links to the repo).
 #   scripts/gpu.sh run OUTDIR [PHASE ...]
 #                               on the GPU machine: unpacks .gpu-deps, builds kiln with
 #                               -DKILN_WITH_LLVM=OFF (CPU kernels on the reference executor) and
@@ -56,10 +62,8 @@ gather() {
   echo "[gpu] packed $(du -h .gpu-deps/deps.tar.xz | cut -f1) into .gpu-deps/deps.tar.xz"
 }
 
-# Unpacks .gpu-deps and builds kiln (incrementally: a machine that kept build-gpu from an
-# earlier call only relinks what changed). Sets `build` and the library paths for the phases.
-prepare() {
-  local out=$1
+# Unpacks .gpu-deps at /tmp/kiln-deps (once) and points pkg-config and the loader at it; sets `usr`.
+unpack_deps() {
   [[ -f .gpu-deps/deps.tar.xz ]] || { echo "[gpu] .gpu-deps/deps.tar.xz is missing: run scripts/gpu.sh gather first" >&2; exit 2; }
   local prefix=/tmp/kiln-deps
   if [[ ! -f $prefix/.unpacked ]]; then
@@ -72,6 +76,43 @@ prepare() {
   local lib=$prefix/usr/lib/x86_64-linux-gnu
   export PKG_CONFIG_PATH=$lib/pkgconfig:$lib/openblas-openmp/pkgconfig:$usr/share/pkgconfig
   export LD_LIBRARY_PATH=$lib:$lib/openblas-openmp:${LD_LIBRARY_PATH:-}
+}
+
+configure() {  # configure DIR LOG: kiln without LLVM against the gathered folder
+  cmake -S . -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_LLVM=OFF -DKILN_BUILD_TESTS=ON \
+        -DCMAKE_PREFIX_PATH="$usr" -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu >"$2" 2>&1 ||
+    { tail -30 "$2"; exit 1; }
+}
+
+ship() {
+  unpack_deps
+  local b=build-carry
+  [[ -f $b/build.ninja ]] || configure $b /tmp/kiln-ship-configure.log
+  cmake --build $b
+  rm -rf .gpu-ship && mkdir -p .gpu-ship
+  # (the object files are not needed to run; the rest is executables, libraries and ctest's files)
+  tar -C "$b" --exclude='*.o' --exclude='.ninja_*' -cf - . | (mkdir -p .gpu-ship/build && tar -C .gpu-ship/build -xf -)
+  { echo "$(cd . && pwd)"; echo "$(cd "$b" && pwd)"; } >.gpu-ship/paths
+  echo "[gpu] shipped $b ($(du -sh .gpu-ship | cut -f1)) into .gpu-ship: configured at $(head -1 .gpu-ship/paths)"
+}
+
+# A build from `ship`, where one was taken along: the absolute paths it was configured at are
+# made to lead here (links, where they do not exist already). Sets `build`.
+shipped_build() {
+  [[ -f .gpu-ship/paths ]] || return 1
+  local src dir
+  { read -r src; read -r dir; } <.gpu-ship/paths
+  if [[ ! -e $src ]]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
+  if [[ ! -e $dir/CTestTestfile.cmake ]]; then rm -f "$dir" && ln -s "$PWD/.gpu-ship/build" "$dir"; fi
+  build=$dir
+}
+
+# Unpacks .gpu-deps and builds kiln (incrementally: a machine that kept build-gpu from an
+# earlier call only relinks what changed), or takes a shipped or given build. Sets `build` and
+# the library paths for the phases.
+prepare() {
+  local out=$1
+  unpack_deps
   {
     nvidia-smi || true
     nvcc --version || true
@@ -86,12 +127,12 @@ prepare() {
     [[ -f $build/CTestTestfile.cmake ]] || { echo "[gpu] KILN_GPU_BUILD=$build is not a build folder" >&2; exit 2; }
     return 0
   fi
-  build=build-gpu
-  if [[ ! -f $build/build.ninja ]]; then
-    cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_WITH_LLVM=OFF -DKILN_BUILD_TESTS=ON \
-          -DCMAKE_PREFIX_PATH="$usr" -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu >"$out/configure.log" 2>&1 ||
-      { tail -30 "$out/configure.log"; exit 1; }
+  if shipped_build; then
+    echo "[gpu] using the shipped build at $build" | tee -a "$out/machine.txt"
+    return 0
   fi
+  build=build-gpu
+  [[ -f $build/build.ninja ]] || configure $build "$out/configure.log"
   cmake --build $build >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 }
 
@@ -166,9 +207,10 @@ run() {
 
 case "${1:-}" in
   gather) gather ;;
+  ship) ship ;;
   run) shift && run "$@" ;;
   *)
-    echo "usage: scripts/gpu.sh gather | run OUTDIR [test | memcheck | all | small | bench[=W,...] | dump ...]" >&2
+    echo "usage: scripts/gpu.sh gather | ship | run OUTDIR [test | memcheck | all | small | bench[=W,...] | dump ...]" >&2
     exit 2
     ;;
 esac

@@ -929,7 +929,8 @@ class Renderer {
   // per element of each vector in order; the rest of the row (or all of it) element by element.
   template <class Body>
   void reduce_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end = "") {
-    if (row_vec_ < 2) return row_loop(from, step, body, end);
+    // (vectors are counted from the row's start: a pass over a part of the row goes element by element)
+    if (row_vec_ < 2 || !end.empty()) return row_loop(from, step, body, end);
     const int V = row_vec_;
     const std::string Vs = std::to_string(V) + "u", nv = fresh("nv");
     // (the row's start: no coordinates along the row)

@@ -1,0 +1,363 @@
+// The renderer's row strategies (renderer.h): block-, warp- and thread-per-row (one pass over a
+// row per reduction depth, then the stores; a row cache in registers or shared memory when a
+// row is read in more than one pass), split (a full reduction over blocks, then one block
+// combining their slots) and column-split (chunks of strided rows, then a thread per row).
+#include <algorithm>
+#include <bit>
+#include <string>
+#include <vector>
+
+#include "renderer.h"
+
+namespace kiln::codegen::cuda_render {
+
+std::string Renderer::group_reduce(const Instr& in, const std::string& acc) {
+  std::string T = ctype(in.type);
+  std::string f = "[](" + T + " x, " + T + " y) { return " + combine(in, "x", "y") + "; }";
+  if (out_.strategy == CudaStrategy::WarpRow) return "kiln_warp_reduce(" + acc + ", " + f + ")";
+  if (out_.strategy == CudaStrategy::ThreadRow) return acc;
+  return "kiln_block_reduce(" + acc + ", " + f + ")";
+}
+
+// A pass over the row: `body` at each element this thread visits (coordinates declared).
+// With a row cache the pass is unrolled (`it` a constant in each copy, so that the cache's
+// elements are registers); the cached loads filled by this pass are read from it afterwards.
+template <class Body>
+void Renderer::row_loop(const std::string& from, const std::string& step, Body&& body, std::string end) {
+  if (end.empty()) end = row_len();
+  if (cache_iters_) {
+    line() << "#pragma unroll\n";
+    line() << "for (unsigned it = 0; it < " << cache_iters_ << "u; ++it) {\n";
+    ++indent_;
+    line() << "const " << I_ << " e = " << from << " + it * " << step << ";\n";
+    line() << "if (e < " << row_len() << ") {\n";
+    ++indent_;
+  } else {
+    open_counted_loop(I_, "e", from, end, step);
+  }
+  decompose("e", rf(), rank());
+  body();
+  forget_rows();
+  close_counted_loop();  // (the cache's for and if close the same way)
+  for (int& c : cached_) c = c == 3 ? 2 : c;  // (filled by this pass: read from the cache after it)
+}
+
+// BlockRow and Split (a block per row, or the whole tensor over blocks), specialised, without a
+// row cache: a reduction pass reads VEC elements per 16-byte load when every load that varies
+// along the row is contiguous over the reduced loops (in their order). Each thread then has
+// four vectors in flight in the unrolled pass, not four elements. (PyTorch's reductions read
+// their input the same way.) linear_ marks those loads.
+void Renderer::plan_row_vector() {
+  row_vec_ = 1;
+  run_.assign(nops(), false);
+  if (generic_ || cache_iters_ || cache_row_ ||
+      (out_.strategy != CudaStrategy::BlockRow && out_.strategy != CudaStrategy::Split))
+    return;
+  size_t widest = 0;
+  for (size_t j = 0; j < k_.loads.size(); ++j) {
+    const passes::Access& a = k_.loads[j];
+    if (a.buffer < 0) continue;
+    bool along = false;
+    for (int d = rf(); d < rank(); ++d) along |= moves(a, size_t(d));
+    if (!along) continue;  // (the same element along the row: read once per row)
+    int64_t expect = 1;
+    for (int d = rank() - 1; d >= rf(); --d) {
+      if (k_.loops[size_t(d)] == 1) continue;
+      if (!moves(a, size_t(d)) || a.strides[size_t(d)] != expect) return;
+      expect *= k_.loops[size_t(d)];
+    }
+    linear_[j] = true;
+    widest = std::max<size_t>(widest, size_t(itemsize(a.dtype)));
+  }
+  if (widest == 0) return;
+  const int v = int(std::min<size_t>(8, 16 / widest));
+  // (a row shorter than a few vectors per thread gains nothing)
+  if (v > 1 && row_len_ >= 8 * v) row_vec_ = out_.vector = v;
+  if (row_vec_ == 1) linear_.assign(nops(), false);
+}
+
+// A reduction pass (no stores in it) over [from, end) by `step`: with row_vec_ > 1, the whole
+// vectors from the row's start are read VEC elements per load when every vector load's row
+// start is aligned (checked per row: a sliced operand's rows may not be), `body` running once
+// per element of each vector in order; the rest of the row (or all of it) element by element.
+template <class Body>
+void Renderer::reduce_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end) {
+  // (vectors are counted from the row's start: a pass over a part of the row goes element by element)
+  if (row_vec_ < 2 || !end.empty()) return row_loop(from, step, body, end);
+  const int V = row_vec_;
+  const std::string Vs = std::to_string(V) + "u", nv = fresh("nv");
+  // (the row's start: no coordinates along the row)
+  std::vector<std::string> along(coord_.begin() + rf(), coord_.end());
+  for (int d = rf(); d < rank(); ++d) coord_[size_t(d)] = "";
+  std::vector<std::string> start(k_.loads.size());
+  std::string aligned;
+  for (size_t j = 0; j < k_.loads.size(); ++j) {
+    if (!linear_[j]) continue;
+    start[j] = "p" + std::to_string(j) + " + " + offset(j);
+    aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + start[j] + ", " +
+               std::to_string(V * int(itemsize(k_.loads[j].dtype))) + ")";
+  }
+  std::copy(along.begin(), along.end(), coord_.begin() + rf());
+  line() << "const " << I_ << " " << nv << " = " << aligned << " ? " << (end.empty() ? row_len() : end) << " / " << Vs
+         << " : 0u;\n";
+  open_counted_loop(I_, "q", from, nv, step);
+  line() << "const " << I_ << " base = q * " << Vs << ";\n";
+  auto vt = [&](const passes::Access& a) { return vec_type(a.dtype, V); };
+  for (size_t j = 0; j < k_.loads.size(); ++j)
+    if (linear_[j])
+      line() << "const " << vt(k_.loads[j]) << " l" << j << " = *reinterpret_cast<const " << vt(k_.loads[j]) << "*>("
+             << start[j] << " + base);\n";
+  line() << "#pragma unroll\n";
+  line() << "for (int u = 0; u < " << V << "; ++u) {\n";
+  ++indent_;
+  line() << "const " << I_ << " e = base + u;\n";
+  line() << "(void)e;\n";
+  decompose("e", rf(), rank());
+  vec_ = V;
+  body();
+  vec_ = 0;
+  forget_rows();
+  --indent_;
+  line() << "}\n";
+  close_counted_loop();
+  row_loop(nv + " * " + Vs + " + " + from, step, body, end);
+}
+
+// A cached load's element at the current row position: WarpRow's register (`it` a constant
+// in each unrolled copy), BlockRow's slot in shared memory (the thread's own: each thread
+// reads back only the positions it wrote, so no barrier is needed).
+std::string Renderer::cache_slot(size_t id) const {
+  return cache_row_ ? "rs" + std::to_string(id) + "[e]" : "rc" + std::to_string(id) + "[it]";
+}
+
+// Rows read in more than one pass (softmax: the max, the sum of exponentials, the stores;
+// layernorm: the mean, the variance, the stores): the loads that differ from row to row are
+// kept from the first pass that reads them, so the row is read from memory once. WarpRow
+// keeps them in registers, BlockRow (rows past 2048: layernorm over a hidden size of 4096)
+// in shared memory. Loads broadcast over the rows (layernorm's weight and bias) are left to
+// the caches.
+void Renderer::plan_row_cache(const RowPlan& p) {
+  if (out_.strategy != CudaStrategy::WarpRow && out_.strategy != CudaStrategy::BlockRow) return;
+  const bool block = out_.strategy == CudaStrategy::BlockRow;
+  // (a size-generic kernel's cache holds the next power of two of the lane's elements, or of
+  // the row's, so that rows of similar lengths share the kernel)
+  const int64_t iters = generic_ ? int64_t(std::bit_ceil(uint64_t(row_len_ + 31) / 32)) : (row_len_ + 31) / 32;
+  const int64_t row = generic_ ? int64_t(std::bit_ceil(uint64_t(row_len_))) : row_len_;
+  std::vector<int> passes(code_.code.size(), 0);
+  size_t npasses = size_t(code_.depth) + (p.in_row.empty() ? 0 : 1);
+  for (size_t pass = 0; pass < npasses; ++pass) {
+    const std::vector<int>& need = pass < size_t(code_.depth) ? p.needs[pass] : p.needs.back();
+    for (int id : need) passes[size_t(id)]++;
+  }
+  std::vector<int> cached(code_.code.size(), 0);
+  const int64_t most = block ? kBlockRowCacheBytes : kRowCacheMax;
+  int64_t budget = most;
+  for (size_t id = 0; id < code_.code.size(); ++id) {
+    const Instr& in = code_.code[id];
+    // WarpRow: 4-byte registers per lane; BlockRow: bytes of shared memory
+    const int64_t cost = block ? row * std::max<int64_t>(4, int64_t(itemsize(in.type)))
+                               : iters * (itemsize(in.type) == 8 ? 2 : 1);
+    if (in.op != EOp::Load || !in.row || passes[id] < 2 || budget < cost) continue;
+    const passes::Access& a = k_.loads[size_t(in.index)];
+    bool per_row = false;
+    for (int d = 0; d < rf(); ++d) per_row |= moves(a, size_t(d));
+    if (a.buffer < 0 || !per_row) continue;
+    cached[id] = 1;
+    budget -= cost;
+  }
+  if (budget == most) return;
+  (block ? cache_row_ : cache_iters_) = block ? row : iters;
+  cached_ = std::move(cached);
+}
+
+// Starts the scans a pass over the row needs: declared in the row's scope by the first pass
+// that needs each, set back to their start by a later one (a cumsum both reduced and stored).
+void Renderer::declare_scans(const std::vector<int>& need) {
+  for (int id : need) {
+    const Instr& in = code_.code[size_t(id)];
+    if (in.op != EOp::Scan) continue;
+    const bool declared = !scans_declared_.insert(id).second;
+    line() << (declared ? "" : std::string(ctype(in.type)) + " ") << "scan" << id << " = " << identity(in) << ";\n";
+  }
+}
+
+// BlockRow, WarpRow, ThreadRow: rows spread over groups, each group walking its rows.
+void Renderer::rows() {
+  coord_.assign(size_t(rank()), "");
+  memo_.assign(code_.code.size(), "");
+  scans_declared_.clear();
+  std::string group, groups;
+  if (out_.strategy == CudaStrategy::BlockRow) {
+    group = "(" + I_ + ")blockIdx.x", groups = "(" + I_ + ")gridDim.x", t0_ = "(" + I_ + ")threadIdx.x", nt_ = "blockDim.x";
+  } else if (out_.strategy == CudaStrategy::WarpRow) {
+    group = "(" + I_ + ")blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)";
+    groups = "(" + I_ + ")gridDim.x * (blockDim.x >> 5)", t0_ = "(" + I_ + ")(threadIdx.x & 31u)", nt_ = "32u";
+  } else {
+    group = "(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", groups = "(" + I_ + ")gridDim.x * blockDim.x";
+    t0_ = "0u", nt_ = "1u";
+  }
+  line() << "for (" << I_ << " row = " << group << "; row < " << nrows() << "; row += " << groups << ") {\n";
+  ++indent_;
+  decompose("row", 0, rf());
+  RowPlan p = row_plan(k_, code_);
+  plan_row_cache(p);
+  plan_row_vector();
+  for (size_t id = 0; id < cached_.size(); ++id) {
+    if (!cached_[id]) continue;
+    if (cache_row_) line() << "__shared__ " << ctype(code_.code[id].type) << " rs" << id << "[" << cache_row_ << "];  // row cache\n";
+    else line() << ctype(code_.code[id].type) << " rc" << id << "[" << cache_iters_ << "];  // row cache\n";
+  }
+  for (int depth = 1; depth <= code_.depth; ++depth) {
+    const std::vector<int>& need = p.needs[size_t(depth - 1)];
+    for (int id : need)
+      if (!code_.code[size_t(id)].row) value(id);
+    for (int r : p.reduces[size_t(depth)]) {
+      const Instr& in = code_.code[size_t(r)];
+      line() << ctype(in.type) << " acc" << r << " = " << identity(in) << ";\n";
+    }
+    declare_scans(need);
+    reduce_pass(t0_, nt_, [&] {
+      for (int id : need)
+        if (code_.code[size_t(id)].row) value(id);
+      for (int r : p.reduces[size_t(depth)]) {
+        const Instr& in = code_.code[size_t(r)];
+        std::string acc = "acc" + std::to_string(r), x = value(in.args[0]);
+        line() << acc << " = " << combine(in, acc, x) << ";\n";
+      }
+    });
+    for (int r : p.reduces[size_t(depth)]) {
+      const Instr& in = code_.code[size_t(r)];
+      line() << "const " << ctype(in.type) << " v" << r << " = " << group_reduce(in, "acc" + std::to_string(r)) << ";\n";
+      memo_[size_t(r)] = "v" + std::to_string(r);
+    }
+  }
+  if (!p.per_row.empty()) {
+    // every thread of the group holds the row's values; its first thread stores them
+    line() << "if (" << t0_ << " == 0u) {\n";
+    ++indent_;
+    auto saved = memo_;
+    store_all(p.per_row, "");
+    memo_ = saved;  // (values declared inside the if are out of scope after it)
+    --indent_;
+    line() << "}\n";
+  }
+  if (!p.in_row.empty()) {
+    for (int id : p.needs.back())
+      if (!code_.code[size_t(id)].row) value(id);
+    declare_scans(p.needs.back());
+    row_loop(t0_, nt_, [&] {
+      store_all(p.in_row, "");
+    });
+  }
+  --indent_;
+  line() << "}\n";
+}
+
+// A two-step kernel's partial step: its one pass over the row's elements [from, end) by
+// `step`, each reduction into accumulator acc<id>.
+void Renderer::partial_pass(const RowPlan& p, const std::string& from, const std::string& step, const std::string& end) {
+  const std::vector<int>& need = p.needs[0];
+  for (int id : need)
+    if (!code_.code[size_t(id)].row) value(id);
+  for (int r : p.reduces[1]) line() << ctype(code_.code[size_t(r)].type) << " acc" << r << " = " << identity(code_.code[size_t(r)]) << ";\n";
+  reduce_pass(from, step, [&] {
+    for (int id : need)
+      if (code_.code[size_t(id)].row) value(id);
+    for (int r : p.reduces[1]) {
+      const Instr& in = code_.code[size_t(r)];
+      std::string x = value(in.args[0]);
+      line() << "acc" << r << " = " << combine(in, "acc" + std::to_string(r), x) << ";\n";
+    }
+  }, end);
+}
+
+void Renderer::split_partial() {
+  coord_.assign(size_t(rank()), "");
+  memo_.assign(code_.code.size(), "");
+  RowPlan p = row_plan(k_, code_);
+  plan_row_vector();
+  partial_pass(p, "(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", "(" + I_ + ")gridDim.x * blockDim.x");
+  for (size_t q = 0; q < p.reduces[1].size(); ++q) {
+    int r = p.reduces[1][q];
+    const Instr& in = code_.code[size_t(r)];
+    std::string acc = "acc" + std::to_string(r);
+    line() << acc << " = " << group_reduce(in, acc) << ";\n";
+    line() << "if (threadIdx.x == 0) kiln_put(parts + (unsigned long long)blockIdx.x * " << out_.slots << " + " << q << ", "
+           << acc << ");\n";
+  }
+}
+
+void Renderer::split_finish() {
+  coord_.assign(size_t(rank()), "");
+  memo_.assign(code_.code.size(), "");
+  RowPlan p = row_plan(k_, code_);
+  for (size_t q = 0; q < p.reduces[1].size(); ++q) {
+    int r = p.reduces[1][q];
+    const Instr& in = code_.code[size_t(r)];
+    std::string T = ctype(in.type), acc = "acc" + std::to_string(r);
+    line() << T << " " << acc << " = " << identity(in) << ";\n";
+    line() << "for (long long b = threadIdx.x; b < nparts; b += blockDim.x) " << acc << " = "
+           << combine(in, acc, "kiln_get<" + T + ">(parts + b * " + std::to_string(out_.slots) + " + " + std::to_string(q) + ")")
+           << ";\n";
+    line() << "const " << T << " v" << r << " = " << group_reduce(in, acc) << ";\n";
+    memo_[size_t(r)] = "v" + std::to_string(r);
+  }
+  line() << "if (threadIdx.x == 0) {\n";
+  ++indent_;
+  store_all(p.per_row, "");
+  --indent_;
+  line() << "}\n";
+}
+
+// The slot of reduction q's partial result for chunk `part` of `row`: laid out chunk-major,
+// then by reduction, then by row, so that neighbouring threads (neighbouring rows) write and
+// read neighbouring slots.
+std::string Renderer::column_slot(const std::string& part, size_t q) const {
+  return "parts + ((unsigned long long)" + part + " * " + std::to_string(out_.slots) + "u + " + std::to_string(q) + "u) * " +
+         nrows() + " + row";
+}
+
+// Thread t takes row t % nrows and its chunk t / nrows (nparts chunks per row, the last ones
+// possibly shorter or empty), walking the chunk in order into its slots.
+void Renderer::column_partial() {
+  coord_.assign(size_t(rank()), "");
+  memo_.assign(code_.code.size(), "");
+  RowPlan p = row_plan(k_, code_);
+  line() << "const " << I_ << " nchunks = (" << I_ << ")nparts, chunk = (" << row_len() << " + nchunks - 1u) / nchunks;\n";
+  line() << "for (" << I_ << " t = (" << I_ << ")blockIdx.x * blockDim.x + threadIdx.x; t < " << nrows()
+         << " * nchunks; t += (" << I_ << ")gridDim.x * blockDim.x) {\n";
+  ++indent_;
+  line() << "const " << I_ << " row = t % " << nrows() << ", part = t / " << nrows() << ";\n";
+  line() << "const " << I_ << " lo = part * chunk, hi = lo + chunk < " << row_len() << " ? lo + chunk : " << row_len() << ";\n";
+  decompose("row", 0, rf());
+  partial_pass(p, "lo", "1u", "hi");
+  for (size_t q = 0; q < p.reduces[1].size(); ++q)
+    line() << "kiln_put(" << column_slot("part", q) << ", acc" << p.reduces[1][q] << ");\n";
+  --indent_;
+  line() << "}\n";
+}
+
+// A thread per row: its chunks' slots combined in chunk order, then the row's stores.
+void Renderer::column_finish() {
+  coord_.assign(size_t(rank()), "");
+  memo_.assign(code_.code.size(), "");
+  RowPlan p = row_plan(k_, code_);
+  line() << "for (" << I_ << " row = (" << I_ << ")blockIdx.x * blockDim.x + threadIdx.x; row < " << nrows() << "; row += ("
+         << I_ << ")gridDim.x * blockDim.x) {\n";
+  ++indent_;
+  decompose("row", 0, rf());
+  for (size_t q = 0; q < p.reduces[1].size(); ++q) {
+    int r = p.reduces[1][q];
+    const Instr& in = code_.code[size_t(r)];
+    std::string T = ctype(in.type), acc = "acc" + std::to_string(r);
+    line() << T << " " << acc << " = " << identity(in) << ";\n";
+    line() << "for (long long c = 0; c < nparts; ++c) " << acc << " = "
+           << combine(in, acc, "kiln_get<" + T + ">(" + column_slot("c", q) + ")") << ";\n";
+    memo_[size_t(r)] = acc;
+  }
+  store_all(p.per_row, "");
+  --indent_;
+  line() << "}\n";
+}
+
+}  // namespace kiln::codegen::cuda_render

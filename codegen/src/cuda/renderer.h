@@ -1,0 +1,205 @@
+// The CUDA renderer (internal to the CUDA backend): one kernel's CUDA C++, its loop space spread
+// over the GPU by a strategy (kiln/codegen/cuda.h) and its kernel code (expr.h) written
+// instruction by instruction as C++ declarations. render.cpp has the plan, the signature, the
+// expressions and the elementwise and tiled strategies; render_rows.cpp the row strategies
+// (block-, warp- and thread-per-row, split, column-split).
+//
+// The structure follows the CPU backend's loop nest (cpu/emit.cpp): per row, one pass over the
+// row per reduction depth, then the stores; values that do not vary along the row are computed
+// once per row, row values inside each pass. What differs is who walks a row: a block, a warp or
+// one thread, and the partial results of a pass meet in a warp or block reduction.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../expr.h"
+#include "spelling.h"
+#include "kiln/codegen/cuda.h"
+
+namespace kiln::codegen::cuda_render {
+
+using namespace cuda_spelling;
+
+// Rows at most this long go to one warp each; longer ones to a block.
+inline constexpr int64_t kWarpRowMax = 2048;
+// A full reduction of at least this many elements is split across blocks.
+inline constexpr int64_t kSplitMin = int64_t(1) << 16;
+// Rows read with a stride (a column of the operand) go one per thread when there are this many.
+inline constexpr int64_t kThreadRowMin = 2048;
+// Such rows are cut into chunks (ColumnSplit) when the rows are fewer than this (below half
+// the threads an H100 holds: thread-per-row would leave it short of loads in flight), at least
+// this long (four chunks of kColumnChunkMin), and the reduction has at least kSplitMin elements.
+inline constexpr int64_t kColumnSplitRowsMax = int64_t(1) << 17;
+inline constexpr int64_t kColumnSplitMinLen = 4 * kColumnChunkMin;
+// Tiled: the side of a tile, the fewest elements along both of its loops, and the most
+// operands staged through shared memory (32 x 33 elements each: at most 8.4 KiB).
+inline constexpr int64_t kTile = 32;
+// Tiled: rows of a tile each thread loads into registers before it uses them (tile_rows).
+inline constexpr int kTileRows = 4;
+inline constexpr int64_t kTileMin = 16;
+inline constexpr int kMaxStaged = 4;
+// WarpRow: a row's loaded values a lane keeps in registers across the passes over its row, at
+// most this many 4-byte registers per lane (all cached loads together).
+inline constexpr int64_t kRowCacheMax = 64;
+// BlockRow: the same in shared memory, a whole row per cached load, at most this many bytes
+// per block (all cached loads together; 7 such blocks fit in an H100 SM's shared memory).
+inline constexpr int64_t kBlockRowCacheBytes = 32768;
+
+// Renders one kernel into `out` (its strategy, launch needs and body).
+class Renderer {
+ public:
+  Renderer(const passes::Kernel& k, const KernelCode& code, CudaKernel& out, bool generic)
+      : k_(k), code_(code), out_(out), generic_(generic) {}
+  void render();
+  void emulation_entries();
+
+ private:
+  const passes::Kernel& k_;
+  const KernelCode& code_;
+  CudaKernel& out_;
+  const bool generic_;  // sizes and non-unit strides are parameters (CudaKernel::generic)
+  std::ostringstream o_;
+  int indent_ = 0;
+  std::string I_, S_;                 // index type (unsigned), offset type (signed)
+  std::vector<std::string> coord_;    // per loop: the variable holding its index, or "" (0)
+  std::vector<std::string> memo_;     // per instruction: its variable where the code is now
+  std::set<int> scans_declared_;      // row strategies: the scans declared in the row's scope
+  std::vector<bool> linear_;          // per operand: its offset is the flat index (Elementwise)
+  std::vector<bool> run_;             // per load: contiguous along the innermost loop, not linear
+  bool per_run_ = false;              // the vector path takes the coordinates of each vector
+  int vec_ = 0;                       // > 0 inside the vector path: loads and stores go via lanes
+  int across_ = -1, along_ = -1;      // Tiled: the staged operands' contiguous loop, the stores'
+  std::vector<bool> staged_;          // Tiled: per load, read through a shared-memory tile
+  bool from_tiles_ = false;           // inside the Tiled compute loop: staged loads read the tiles
+  int row_vec_ = 1;                   // BlockRow/Split: elements per vector load in reduction passes
+  int64_t cache_iters_ = 0;           // WarpRow with a row cache: row elements per lane (0: none)
+  int64_t cache_row_ = 0;             // BlockRow with a row cache: elements per cached row (0: none)
+  std::vector<int> cached_;           // per instruction: 0, or cached: 1 to fill, 3 filling (this pass), 2 filled
+  int tmp_ = 0;
+  int64_t rows_ = 1, row_len_ = 1;
+  int rank() const { return int(k_.loops.size()); }
+  bool two_step() const { return out_.strategy == CudaStrategy::Split || out_.strategy == CudaStrategy::ColumnSplit; }
+  int rf() const { return std::min(k_.reduce_from, rank()); }
+  const passes::Access& operand(size_t j) const;
+  size_t nops() const { return k_.loads.size() + k_.stores.size(); }
+  static bool moves(const passes::Access& a, size_t d) { return d < a.sizes.size() && a.sizes[d] != 1 && a.strides[d] != 0; }
+  std::ostream& line();
+  std::string fresh(const char* stem) { return stem + std::to_string(tmp_++); }
+
+  // ---- the plan: strategy, index width, vector width ----
+
+  void plan();
+  bool splits_columns() const;
+  bool unit_stride_along_row() const;
+  bool plan_tiles();
+  int64_t tiles(int d) const { return (k_.loops[size_t(d)] + kTile - 1) / kTile; }
+
+  // ---- sizes in the body: constants, or in a size-generic kernel variables ----
+
+  // Loop d's extent (of more than one element).
+  std::string extent(int d) const { return generic_ ? "L" + std::to_string(d) : std::to_string(k_.loops[size_t(d)]) + "u"; }
+  std::string extents(int lo, int hi) const;
+  // The rows and their length in the row strategies' loops.
+  std::string nrows() const { return generic_ ? "nrows" : std::to_string(rows_) + "u"; }
+  std::string row_len() const { return generic_ ? "row_len" : std::to_string(row_len_) + "u"; }
+  bool row_strategy() const { return out_.strategy != CudaStrategy::Elementwise && out_.strategy != CudaStrategy::Tiled; }
+  std::string stride(size_t j, size_t d) const;
+  static bool stride_is_param(const passes::Access& a, size_t d) { return moves(a, d) && std::abs(a.strides[d]) != 1; }
+  // Whether the kernel takes its extents and strides (a size-generic kernel whose body needs
+  // more than the element count).
+  bool sizes_are_params() const { return generic_ && !(out_.strategy == CudaStrategy::Elementwise && !needs_coordinates()); }
+  // Whether the coordinates come from the flat index by multiply-and-shift (kiln_udiv, with a
+  // `div<d>` parameter per extent) rather than by division: size-generic 32-bit kernels.
+  bool fast_division() const { return generic_ && out_.index32; }
+  bool divides(int d) const;
+  void plan_vector();
+
+  // ---- the signature ----
+
+  bool shares_buffer(size_t j) const;
+  std::string parameters();
+  void declare_sizes();
+  void open_kernel(const std::string& name, const std::string& params);
+  void close_kernel();
+
+  // ---- indices ----
+
+  void decompose(const std::string& var, int lo, int hi);
+  void decompose_dims(const std::string& var, const std::vector<int>& dims);
+  std::string element(size_t j, const std::string& flat = "");
+  std::string offset(size_t j);
+
+  // ---- conversions ----
+
+  static std::string convert(const std::string& v, DType from, DType to);
+  static std::string widen(const std::string& raw, DType t);
+  static std::string narrow(const std::string& v, DType t);
+  std::string load(int j, DType to, const std::string& flat);
+  void store_all(const std::vector<size_t>& js, const std::string& flat);
+  void store_all(const std::string& flat);
+  void store(size_t j, const std::string& flat);
+
+  // ---- instructions ----
+
+  std::string fn(const char* base, DType t) { return std::string(base) + (is_f32(t) ? "f" : ""); }
+  std::string value(int id, const std::string& flat = "");
+  void forget_rows();
+
+  // ---- loops ----
+
+  void open_counted_loop(const std::string& type, const std::string& var, const std::string& from,
+                         const std::string& end, const std::string& step);
+  void close_counted_loop();
+
+  // The type of a vector of `v` elements of dtype t as stored.
+  static std::string vec_type(DType t, int v) { return std::string("kiln_vec<") + storage_ctype(t) + ", " + std::to_string(v) + ">"; }
+
+  // ---- Elementwise ----
+
+  bool needs_coordinates() const;
+  void elementwise();
+  void vector_loop();
+
+  // ---- Tiled ----
+
+  void tiled();
+  void tile_rows(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
+                 const std::vector<size_t>& regs, const char* reg, const std::function<std::string(size_t)>& stage);
+
+  // ---- rows ----
+
+  std::string row_var_ = "e";  // the position in the row (RowIndex)
+
+  // Who walks a row: the group's first thread, its size, and how the group reduces.
+  std::string t0_, nt_;
+  std::string group_reduce(const Instr& in, const std::string& acc);
+  template <class Body>
+  void row_loop(const std::string& from, const std::string& step, Body&& body, std::string end = "");
+  void plan_row_vector();
+  template <class Body>
+  void reduce_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end = "");
+  std::string cache_slot(size_t id) const;
+  void plan_row_cache(const RowPlan& p);
+  void declare_scans(const std::vector<int>& need);
+  void rows();
+
+  // ---- Split: a full reduction over blocks, then one block combining their slots ----
+
+  void partial_pass(const RowPlan& p, const std::string& from, const std::string& step, const std::string& end = "");
+  void split_partial();
+  void split_finish();
+
+  // ---- ColumnSplit: chunks of rows, one thread each, then a thread per row combining them ----
+
+  std::string column_slot(const std::string& part, size_t q) const;
+  void column_partial();
+  void column_finish();
+};
+
+}  // namespace kiln::codegen::cuda_render

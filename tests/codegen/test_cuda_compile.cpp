@@ -13,6 +13,8 @@
 #include <kiln/passes/pass.h>
 #include <kiln/runtime/cuda.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -213,6 +215,67 @@ TEST(CudaCompile, ReductionsOfA0dTensorAlongItsDimRunOnTheDevice) {
     EXPECT_TRUE(k.program->stats().interpreted.empty())
         << name << ": " << (k.program->stats().interpreted.empty() ? "" : k.program->stats().interpreted[0]);
     expect_matches(name, k, ++seed);
+  }
+}
+
+// maximum, minimum, amax and amin in a kernel: a NaN operand wins, and -0 orders below +0
+// (the CPU backend's llvm.maximum/minimum), bit for bit: the prelude's select form against
+// IEEE 754-2019's maximum and minimum written out here. Rows of 40 (a warp per row, the
+// reduction a chain of selects in each lane) and of 3000 (a block per row).
+TEST(CudaCompile, MaxAndMinPropagateNaNsAndOrderSignedZeros) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const std::vector<double> pool = {-0.0, 0.0, 1.0, -1.0, inf, -inf, nan, 0.0, -0.0, 2.5};
+  auto ieee = [](double a, double b, bool max) {
+    if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+    if (a == b) return (std::signbit(a) == max) ? b : a;  // (of two zeros: +0 for max, -0 for min)
+    return (a > b) == max ? a : b;
+  };
+  auto same = [](double got, double want) {
+    return std::isnan(want) ? std::isnan(got) : got == want && std::signbit(got) == std::signbit(want);
+  };
+  for (DType dt : {kFloat32, kFloat64}) {
+    for (int64_t len : {40, 3000}) {
+      SCOPED_TRACE(std::string(name(dt)) + ", rows of " + std::to_string(len));
+      const int64_t rows = 7;
+      std::vector<double> a(size_t(rows * len)), b(a.size());
+      for (size_t i = 0; i < a.size(); ++i) {
+        const size_t r = i / size_t(len);
+        // row 0: every pair of the pool; rows 1-6 hold no NaN except row 5 (one, late); rows 2
+        // and 3 top out at a zero of either sign, row 4 bottoms out at one
+        a[i] = pool[i % pool.size()];
+        b[i] = pool[(i / pool.size() + 3 * i) % pool.size()];
+        if (r >= 1 && std::isnan(a[i])) a[i] = -3.0;
+        if (r == 2 || r == 3) a[i] = std::min(a[i], 0.0) == 0.0 ? (((i + r) % 2) ? -0.0 : 0.0) : -std::abs(a[i]);
+        if (r == 4) a[i] = std::max(a[i], 0.0) == 0.0 ? ((i % 2) ? -0.0 : 0.0) : std::abs(a[i]);
+        if (r == 5 && i % size_t(len) == size_t(len) - 2) a[i] = nan;
+      }
+      auto fn = [](const std::vector<Tensor>& v) {
+        return std::vector{maximum(v[0], v[1]), minimum(v[0], v[1]), v[0].amax({1}), v[0].amin({1})};
+      };
+      Tensor ta = from_vector(a, {rows, len}).to(dt), tb = from_vector(b, {rows, len}).to(dt);
+      Compiled c = compile_graph(traced_one(fn, {ta, tb}));
+      std::vector<ir::Slot> in(2);
+      in[0].tensor = ta;
+      in[1].tensor = tb;
+      std::vector<Tensor> got = c.program->run(to_device(in));
+      ASSERT_EQ(got.size(), 4u);
+      std::vector<std::vector<double>> out;
+      for (Tensor& t : got) {
+        Tensor h = t.to(Device::cpu()).to(kFloat64).contiguous();
+        out.emplace_back(h.data_ptr<double>(), h.data_ptr<double>() + h.numel());
+      }
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(same(out[0][i], ieee(a[i], b[i], true))) << "maximum(" << a[i] << ", " << b[i] << ") gave " << out[0][i];
+        ASSERT_TRUE(same(out[1][i], ieee(a[i], b[i], false))) << "minimum(" << a[i] << ", " << b[i] << ") gave " << out[1][i];
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        double hi = a[size_t(r * len)], lo = hi;
+        for (int64_t e = 1; e < len; ++e) hi = ieee(hi, a[size_t(r * len + e)], true), lo = ieee(lo, a[size_t(r * len + e)], false);
+        EXPECT_TRUE(same(out[2][size_t(r)], hi)) << "amax of row " << r << " gave " << out[2][size_t(r)] << ", not " << hi;
+        EXPECT_TRUE(same(out[3][size_t(r)], lo)) << "amin of row " << r << " gave " << out[3][size_t(r)] << ", not " << lo;
+      }
+    }
   }
 }
 

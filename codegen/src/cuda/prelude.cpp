@@ -133,20 +133,24 @@ KD unsigned kiln_udiv(unsigned r, unsigned long long md) {
   return (__umulhi(r, (unsigned)md) + r) >> (unsigned)(md >> 32);
 }
 
-// Max and min propagate NaN and order -0 below +0 (as the CPU backend's llvm.maximum).
+// Max and min propagate NaN (the first NaN operand, as the CPU backend's llvm.maximum) and
+// order -0 below +0, with selects rather than branches: a row reduction's max is a chain of
+// these, and the branchy form cost twelve instructions and two convergence barriers per element
+// (softmax's SASS). Equal operands give the AND of their bits for max, the OR for min: the same
+// value, and +0 / -0 for a pair of zeros of different signs.
 template <class T> KD T kiln_max(T a, T b) { return a > b ? a : b; }
 template <class T> KD T kiln_min(T a, T b) { return a < b ? a : b; }
+KD float kiln_bits_and(float a, float b) { return kiln_as_float(kiln_float_bits(a) & kiln_float_bits(b)); }
+KD float kiln_bits_or(float a, float b) { return kiln_as_float(kiln_float_bits(a) | kiln_float_bits(b)); }
+KD double kiln_bits_and(double a, double b) { return kiln_as_double(kiln_double_bits(a) & kiln_double_bits(b)); }
+KD double kiln_bits_or(double a, double b) { return kiln_as_double(kiln_double_bits(a) | kiln_double_bits(b)); }
 template <class T> KD T kiln_fmax(T a, T b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  if (a == b) return kiln_signbit(a) ? b : a;
-  return a > b ? a : b;
+  const T m = (a > b || a != a) ? a : b;
+  return a == b ? kiln_bits_and(a, b) : m;
 }
 template <class T> KD T kiln_fmin(T a, T b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  if (a == b) return kiln_signbit(a) ? a : b;
-  return a < b ? a : b;
+  const T m = (a < b || a != a) ? a : b;
+  return a == b ? kiln_bits_or(a, b) : m;
 }
 template <> KD float kiln_max<float>(float a, float b) { return kiln_fmax(a, b); }
 template <> KD double kiln_max<double>(double a, double b) { return kiln_fmax(a, b); }

@@ -374,6 +374,42 @@ TEST(CudaCompiledFunction, VectorReductionPassesMatchCpuEager) {
   expect_compiled_cases_match_cpu_eager(cases);
 }
 
+// Warp-per-row kernels with a row cache (softmax, log_softmax, layernorm) read and write their
+// rows 16 bytes at a time, a lane owning neighbouring elements (render_rows.cpp's
+// warp_vector_pass), and fall back to element by element when an operand's data is not
+// aligned. Rows a whole number of vectors long or not, the last step partly past the row,
+// float16 (eight per vector), a broadcast weight and bias, two reduced dims, in place, and
+// slices whose rows start aligned or not; and one-pass row reductions of a warp per row.
+TEST(CudaCompiledFunction, WarpRowVectorPassesMatchCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(33);
+  auto layer_norm = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor m = x.mean({1}, true), c = x - m;
+    return c / ((c * c).mean({1}, true) + 1e-5).sqrt() * w + b;
+  };
+  const std::vector<CompiledCase> cases = {
+      {"softmax, rows of 1024", [](const V& v) { return V{softmax(v[0], 1)}; }, {randn({40, 1024})}},
+      {"layernorm, rows of 1000", [&](const V& v) { return V{layer_norm(v[0], v[1], v[2])}; },
+       {randn({24, 1000}), randn({1000}), randn({1000})}},
+      {"log_softmax, rows of 100", [](const V& v) { return V{log_softmax(v[0], 1)}; }, {randn({50, 100})}},
+      {"float16 softmax", [](const V& v) { return V{softmax(v[0], 1)}; }, {randn({20, 520}).to(kFloat16)}},
+      {"rows of 1022: not whole vectors", [](const V& v) { return V{softmax(v[0], 1)}; }, {randn({16, 1022})}},
+      {"two reduced dims", [](const V& v) { return V{(v[0] - v[0].amax({1, 2}, true)).exp()}; }, {randn({8, 16, 64})}},
+      {"in place", [](const V& v) {
+         Tensor x = v[0];
+         x.sub_(x.amax({1}, true));
+         return V{x * 1};
+       },
+       {randn({33, 256})}},
+      {"a slice, rows aligned", [](const V& v) { return V{softmax(v[0].narrow(1, 4, 1024), 1)}; }, {randn({30, 1032})}},
+      {"a slice, rows misaligned", [](const V& v) { return V{softmax(v[0].narrow(1, 1, 1024), 1)}; }, {randn({30, 1032})}},
+      // one pass, no cache: reduce_pass's vectors, then the rest of the row
+      {"row sums, rows of 1001", [](const V& v) { return V{v[0].sum({1})}; }, {randn({70, 1001})}},
+      {"row maxima of a slice", [](const V& v) { return V{v[0].narrow(1, 3, 999).amax({1})}; }, {randn({70, 1004})}},
+  };
+  expect_compiled_cases_match_cpu_eager(cases);
+}
+
 // Tiled kernels (a transposed operand staged through shared memory, each warp's rows of a tile
 // loaded four at a time ahead of their use: render.cpp's tile_rows) against cpu eager: edge
 // tiles, two staged operands beside a direct one and a broadcast bias, a batch loop outside

@@ -621,16 +621,48 @@ std::string layernorm_body(int64_t n) {
 // A warp-per-row kernel of several passes over its rows (layernorm: the mean, the variance,
 // the stores) reads each row once: the lanes keep their elements in registers (an unrolled
 // pass, `it` a constant in each copy). The weight and bias, the same for every row, are read
-// where they are used.
+// where they are used. Where every operand is contiguous along the row, a lane owns four
+// neighbouring floats per step and reads and writes them 16 bytes at a time; the kernel checks
+// once that its operands are aligned (then so is every row: 1000 is whole vectors) and walks
+// the rows element by element otherwise.
 TEST(CudaSource, WarpRowsKeepTheirRowInRegistersAcrossPasses) {
   std::string body = layernorm_body(1000);
-  EXPECT_NE(body.find("warp-per-row"), std::string::npos) << body;
-  EXPECT_NE(body.find("float rc0[32];  // row cache"), std::string::npos) << body;
-  EXPECT_EQ(count_of(body, "p0["), 1u) << body;      // the row: once
-  EXPECT_EQ(count_of(body, "= rc0[it];"), 2u) << body;  // then from registers in the two later passes
-  EXPECT_EQ(count_of(body, "#pragma unroll"), 3u) << body;
-  EXPECT_EQ(count_of(body, "p1[(int)e]"), 1u) << body;  // the weight: not cached
+  EXPECT_NE(body.find("warp-per-row, 300 rows, 4-wide vector accesses"), std::string::npos) << body;
+  const size_t split = body.find("  } else {\n");
+  ASSERT_NE(split, std::string::npos) << body;
+  EXPECT_NE(body.find("if (kiln_aligned(p0, 16) && kiln_aligned(p1, 16) && kiln_aligned(p2, 16) && kiln_aligned(s3, 16)) {"),
+            std::string::npos)
+      << body;
+  const std::string vec = body.substr(0, split), scalar = body.substr(split);
+  // by vectors: eight steps of four elements per lane
+  EXPECT_NE(vec.find("float rc0[32];  // row cache"), std::string::npos) << vec;
+  EXPECT_NE(vec.find("const unsigned b = (it * 32u + (unsigned)(threadIdx.x & 31u)) * 4u;"), std::string::npos) << vec;
+  EXPECT_EQ(count_of(vec, "*reinterpret_cast<const kiln_vec<float, 4>*>(rp0 + b);"), 1u) << vec;  // the row: once
+  EXPECT_EQ(count_of(vec, "rc0[it * 4 + u] = v0;"), 1u) << vec;
+  EXPECT_EQ(count_of(vec, "= rc0[it * 4 + u];"), 2u) << vec;  // then from registers in the two later passes
+  EXPECT_EQ(count_of(vec, "*reinterpret_cast<const kiln_vec<float, 4>*>(rp1 + b);"), 1u) << vec;  // the weight: not cached
+  EXPECT_EQ(count_of(vec, "*reinterpret_cast<kiln_vec<float, 4>*>(rp3 + b) = w3;"), 1u) << vec;
+  EXPECT_EQ(vec.find("p0["), std::string::npos) << vec;
+  EXPECT_EQ(vec.find("s3["), std::string::npos) << vec;
+  // element by element
+  EXPECT_NE(scalar.find("float rc0[32];  // row cache"), std::string::npos) << scalar;
+  EXPECT_EQ(count_of(scalar, "p0["), 1u) << scalar;
+  EXPECT_EQ(count_of(scalar, "= rc0[it];"), 2u) << scalar;
+  EXPECT_EQ(count_of(scalar, "p1[(int)e]"), 1u) << scalar;
+  EXPECT_EQ(count_of(scalar, "s3[(int)row * 1000 + (int)e] = "), 1u) << scalar;
+  EXPECT_EQ(scalar.find("kiln_vec"), std::string::npos) << scalar;
+  EXPECT_EQ(count_of(body, "#pragma unroll\n"), 9u) << body;  // three passes each, and the vectors' lanes
   EXPECT_EQ(body.find("rc1"), std::string::npos) << body;
+  // rows that are not whole vectors, or rows a stride apart that is not, only the second loop
+  for (int64_t n : {1002, 1003}) {
+    std::string odd = layernorm_body(n);
+    EXPECT_EQ(odd.find("kiln_vec"), std::string::npos) << odd;
+    EXPECT_NE(odd.find("float rc0[32];  // row cache"), std::string::npos) << odd;
+  }
+  std::string sliced = source_of([](const std::vector<Tensor>& v) { return std::vector{softmax(v[0].narrow(1, 0, 1024), 1)}; },
+                                 {randn({30, 1030})});
+  EXPECT_NE(sliced.find("float rc0[32];  // row cache"), std::string::npos) << sliced;
+  EXPECT_EQ(sliced.find("kiln_vec<float"), std::string::npos) << sliced;
 }
 
 // Rows past 2048 go one per block; a block-per-row kernel of several passes keeps its row in

@@ -152,9 +152,17 @@ template <class T> KD T kiln_fmin(T a, T b) {
   const T m = (a < b || a != a) ? a : b;
   return a == b ? kiln_bits_or(a, b) : m;
 }
+// float on sm_80 and later: one instruction, max.NaN / min.NaN (what LLVM's NVPTX backend
+// lowers llvm.maximum / llvm.minimum to there: NaN-propagating, -0 below +0; its NaN is the
+// canonical one rather than the first operand's, which no comparison of values sees).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+template <> KD float kiln_max<float>(float a, float b) { float r; asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+template <> KD float kiln_min<float>(float a, float b) { float r; asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b)); return r; }
+#else
 template <> KD float kiln_max<float>(float a, float b) { return kiln_fmax(a, b); }
-template <> KD double kiln_max<double>(double a, double b) { return kiln_fmax(a, b); }
 template <> KD float kiln_min<float>(float a, float b) { return kiln_fmin(a, b); }
+#endif
+template <> KD double kiln_max<double>(double a, double b) { return kiln_fmax(a, b); }
 template <> KD double kiln_min<double>(double a, double b) { return kiln_fmin(a, b); }
 
 // Vector accesses: N elements in one aligned load or store (16 bytes at most).

@@ -414,6 +414,7 @@ std::string Renderer::narrow(const std::string& v, DType t) {
 std::string Renderer::load(int j, DType to, const std::string& flat) {
   const passes::Access& a = k_.loads[size_t(j)];
   if (a.buffer < 0) return convert("a" + std::to_string(j), is_floating(a.dtype) ? DType::Float64 : DType::Int64, to);
+  if (vec_ && linear_[size_t(j)]) vec_used_.insert(size_t(j));
   std::string raw = vec_ && (linear_[size_t(j)] || run_[size_t(j)]) ? "l" + std::to_string(j) + ".v[u]"
                     : from_tiles_ && staged_[size_t(j)] ? "tile" + std::to_string(j) + "[tx][k]"
                     : from_tiles_                       ? "ld" + std::to_string(j) + "[kk]"
@@ -441,7 +442,10 @@ void Renderer::store(size_t j, const std::string& flat) {
   const size_t op = k_.loads.size() + j;
   int id = code_.stores[j];
   std::string v = narrow(convert(value(id, flat), code_.code[size_t(id)].type, a.dtype), a.dtype);
-  if (vec_ && linear_[op]) line() << "w" << op << ".v[u] = " << v << ";\n";
+  if (vec_ && linear_[op]) {
+    vec_used_.insert(op);
+    line() << "w" << op << ".v[u] = " << v << ";\n";
+  }
   else line() << element(op, flat) << " = " << v << ";\n";
 }
 

@@ -4,6 +4,7 @@
 // combining their slots) and column-split (chunks of strided rows, then a thread per row).
 #include <algorithm>
 #include <bit>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ std::string Renderer::group_reduce(const Instr& in, const std::string& acc) {
 template <class Body>
 void Renderer::row_loop(const std::string& from, const std::string& step, Body&& body, std::string end) {
   if (end.empty()) end = row_len();
+  if (cache_iters_ && row_vec_ > 1) return warp_vector_pass(body);
   if (cache_iters_) {
     line() << "#pragma unroll\n";
     line() << "for (unsigned it = 0; it < " << cache_iters_ << "u; ++it) {\n";
@@ -42,38 +44,133 @@ void Renderer::row_loop(const std::string& from, const std::string& step, Body&&
   for (int& c : cached_) c = c == 3 ? 2 : c;  // (filled by this pass: read from the cache after it)
 }
 
-// BlockRow and Split (a block per row, or the whole tensor over blocks), specialised, without a
-// row cache: a reduction pass reads VEC elements per 16-byte load when every load that varies
-// along the row is contiguous over the reduced loops (in their order). Each thread then has
-// four vectors in flight in the unrolled pass, not four elements. (PyTorch's reductions read
-// their input the same way.) linear_ marks those loads.
-void Renderer::plan_row_vector() {
+// Whether operand j moves along the row contiguously over the reduced loops, in their order
+// (1), does not move along it (0), or moves otherwise (-1).
+int Renderer::along_row(size_t j) const {
+  const passes::Access& a = operand(j);
+  bool along = false;
+  for (int d = rf(); d < rank(); ++d) along |= moves(a, size_t(d));
+  if (!along) return 0;
+  int64_t expect = 1;
+  for (int d = rank() - 1; d >= rf(); --d) {
+    if (k_.loops[size_t(d)] == 1) continue;
+    if (!moves(a, size_t(d)) || a.strides[size_t(d)] != expect) return -1;
+    expect *= k_.loops[size_t(d)];
+  }
+  return 1;
+}
+
+// Specialised kernels whose loads that vary along the row are all contiguous over the reduced
+// loops (in their order) read VEC elements per 16-byte load (PyTorch's reductions read their
+// input the same way); linear_ marks those operands.
+// - BlockRow, Split and WarpRow without a row cache, in their reduction passes (reduce_pass):
+//   each thread then has four vectors in flight in the unrolled pass, not four elements.
+// - WarpRow with a row cache (softmax, layernorm), in every pass and in its row stores too,
+//   which must then be contiguous along the row as well (warp_vector_pass): a lane owns VEC
+//   neighbouring elements per step, so a row of 1024 floats takes each lane eight 16-byte
+//   loads and eight 16-byte stores, not 32 of each.
+void Renderer::plan_row_vector(const RowPlan& p) {
   row_vec_ = 1;
   run_.assign(nops(), false);
-  if (generic_ || cache_iters_ || cache_row_ ||
-      (out_.strategy != CudaStrategy::BlockRow && out_.strategy != CudaStrategy::Split))
+  const bool warp = out_.strategy == CudaStrategy::WarpRow && cache_iters_;
+  if (generic_ || cache_row_ || out_.strategy == CudaStrategy::ThreadRow || out_.strategy == CudaStrategy::ColumnSplit)
     return;
+  std::vector<size_t> ops;
+  for (size_t j = 0; j < k_.loads.size(); ++j)
+    if (k_.loads[j].buffer >= 0) ops.push_back(j);
+  if (warp)
+    for (size_t j : p.in_row) ops.push_back(k_.loads.size() + j);
   size_t widest = 0;
-  for (size_t j = 0; j < k_.loads.size(); ++j) {
-    const passes::Access& a = k_.loads[j];
-    if (a.buffer < 0) continue;
-    bool along = false;
-    for (int d = rf(); d < rank(); ++d) along |= moves(a, size_t(d));
-    if (!along) continue;  // (the same element along the row: read once per row)
-    int64_t expect = 1;
-    for (int d = rank() - 1; d >= rf(); --d) {
-      if (k_.loops[size_t(d)] == 1) continue;
-      if (!moves(a, size_t(d)) || a.strides[size_t(d)] != expect) return;
-      expect *= k_.loops[size_t(d)];
-    }
+  for (size_t j : ops) {
+    const int along = along_row(j);
+    if (along < 0 || (along == 0 && j >= k_.loads.size())) return;
+    if (along == 0) continue;  // (the same element along the row: read once per row)
     linear_[j] = true;
-    widest = std::max<size_t>(widest, size_t(itemsize(a.dtype)));
+    widest = std::max<size_t>(widest, size_t(itemsize(operand(j).dtype)));
   }
   if (widest == 0) return;
   const int v = int(std::min<size_t>(8, 16 / widest));
-  // (a row shorter than a few vectors per thread gains nothing)
-  if (v > 1 && row_len_ >= 8 * v) row_vec_ = out_.vector = v;
+  if (warp) {
+    // (whole vectors only; the cache then holds what each lane's vectors cover, at most v - 1
+    // elements more per lane than element by element, within the same budget)
+    const int64_t iters = (row_len_ + 32 * v - 1) / (32 * v) * v;
+    int64_t regs = 0;
+    for (size_t id = 0; id < cached_.size(); ++id)
+      if (cached_[id]) regs += iters * (itemsize(code_.code[id].type) == 8 ? 2 : 1);
+    // (every row's start aligned where the data is: the row loops' strides whole vectors)
+    bool rows_aligned = true;
+    for (size_t j = 0; j < nops(); ++j)
+      for (int d = 0; linear_[j] && d < rf(); ++d)
+        rows_aligned = rows_aligned && (!moves(operand(j), size_t(d)) || operand(j).strides[size_t(d)] % v == 0);
+    if (v > 1 && row_len_ % v == 0 && regs <= kRowCacheMax && rows_aligned) {
+      row_vec_ = out_.vector = v;
+      cache_iters_ = iters;
+    }
+  } else if (v > 1 && row_len_ >= 8 * v) {  // (a row shorter than a few vectors per thread gains nothing)
+    row_vec_ = out_.vector = v;
+  }
   if (row_vec_ == 1) linear_.assign(nops(), false);
+}
+
+// Operand j's offset at the row's start (no coordinates along the row).
+std::string Renderer::row_start(size_t j) {
+  std::vector<std::string> along(coord_.begin() + rf(), coord_.end());
+  for (int d = rf(); d < rank(); ++d) coord_[size_t(d)] = "";
+  std::string off = offset(j);
+  std::copy(along.begin(), along.end(), coord_.begin() + rf());
+  return off;
+}
+
+// `body` once per element of the vector from `base` (an unrolled loop over its lanes u), its
+// vector loads and stores going through l<j>.v[u] and w<j>.v[u].
+template <class Body>
+void Renderer::vector_lanes(const std::string& base, Body&& body) {
+  line() << "#pragma unroll\n";
+  line() << "for (int u = 0; u < " << row_vec_ << "; ++u) {\n";
+  ++indent_;
+  line() << "const " << I_ << " e = " << base << " + u;\n";
+  line() << "(void)e;\n";
+  decompose("e", rf(), rank());
+  vec_ = row_vec_;
+  body();
+  vec_ = 0;
+  forget_rows();
+  --indent_;
+  line() << "}\n";
+}
+
+// WarpRow with a row cache and vectors: one pass over the row, lane l owning the VEC elements
+// from (it * 32 + l) * VEC for each (unrolled) step it. The body is rendered first, so that
+// only the vectors it reads (those not in the cache) are loaded before it and only those it
+// writes are stored after it.
+template <class Body>
+void Renderer::warp_vector_pass(Body&& body) {
+  const int V = row_vec_;
+  const std::string Vs = std::to_string(V) + "u";
+  line() << "#pragma unroll\n";
+  line() << "for (unsigned it = 0; it < " << cache_iters_ / V << "u; ++it) {\n";
+  ++indent_;
+  line() << "const " << I_ << " b = (it * 32u + " << t0_ << ") * " << Vs << ";\n";
+  line() << "if (b < " << row_len() << ") {\n";
+  ++indent_;
+  std::ostringstream lanes;
+  std::swap(o_, lanes);
+  vec_used_.clear();
+  vector_lanes("b", body);
+  std::swap(o_, lanes);
+  auto vt = [&](size_t j) { return vec_type(operand(j).dtype, V); };
+  for (size_t j : vec_used_)
+    if (j < k_.loads.size())
+      line() << "const " << vt(j) << " l" << j << " = *reinterpret_cast<const " << vt(j) << "*>(rp" << j << " + b);\n";
+    else line() << vt(j) << " w" << j << ";\n";
+  o_ << lanes.str();
+  for (size_t j : vec_used_)
+    if (j >= k_.loads.size()) line() << "*reinterpret_cast<" << vt(j) << "*>(rp" << j << " + b) = w" << j << ";\n";
+  --indent_;
+  line() << "}\n";
+  --indent_;
+  line() << "}\n";
+  for (int& c : cached_) c = c == 3 ? 2 : c;  // (filled by this pass: read from the cache after it)
 }
 
 // A reduction pass (no stores in it) over [from, end) by `step`: with row_vec_ > 1, the whole
@@ -83,21 +180,18 @@ void Renderer::plan_row_vector() {
 template <class Body>
 void Renderer::reduce_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end) {
   // (vectors are counted from the row's start: a pass over a part of the row goes element by element)
-  if (row_vec_ < 2 || !end.empty()) return row_loop(from, step, body, end);
+  // (and a WarpRow cache's passes are all vector passes: row_loop)
+  if (row_vec_ < 2 || !end.empty() || cache_iters_) return row_loop(from, step, body, end);
   const int V = row_vec_;
   const std::string Vs = std::to_string(V) + "u", nv = fresh("nv");
-  // (the row's start: no coordinates along the row)
-  std::vector<std::string> along(coord_.begin() + rf(), coord_.end());
-  for (int d = rf(); d < rank(); ++d) coord_[size_t(d)] = "";
   std::vector<std::string> start(k_.loads.size());
   std::string aligned;
   for (size_t j = 0; j < k_.loads.size(); ++j) {
     if (!linear_[j]) continue;
-    start[j] = "p" + std::to_string(j) + " + " + offset(j);
+    start[j] = "p" + std::to_string(j) + " + " + row_start(j);
     aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + start[j] + ", " +
                std::to_string(V * int(itemsize(k_.loads[j].dtype))) + ")";
   }
-  std::copy(along.begin(), along.end(), coord_.begin() + rf());
   line() << "const " << I_ << " " << nv << " = " << aligned << " ? " << (end.empty() ? row_len() : end) << " / " << Vs
          << " : 0u;\n";
   open_counted_loop(I_, "q", from, nv, step);
@@ -107,18 +201,7 @@ void Renderer::reduce_pass(const std::string& from, const std::string& step, Bod
     if (linear_[j])
       line() << "const " << vt(k_.loads[j]) << " l" << j << " = *reinterpret_cast<const " << vt(k_.loads[j]) << "*>("
              << start[j] << " + base);\n";
-  line() << "#pragma unroll\n";
-  line() << "for (int u = 0; u < " << V << "; ++u) {\n";
-  ++indent_;
-  line() << "const " << I_ << " e = base + u;\n";
-  line() << "(void)e;\n";
-  decompose("e", rf(), rank());
-  vec_ = V;
-  body();
-  vec_ = 0;
-  forget_rows();
-  --indent_;
-  line() << "}\n";
+  vector_lanes("base", body);
   close_counted_loop();
   row_loop(nv + " * " + Vs + " + " + from, step, body, end);
 }
@@ -127,7 +210,8 @@ void Renderer::reduce_pass(const std::string& from, const std::string& step, Bod
 // in each unrolled copy), BlockRow's slot in shared memory (the thread's own: each thread
 // reads back only the positions it wrote, so no barrier is needed).
 std::string Renderer::cache_slot(size_t id) const {
-  return cache_row_ ? "rs" + std::to_string(id) + "[e]" : "rc" + std::to_string(id) + "[it]";
+  if (cache_row_) return "rs" + std::to_string(id) + "[e]";
+  return "rc" + std::to_string(id) + (row_vec_ > 1 ? "[it * " + std::to_string(row_vec_) + " + u]" : "[it]");
 }
 
 // Rows read in more than one pass (softmax: the max, the sum of exponentials, the stores;
@@ -137,6 +221,8 @@ std::string Renderer::cache_slot(size_t id) const {
 // in shared memory. Loads broadcast over the rows (layernorm's weight and bias) are left to
 // the caches.
 void Renderer::plan_row_cache(const RowPlan& p) {
+  cache_iters_ = cache_row_ = 0;
+  cached_.clear();
   if (out_.strategy != CudaStrategy::WarpRow && out_.strategy != CudaStrategy::BlockRow) return;
   const bool block = out_.strategy == CudaStrategy::BlockRow;
   // (a size-generic kernel's cache holds the next power of two of the lane's elements, or of
@@ -182,10 +268,12 @@ void Renderer::declare_scans(const std::vector<int>& need) {
 }
 
 // BlockRow, WarpRow, ThreadRow: rows spread over groups, each group walking its rows.
+// A WarpRow kernel with a row cache whose operands can go by vectors has its row loop twice:
+// by vectors where every vector operand's data is aligned (then so is every row's start:
+// plan_row_vector), element by element otherwise (a sliced input). The check is one per
+// kernel, so neither loop carries the other's loads, as a check per row would have them
+// (ptxas then predicates both kinds of load on it).
 void Renderer::rows() {
-  coord_.assign(size_t(rank()), "");
-  memo_.assign(code_.code.size(), "");
-  scans_declared_.clear();
   std::string group, groups;
   if (out_.strategy == CudaStrategy::BlockRow) {
     group = "(" + I_ + ")blockIdx.x", groups = "(" + I_ + ")gridDim.x", t0_ = "(" + I_ + ")threadIdx.x", nt_ = "blockDim.x";
@@ -196,12 +284,48 @@ void Renderer::rows() {
     group = "(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", groups = "(" + I_ + ")gridDim.x * blockDim.x";
     t0_ = "0u", nt_ = "1u";
   }
-  line() << "for (" << I_ << " row = " << group << "; row < " << nrows() << "; row += " << groups << ") {\n";
+  const std::string loop = "for (" + I_ + " row = " + group + "; row < " + nrows() + "; row += " + groups + ") {\n";
+  const RowPlan p = row_plan(k_, code_);
+  plan_row_cache(p);
+  plan_row_vector(p);
+  if (!(cache_iters_ && row_vec_ > 1)) return row_loop_body(p, loop);
+  std::string aligned;
+  for (size_t j = 0; j < nops(); ++j)
+    if (linear_[j])
+      aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
+                 std::to_string(j) + ", " + std::to_string(row_vec_ * int(itemsize(operand(j).dtype))) + ")";
+  line() << "if (" << aligned << ") {\n";
+  ++indent_;
+  row_loop_body(p, loop);
+  --indent_;
+  line() << "} else {\n";
+  ++indent_;
+  const int V = row_vec_;
+  row_vec_ = 1;  // (and the cache element by element again)
+  linear_.assign(nops(), false);
+  plan_row_cache(p);
+  row_loop_body(p, loop);
+  out_.vector = V;
+  --indent_;
+  line() << "}\n";
+}
+
+// The loop over the rows: per row, one pass per reduction depth, then the stores.
+void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
+  coord_.assign(size_t(rank()), "");
+  memo_.assign(code_.code.size(), "");
+  scans_declared_.clear();
+  line() << loop;
   ++indent_;
   decompose("row", 0, rf());
-  RowPlan p = row_plan(k_, code_);
-  plan_row_cache(p);
-  plan_row_vector();
+  if (cache_iters_ && row_vec_ > 1)
+    for (size_t j = 0; j < nops(); ++j) {  // the vector operands at the row's start
+      if (!linear_[j]) continue;
+      const bool ld = j < k_.loads.size();
+      const std::string at = row_start(j);
+      line() << (ld ? "const " : "") << storage_ctype(operand(j).dtype) << "* rp" << j << " = " << (ld ? "p" : "s") << j
+             << (at == "0" ? "" : " + " + at) << ";\n";
+    }
   for (size_t id = 0; id < cached_.size(); ++id) {
     if (!cached_[id]) continue;
     if (cache_row_) line() << "__shared__ " << ctype(code_.code[id].type) << " rs" << id << "[" << cache_row_ << "];  // row cache\n";
@@ -275,7 +399,7 @@ void Renderer::split_partial() {
   coord_.assign(size_t(rank()), "");
   memo_.assign(code_.code.size(), "");
   RowPlan p = row_plan(k_, code_);
-  plan_row_vector();
+  plan_row_vector(p);
   partial_pass(p, "(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", "(" + I_ + ")gridDim.x * blockDim.x");
   for (size_t q = 0; q < p.reduces[1].size(); ++q) {
     int r = p.reduces[1][q];

@@ -77,7 +77,8 @@ class Renderer {
   int across_ = -1, along_ = -1;      // Tiled: the staged operands' contiguous loop, the stores'
   std::vector<bool> staged_;          // Tiled: per load, read through a shared-memory tile
   bool from_tiles_ = false;           // inside the Tiled compute loop: staged loads read the tiles
-  int row_vec_ = 1;                   // BlockRow/Split: elements per vector load in reduction passes
+  int row_vec_ = 1;                   // BlockRow/Split reduction passes, WarpRow with a cache: elements per vector
+  std::set<size_t> vec_used_;         // WarpRow vector pass: the operands its body reads or writes by lanes
   int64_t cache_iters_ = 0;           // WarpRow with a row cache: row elements per lane (0: none)
   int64_t cache_row_ = 0;             // BlockRow with a row cache: elements per cached row (0: none)
   std::vector<int> cached_;           // per instruction: 0, or cached: 1 to fill, 3 filling (this pass), 2 filled
@@ -181,13 +182,20 @@ class Renderer {
   std::string group_reduce(const Instr& in, const std::string& acc);
   template <class Body>
   void row_loop(const std::string& from, const std::string& step, Body&& body, std::string end = "");
-  void plan_row_vector();
+  int along_row(size_t j) const;
+  void plan_row_vector(const RowPlan& p);
+  std::string row_start(size_t j);
+  template <class Body>
+  void vector_lanes(const std::string& base, Body&& body);
+  template <class Body>
+  void warp_vector_pass(Body&& body);
   template <class Body>
   void reduce_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end = "");
   std::string cache_slot(size_t id) const;
   void plan_row_cache(const RowPlan& p);
   void declare_scans(const std::vector<int>& need);
   void rows();
+  void row_loop_body(const RowPlan& p, const std::string& loop);
 
   // ---- Split: a full reduction over blocks, then one block combining their slots ----
 

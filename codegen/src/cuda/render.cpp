@@ -707,9 +707,24 @@ void Renderer::tiled() {
   for (size_t j = 0; j < k_.loads.size(); ++j)
     if (staged_[j]) staged.push_back(j);
     else if (k_.loads[j].buffer >= 0) direct.push_back(j);
+  // The other loads' rows of the first step of the computing loop (with 256 threads, all of
+  // their rows) are read before the staging: they are in flight together with the staged
+  // loads, across the barrier, instead of being issued only after it.
+  const bool ahead = !direct.empty();
+  if (ahead) {
+    for (size_t j : direct) line() << storage_ctype(k_.loads[j].dtype) << " ld" << j << "[" << kTileRows << "] = {};\n";
+    line() << "{\n";
+    ++indent_;
+    line() << "const unsigned k0 = ty;\n";
+    tile_step(T, nt, na, "k", "tx", [&] {
+      for (size_t j : direct) line() << "ld" << j << "[kk] = " << element(j) << ";\n";
+    });
+    --indent_;
+    line() << "}\n";
+  }
   tile_rows(T, nt, na, "tx", "k", staged, "st", [&](size_t j) { return "tile" + std::to_string(j) + "[k][tx] = st" + std::to_string(j) + "[kk];"; });
   // computing: lanes along the stores' contiguous loop, the other loads read ahead
-  tile_rows(T, nt, na, "k", "tx", direct, "ld", nullptr);
+  tile_rows(T, nt, na, "k", "tx", direct, "ld", nullptr, ahead);
   --indent_;
   line() << "}\n";
 }
@@ -721,36 +736,59 @@ void Renderer::tiled() {
 // has kTileRows loads in flight: loading and storing row by row, ptxas kept each store after
 // its load (a warp then waits for every load). Elements outside the loops are skipped in both
 // loops; an entry not loaded keeps its 0.
-void Renderer::tile_rows(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
-               const std::vector<size_t>& regs, const char* reg, const std::function<std::string(size_t)>& stage) {
-  const std::string R = std::to_string(kTileRows) + "u";
-  line() << "for (unsigned k0 = ty; k0 < " << T << "; k0 += " << R << " * ny) {\n";
+// One unrolled step over a warp's kTileRows rows of the tile from k0 (row k = k0 + kk * ny):
+// `body` at each of its elements inside the tile, (ct, ca) their coordinates along the staged
+// operands' and the stores' loops.
+void Renderer::tile_step(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
+                         const std::function<void()>& body) {
+  line() << "#pragma unroll\n";
+  line() << "for (unsigned kk = 0; kk < " << kTileRows << "u; ++kk) {\n";
   ++indent_;
-  for (size_t j : regs) line() << storage_ctype(k_.loads[j].dtype) << " " << reg << j << "[" << kTileRows << "] = {};\n";
-  for (bool first : {true, false}) {
-    if (first && regs.empty()) continue;
-    line() << "#pragma unroll\n";
-    line() << "for (unsigned kk = 0; kk < " << R << "; ++kk) {\n";
-    ++indent_;
-    line() << "const unsigned k = k0 + kk * ny;\n";
-    line() << "const " << I_ << " ct = bt + " << ct << ", ca = ba + " << ca << ";\n";
-    line() << "if (k < " << T << " && ct < " << nt << " && ca < " << na << ") {\n";
-    ++indent_;
-    if (first) {
-      for (size_t j : regs) line() << reg << j << "[kk] = " << element(j) << ";\n";
-    } else if (stage) {
-      for (size_t j : regs) line() << stage(j) << "\n";
-    } else {
-      memo_.assign(code_.code.size(), "");
-      from_tiles_ = true;
-      store_all("");
-      from_tiles_ = false;
+  line() << "const unsigned k = k0 + kk * ny;\n";
+  line() << "const " << I_ << " ct = bt + " << ct << ", ca = ba + " << ca << ";\n";
+  line() << "if (k < " << T << " && ct < " << nt << " && ca < " << na << ") {\n";
+  ++indent_;
+  body();
+  --indent_;
+  line() << "}\n";
+  --indent_;
+  line() << "}\n";
+}
+
+// A phase of the tile: each warp's rows kTileRows at a time, loading the `regs` operands'
+// elements into registers in one step (their loads in flight together), then staging them
+// (`stage`) or computing and storing in the next; a barrier after the phase. With `ahead`, the
+// registers are declared and the first step's rows loaded by the caller (tiled).
+void Renderer::tile_rows(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
+                         const std::vector<size_t>& regs, const char* reg, const std::function<std::string(size_t)>& stage,
+                         bool ahead) {
+  line() << "for (unsigned k0 = ty; k0 < " << T << "; k0 += " << kTileRows << "u * ny) {\n";
+  ++indent_;
+  if (!ahead)
+    for (size_t j : regs) line() << storage_ctype(k_.loads[j].dtype) << " " << reg << j << "[" << kTileRows << "] = {};\n";
+  if (!regs.empty()) {
+    if (ahead) {
+      line() << "if (k0 != ty) {\n";
+      ++indent_;
     }
-    --indent_;
-    line() << "}\n";
-    --indent_;
-    line() << "}\n";
+    tile_step(T, nt, na, ct, ca, [&] {
+      for (size_t j : regs) line() << reg << j << "[kk] = " << element(j) << ";\n";
+    });
+    if (ahead) {
+      --indent_;
+      line() << "}\n";
+    }
   }
+  tile_step(T, nt, na, ct, ca, [&] {
+    if (stage) {
+      for (size_t j : regs) line() << stage(j) << "\n";
+      return;
+    }
+    memo_.assign(code_.code.size(), "");
+    from_tiles_ = true;
+    store_all("");
+    from_tiles_ = false;
+  });
   --indent_;
   line() << "}\n";
   line() << "__syncthreads();\n";

@@ -170,8 +170,11 @@ class Renderer {
   // ---- Tiled ----
 
   void tiled();
+  void tile_step(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
+                 const std::function<void()>& body);
   void tile_rows(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
-                 const std::vector<size_t>& regs, const char* reg, const std::function<std::string(size_t)>& stage);
+                 const std::vector<size_t>& regs, const char* reg, const std::function<std::string(size_t)>& stage,
+                 bool ahead = false);
 
   // ---- rows ----
 

@@ -209,6 +209,9 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
     if (!w.mutates_inputs) return;
     const size_t p = size_t(call % paths);
     for (size_t i = 0; i < sets[p].size(); ++i) sets[p][i].copy_(pristine[p][i]);
+    // (a device copy is only enqueued: without the wait, the call's closing synchronize
+    // would wait for it too, and the copy's time would count as the call's)
+    sync();
   };
   std::vector<Tensor> eager_out, comp_out, graph_out;
   Timed eager{"eager", restore, [&](int c) { eager_out = w.run(sets[size_t(c % paths)]); sync(); }, [&] { eager_out.clear(); }};

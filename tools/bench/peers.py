@@ -345,6 +345,8 @@ def make_torch_peer(torch, np, name, sets, dtype, tool, device="cpu"):
             p = call % paths
             for w, src in zip(work[p], pristine[p]):
                 w.copy_(src)
+            if gpu:
+                torch.cuda.synchronize()  # (else the copy, only enqueued, is timed with the call)
         peer.before = before
 
     def run(call):

@@ -445,8 +445,9 @@ void Renderer::store(size_t j, const std::string& flat) {
   if (vec_ && linear_[op]) {
     vec_used_.insert(op);
     line() << "w" << op << ".v[u] = " << v << ";\n";
+  } else {
+    line() << element(op, flat) << " = " << v << ";\n";
   }
-  else line() << element(op, flat) << " = " << v << ";\n";
 }
 
 // The variable holding instruction id, declared here if it is not in scope yet.
@@ -729,13 +730,6 @@ void Renderer::tiled() {
   line() << "}\n";
 }
 
-// Tiled: each warp's rows of a tile (rows k = ty + m * ny), kTileRows at a time, in two
-// unrolled loops: the first loads operands `regs` at each row into registers (`reg<j>[kk]`),
-// the second stores them into the tiles (`stage`), or, without it, computes and stores the
-// kernel's values reading those registers (and the staged operands from the tiles). So a thread
-// has kTileRows loads in flight: loading and storing row by row, ptxas kept each store after
-// its load (a warp then waits for every load). Elements outside the loops are skipped in both
-// loops; an entry not loaded keeps its 0.
 // One unrolled step over a warp's kTileRows rows of the tile from k0 (row k = k0 + kk * ny):
 // `body` at each of its elements inside the tile, (ct, ca) their coordinates along the staged
 // operands' and the stores' loops.
@@ -755,10 +749,14 @@ void Renderer::tile_step(const std::string& T, const std::string& nt, const std:
   line() << "}\n";
 }
 
-// A phase of the tile: each warp's rows kTileRows at a time, loading the `regs` operands'
-// elements into registers in one step (their loads in flight together), then staging them
-// (`stage`) or computing and storing in the next; a barrier after the phase. With `ahead`, the
-// registers are declared and the first step's rows loaded by the caller (tiled).
+// A phase of the tile: each warp's rows (k = ty + m * ny) kTileRows at a time, in two steps:
+// the first loads operands `regs` at each row into registers (`reg<j>[kk]`), the second stores
+// them into the tiles (`stage`) or, without it, computes and stores the kernel's values reading
+// those registers (and the staged operands from the tiles); a barrier after the phase. So a
+// thread has kTileRows loads in flight: loading and storing row by row, ptxas kept each store
+// after its load (a warp then waits for every load). Elements outside the loops are skipped in
+// both steps; an entry not loaded keeps its 0. With `ahead`, the registers are declared and the
+// first step's rows loaded by the caller (tiled).
 void Renderer::tile_rows(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
                          const std::vector<size_t>& regs, const char* reg, const std::function<std::string(size_t)>& stage,
                          bool ahead) {

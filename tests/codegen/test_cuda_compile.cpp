@@ -158,6 +158,32 @@ TEST(CudaCompile, IntegerDivisionByZeroRaisesEagersError) {
   EXPECT_TRUE(kiln::testing::close(out[0].to(Device::cpu()), fn({a, b})[0]));
 }
 
+// WarpRow's unrolled passes run their bodies past the row's end under a mask (render_rows.cpp,
+// row_loop): an integer division there divides by the zero its masked load gives, which must
+// raise nothing. Rows of 100 (the specialised kernel's last copy is partial) and the
+// size-generic kernel (every copy masked), the quotient computed in two passes over a cached
+// row.
+TEST(CudaCompile, ChecksPastTheRowsEndRaiseNothing) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  Tensor a = randint(-50, 50, {6, 100}, kInt64), b = randint(1, 10, {6, 100}, kInt64);
+  auto fn = [](const std::vector<Tensor>& v) {
+    Tensor q = div(v[0], v[1], "floor");
+    return std::vector{q - q.amax({1}, true)};
+  };
+  for (bool generic : {false, true}) {
+    SCOPED_TRACE(generic ? "size-generic" : "specialised");
+    bool masked = false;  // (the check is in a masked warp-per-row pass)
+    passes::Module m = passes::optimize(traced_one(fn, {a, b}), {});
+    for (const codegen::CudaRender& r : codegen::render_cuda(*m.program, "k", generic))
+      masked |= r.kernel && r.kernel->strategy == codegen::CudaStrategy::WarpRow &&
+                r.kernel->body.find("kflags |= (unsigned long long)(live && ") != std::string::npos;
+    ASSERT_TRUE(masked);
+    Compiled c = compile_graph(traced_one(fn, {a, b}), {.generic = generic});
+    std::vector<Tensor> out = c.program->run(std::vector<Tensor>{a.to(Device::cuda()), b.to(Device::cuda())});
+    EXPECT_TRUE(kiln::testing::close(out[0].to(Device::cpu()), fn({a, b})[0]));
+  }
+}
+
 // Broadcast operands in elementwise kernels: a bias over rows and a column over columns are read
 // per run of the innermost loop, a vector at a time, when the runs hold whole vectors; other
 // layouts keep the scalar loop. Every layout must give eager's values (test_cuda_render.cpp

@@ -419,6 +419,8 @@ std::string Renderer::load(int j, DType to, const std::string& flat) {
                     : from_tiles_ && staged_[size_t(j)] ? "tile" + std::to_string(j) + "[tx][k]"
                     : from_tiles_                       ? "ld" + std::to_string(j) + "[kk]"
                                                         : element(size_t(j), flat);
+  if (!live_.empty() && !vec_ && !from_tiles_)  // (past the row's end: a zero, not a read)
+    raw = "(" + live_ + " ? " + raw + " : (" + storage_ctype(a.dtype) + ")0)";
   return convert(widen(raw, a.dtype), compute_dtype(a.dtype), to);
 }
 
@@ -446,7 +448,7 @@ void Renderer::store(size_t j, const std::string& flat) {
     vec_used_.insert(op);
     line() << "w" << op << ".v[u] = " << v << ";\n";
   } else {
-    line() << element(op, flat) << " = " << v << ";\n";
+    line() << (live_.empty() ? "" : "if (" + live_ + ") ") << element(op, flat) << " = " << v << ";\n";
   }
 }
 
@@ -525,7 +527,8 @@ std::string Renderer::value(int id, const std::string& flat) {
       } else {
         if (in.index >= 0) {
           std::string y = a(1);
-          line() << "kflags |= (unsigned long long)(" << y << " == 0) << " << in.index << ";\n";
+          line() << "kflags |= (unsigned long long)(" << (live_.empty() ? "" : live_ + " && ") << y << " == 0) << "
+                 << in.index << ";\n";
         }
         e = intop(in.op == EOp::Div ? "kiln_idiv" : "kiln_irem");
       }

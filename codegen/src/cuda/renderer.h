@@ -82,6 +82,7 @@ class Renderer {
   int64_t cache_iters_ = 0;           // WarpRow with a row cache: row elements per lane (0: none)
   int64_t cache_row_ = 0;             // BlockRow with a row cache: elements per cached row (0: none)
   std::vector<int> cached_;           // per instruction: 0, or cached: 1 to fill, 3 filling (this pass), 2 filled
+  std::string live_;                  // WarpRow's unrolled passes: whether the element is in the row ("" outside them)
   int tmp_ = 0;
   int64_t rows_ = 1, row_len_ = 1;
   int rank() const { return int(k_.loops.size()); }
@@ -183,6 +184,7 @@ class Renderer {
   // Who walks a row: the group's first thread, its size, and how the group reduces.
   std::string t0_, nt_;
   std::string group_reduce(const Instr& in, const std::string& acc);
+  void accumulate(const Instr& in, const std::string& acc, const std::string& x);
   template <class Body>
   void row_loop(const std::string& from, const std::string& step, Body&& body, std::string end = "");
   int along_row(size_t j) const;

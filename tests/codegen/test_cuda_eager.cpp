@@ -320,11 +320,13 @@ TEST(CudaCompiledFunction, RunsOnTheGpuAndMatchesEager) {
   EXPECT_EQ(f.explain(host).graphs[0].backend.rfind("cpu: ", 0), 0u);
 }
 
-// Reduction passes reading 16 bytes per load (render.cpp's reduce_pass) against cpu eager:
+// Reduction passes reading 16 bytes per load (render_rows.cpp's reduce_pass) against cpu eager:
 // rows whose length whole vectors do not cover, rows whose start is aligned only every other
-// row (a slice of 2 elements in: the rest read element by element), several reduced loops,
+// row (a slice of 2 elements in: the rest read element by element), several reduced loops
+// (contiguous, or a slice's: element by element),
 // 16-bit loads beside 32-bit ones, two passes (the variance after the mean), a split
-// whole-tensor sum, and one whose start is never aligned. (argmax's first index among ties and
+// whole-tensor sum, one whose start is never aligned, and the one-pass rows of a warp per row
+// (rows of up to 2048: no row cache). (argmax's first index among ties and
 // a per-row value inside a pass keep their rows in a shared-memory cache: element by element.)
 using V = std::vector<Tensor>;
 struct CompiledCase {
@@ -355,13 +357,12 @@ void expect_compiled_cases_match_cpu_eager(const std::vector<CompiledCase>& case
   }
 }
 
-TEST(CudaCompiledFunction, VectorReductionPassesMatchCpuEager) {
-  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
-  manual_seed(31);
-  const std::vector<CompiledCase> cases = {
+std::vector<CompiledCase> vector_reduction_cases() {
+  return {
       {"sum over rows of 5003", [](const V& v) { return V{v[0].sum({1})}; }, {randn({37, 5003})}},
       {"sum over rows of a slice", [](const V& v) { return V{v[0].narrow(1, 2, 5004).sum({1})}; }, {randn({21, 5006})}},
       {"sum over two dims", [](const V& v) { return V{v[0].sum({1, 2})}; }, {randn({20, 50, 100})}},
+      {"sum over two dims of a slice", [](const V& v) { return V{v[0].narrow(2, 0, 99).sum({1, 2})}; }, {randn({20, 50, 100})}},
       {"float16 times float32", [](const V& v) { return V{(v[0] * v[1]).sum({1})}; },
        {randn({9, 4099}).to(kFloat16), randn({9, 4099})}},
       {"argmax among ties", [](const V& v) { return V{v[0].argmax(1)}; }, {randint(0, 1000, {12, 6000}).to(kFloat32)}},
@@ -370,8 +371,31 @@ TEST(CudaCompiledFunction, VectorReductionPassesMatchCpuEager) {
        {randn({10, 6000})}},
       {"split sum, float64", [](const V& v) { return V{v[0].sum()}; }, {randn({100003}).to(kFloat64)}},
       {"split sum of a slice", [](const V& v) { return V{(v[0].narrow(0, 1, 100000) * 2).sum()}; }, {randn({100003})}},
+      {"row sums, rows of 1001", [](const V& v) { return V{v[0].sum({1})}; }, {randn({70, 1001})}},
+      {"row maxima of a slice", [](const V& v) { return V{v[0].narrow(1, 3, 999).amax({1})}; }, {randn({70, 1004})}},
   };
-  expect_compiled_cases_match_cpu_eager(cases);
+}
+
+TEST(CudaCompiledFunction, VectorReductionPassesMatchCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(31);
+  expect_compiled_cases_match_cpu_eager(vector_reduction_cases());
+}
+
+// The same cases as eager ops on GPU tensors: size-generic kernels, whose reduction passes
+// read by vectors as well where a single loop runs along the row (each op's first size and
+// every later one running the same kernel).
+TEST(CudaEager, VectorReductionPassesMatchTheCpu) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(31);
+  for (const CompiledCase& c : vector_reduction_cases()) {
+    SCOPED_TRACE(c.name);
+    V dev;
+    for (const Tensor& t : c.in) dev.push_back(t.to(kGpu));
+    const V got = c.fn(dev), want = c.fn(c.in);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(kiln::testing::close(cpu(got[i]), want[i])) << "output " << i;
+  }
 }
 
 // Warp-per-row kernels with a row cache (softmax, log_softmax, layernorm) read and write their
@@ -379,7 +403,7 @@ TEST(CudaCompiledFunction, VectorReductionPassesMatchCpuEager) {
 // warp_vector_pass), and fall back to element by element when an operand's data is not
 // aligned. Rows a whole number of vectors long or not, the last step partly past the row,
 // float16 (eight per vector), a broadcast weight and bias, two reduced dims, in place, and
-// slices whose rows start aligned or not; and one-pass row reductions of a warp per row.
+// slices whose rows start aligned or not.
 TEST(CudaCompiledFunction, WarpRowVectorPassesMatchCpuEager) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
   manual_seed(33);
@@ -403,9 +427,6 @@ TEST(CudaCompiledFunction, WarpRowVectorPassesMatchCpuEager) {
        {randn({33, 256})}},
       {"a slice, rows aligned", [](const V& v) { return V{softmax(v[0].narrow(1, 4, 1024), 1)}; }, {randn({30, 1032})}},
       {"a slice, rows misaligned", [](const V& v) { return V{softmax(v[0].narrow(1, 1, 1024), 1)}; }, {randn({30, 1032})}},
-      // one pass, no cache: reduce_pass's vectors, then the rest of the row
-      {"row sums, rows of 1001", [](const V& v) { return V{v[0].sum({1})}; }, {randn({70, 1001})}},
-      {"row maxima of a slice", [](const V& v) { return V{v[0].narrow(1, 3, 999).amax({1})}; }, {randn({70, 1004})}},
   };
   expect_compiled_cases_match_cpu_eager(cases);
 }

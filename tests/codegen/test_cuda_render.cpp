@@ -584,6 +584,31 @@ TEST(CudaSource, ReductionPassesOverContiguousRowsReadSixteenBytesPerLoad) {
   EXPECT_NE(h.find("kiln_vec<float, 4> l1"), std::string::npos) << h;
 }
 
+// Size-generic kernels (eager ops on GPU tensors) read their reduction passes by vectors too,
+// the row's length and its stride read from parameters: one body for rows of 5001 and of 2900.
+// Not over two reduced loops (a slice's, which do not merge into one), whose contiguity
+// depends on the sizes.
+TEST(CudaSource, SizeGenericReductionPassesReadVectorsToo) {
+  auto render = [](const kiln::testing::Fn& fn, std::vector<Tensor> in) {
+    auto graphs = trace(fn, {std::move(in)});
+    passes::Module mod = passes::optimize(graphs.at(0), {});
+    std::vector<codegen::CudaRender> r = codegen::render_cuda(*mod.program, "kiln_k", true);
+    EXPECT_TRUE(r.at(0).kernel.has_value());
+    return r[0].kernel.value_or(codegen::CudaKernel{});
+  };
+  auto row_sums = [](const std::vector<Tensor>& v) { return std::vector{v[0].sum({1})}; };
+  codegen::CudaKernel a = render(row_sums, {randn({300, 5001})}), b = render(row_sums, {randn({7, 2900})});
+  EXPECT_EQ(a.body, b.body);
+  EXPECT_EQ(a.vector, 4);
+  EXPECT_NE(a.body.find("const unsigned nv0 = kiln_aligned(p0 + (int)row * S0_0, 16) ? row_len / 4u : 0u;"), std::string::npos)
+      << a.body;
+  EXPECT_NE(a.body.find("reinterpret_cast<const kiln_vec<float, 4>*>(p0 + (int)row * S0_0 + base)"), std::string::npos) << a.body;
+  codegen::CudaKernel two =
+      render([](const std::vector<Tensor>& v) { return std::vector{v[0].narrow(2, 0, 99).sum({1, 2})}; }, {randn({20, 50, 100})});
+  EXPECT_EQ(two.vector, 1);
+  EXPECT_EQ(two.body.find("kiln_vec<float"), std::string::npos) << two.body;
+}
+
 // A transposed operand is staged through shared memory, read along its own contiguous dim
 // (lanes tx walk it: stride 1), and read back transposed while the store walks its rows.
 TEST(CudaSource, TransposedOperandsAreStagedThroughSharedMemory) {

@@ -75,11 +75,12 @@ int Renderer::along_row(size_t j) const {
   return 1;
 }
 
-// Specialised kernels whose loads that vary along the row are all contiguous over the reduced
-// loops (in their order) read VEC elements per 16-byte load (PyTorch's reductions read their
-// input the same way); linear_ marks those operands.
+// Kernels whose loads that vary along the row are all contiguous over the reduced loops (in
+// their order) read VEC elements per 16-byte load (PyTorch's reductions read their input the
+// same way); linear_ marks those operands.
 // - BlockRow, Split and WarpRow without a row cache, in their reduction passes (reduce_pass):
 //   each thread then has four vectors in flight in the unrolled pass, not four elements.
+//   Size-generic kernels too, over a single reduced loop.
 // - WarpRow with a row cache (softmax, layernorm), in every pass and in its row stores too,
 //   which must then be contiguous along the row as well (warp_vector_pass): a lane owns VEC
 //   neighbouring elements per step, so a row of 1024 floats takes each lane eight 16-byte
@@ -88,8 +89,18 @@ void Renderer::plan_row_vector(const RowPlan& p) {
   row_vec_ = 1;
   run_.assign(nops(), false);
   const bool warp = out_.strategy == CudaStrategy::WarpRow && cache_iters_;
-  if (generic_ || cache_row_ || out_.strategy == CudaStrategy::ThreadRow || out_.strategy == CudaStrategy::ColumnSplit)
-    return;
+  if (cache_row_ || out_.strategy == CudaStrategy::ThreadRow || out_.strategy == CudaStrategy::ColumnSplit) return;
+  if (generic_) {
+    // A size-generic kernel's reduction passes go by vectors too (eager x.sum(1) on a GPU),
+    // when a single loop runs along the row: contiguity is then its unit stride, which is in
+    // the kernel's structure, not in its sizes (along_row's products of extents would be the
+    // first instance's; two reduced loops contiguous over each other are merged into one by
+    // the passes anyway). The rows' alignment is checked per row as in a specialised kernel,
+    // and the source names no length (vectors whatever the row's).
+    int along = 0;
+    for (int d = rf(); d < rank(); ++d) along += k_.loops[size_t(d)] > 1;
+    if (warp || along != 1) return;
+  }
   std::vector<size_t> ops;
   for (size_t j = 0; j < k_.loads.size(); ++j)
     if (k_.loads[j].buffer >= 0) ops.push_back(j);
@@ -121,7 +132,7 @@ void Renderer::plan_row_vector(const RowPlan& p) {
       row_vec_ = out_.vector = v;
       cache_iters_ = iters;
     }
-  } else if (v > 1 && row_len_ >= 8 * v) {  // (a row shorter than a few vectors per thread gains nothing)
+  } else if (v > 1 && (generic_ || row_len_ >= 8 * v)) {  // (a row shorter than a few vectors per thread gains nothing)
     row_vec_ = out_.vector = v;
   }
   if (row_vec_ == 1) linear_.assign(nops(), false);

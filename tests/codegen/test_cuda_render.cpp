@@ -667,11 +667,11 @@ TEST(CudaSource, WarpRowsKeepTheirRowInRegistersAcrossPasses) {
   // by vectors: eight steps of four elements per lane
   EXPECT_NE(vec.find("float rc0[32];  // row cache"), std::string::npos) << vec;
   EXPECT_NE(vec.find("const unsigned b = (it * 32u + (unsigned)(threadIdx.x & 31u)) * 4u;"), std::string::npos) << vec;
-  EXPECT_EQ(count_of(vec, "*reinterpret_cast<const kiln_vec<float, 4>*>(rp0 + b);"), 1u) << vec;  // the row: once
+  EXPECT_EQ(count_of(vec, "live ? *reinterpret_cast<const kiln_vec<float, 4>*>(rp0 + b) : "), 1u) << vec;  // the row: once
   EXPECT_EQ(count_of(vec, "rc0[it * 4 + u] = v0;"), 1u) << vec;
   EXPECT_EQ(count_of(vec, "= rc0[it * 4 + u];"), 2u) << vec;  // then from registers in the two later passes
-  EXPECT_EQ(count_of(vec, "*reinterpret_cast<const kiln_vec<float, 4>*>(rp1 + b);"), 1u) << vec;  // the weight: not cached
-  EXPECT_EQ(count_of(vec, "*reinterpret_cast<kiln_vec<float, 4>*>(rp3 + b) = w3;"), 1u) << vec;
+  EXPECT_EQ(count_of(vec, "live ? *reinterpret_cast<const kiln_vec<float, 4>*>(rp1 + b) : "), 1u) << vec;  // the weight: not cached
+  EXPECT_EQ(count_of(vec, "if (live) *reinterpret_cast<kiln_vec<float, 4>*>(rp3 + b) = w3;"), 1u) << vec;
   EXPECT_EQ(vec.find("p0["), std::string::npos) << vec;
   EXPECT_EQ(vec.find("s3["), std::string::npos) << vec;
   // element by element

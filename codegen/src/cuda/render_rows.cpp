@@ -21,10 +21,15 @@ std::string Renderer::group_reduce(const Instr& in, const std::string& acc) {
 }
 
 // Folds x into accumulator acc; in WarpRow's unrolled passes only where the element is in the
-// row (a select: the elements past the row's end are computed on zeros and dropped here).
+// row (the elements past its end are computed on zeros). Both forms below are what ptxas
+// (13.0, sm_90) compiled best: element by element, a select of the accumulator (softmax's
+// size-generic row loop 728 instructions, against 858 selecting the identity for x); in a
+// vector pass, x or the identity (627, with the eight vector loads back to back: selecting
+// the accumulator, the selects on one mask became branches, each vector's load in one).
 void Renderer::accumulate(const Instr& in, const std::string& acc, const std::string& x) {
-  const std::string c = combine(in, acc, x);
-  line() << acc << " = " << (live_.empty() ? c : live_ + " ? " + c + " : " + acc) << ";\n";
+  if (live_.empty()) line() << acc << " = " << combine(in, acc, x) << ";\n";
+  else if (vec_) line() << acc << " = " << combine(in, acc, "(" + live_ + " ? " + x + " : " + identity(in) + ")") << ";\n";
+  else line() << acc << " = " << live_ << " ? " << combine(in, acc, x) << " : " << acc << ";\n";
 }
 
 // A pass over the row: `body` at each element this thread visits (coordinates declared).
@@ -99,7 +104,7 @@ void Renderer::plan_row_vector(const RowPlan& p) {
     // and the source names no length (vectors whatever the row's).
     int along = 0;
     for (int d = rf(); d < rank(); ++d) along += k_.loops[size_t(d)] > 1;
-    if (warp || along != 1) return;
+    if (along != 1) return;
   }
   std::vector<size_t> ops;
   for (size_t j = 0; j < k_.loads.size(); ++j)
@@ -118,17 +123,21 @@ void Renderer::plan_row_vector(const RowPlan& p) {
   const int v = int(std::min<size_t>(8, 16 / widest));
   if (warp) {
     // (whole vectors only; the cache then holds what each lane's vectors cover, at most v - 1
-    // elements more per lane than element by element, within the same budget)
-    const int64_t iters = (row_len_ + 32 * v - 1) / (32 * v) * v;
+    // elements more per lane than element by element, within the same budget. A size-generic
+    // cache holds a power of two of elements per lane already: whole vectors where it holds
+    // one at least)
+    const int64_t iters = generic_ ? cache_iters_ : (row_len_ + 32 * v - 1) / (32 * v) * v;
     int64_t regs = 0;
     for (size_t id = 0; id < cached_.size(); ++id)
       if (cached_[id]) regs += iters * (itemsize(code_.code[id].type) == 8 ? 2 : 1);
-    // (every row's start aligned where the data is: the row loops' strides whole vectors)
-    bool rows_aligned = true;
+    // (every row's start aligned where the data is: the row loops' strides whole vectors; in
+    // a size-generic kernel those that are parameters, and the row's length, checked by rows())
+    bool rows_aligned = generic_ ? iters % v == 0 : row_len_ % v == 0;
     for (size_t j = 0; j < nops(); ++j)
       for (int d = 0; linear_[j] && d < rf(); ++d)
-        rows_aligned = rows_aligned && (!moves(operand(j), size_t(d)) || operand(j).strides[size_t(d)] % v == 0);
-    if (v > 1 && row_len_ % v == 0 && regs <= kRowCacheMax && rows_aligned) {
+        rows_aligned = rows_aligned && (!moves(operand(j), size_t(d)) || (generic_ && stride_is_param(operand(j), size_t(d))) ||
+                                        operand(j).strides[size_t(d)] % v == 0);
+    if (v > 1 && regs <= kRowCacheMax && rows_aligned) {
       row_vec_ = out_.vector = v;
       cache_iters_ = iters;
     }
@@ -168,7 +177,8 @@ void Renderer::vector_lanes(const std::string& base, Body&& body) {
 // WarpRow with a row cache and vectors: one pass over the row, lane l owning the VEC elements
 // from (it * 32 + l) * VEC for each (unrolled) step it. The body is rendered first, so that
 // only the vectors it reads (those not in the cache) are loaded before it and only those it
-// writes are stored after it.
+// writes are stored after it. The rows are whole vectors long, so a step's vector lies in
+// the row or past its end: the vector is masked as row_loop masks an element.
 template <class Body>
 void Renderer::warp_vector_pass(Body&& body) {
   const int V = row_vec_;
@@ -177,21 +187,25 @@ void Renderer::warp_vector_pass(Body&& body) {
   line() << "for (unsigned it = 0; it < " << cache_iters_ / V << "u; ++it) {\n";
   ++indent_;
   line() << "const " << I_ << " b = (it * 32u + " << t0_ << ") * " << Vs << ";\n";
-  line() << "if (b < " << row_len() << ") {\n";
+  line() << "const bool live = b < " << row_len() << ";  // (a vector is in the row or past its end)\n";
+  line() << "{\n";
   ++indent_;
   std::ostringstream lanes;
   std::swap(o_, lanes);
   vec_used_.clear();
+  live_ = "live";
   vector_lanes("b", body);
+  live_.clear();
   std::swap(o_, lanes);
   auto vt = [&](size_t j) { return vec_type(operand(j).dtype, V); };
   for (size_t j : vec_used_)
     if (j < k_.loads.size())
-      line() << "const " << vt(j) << " l" << j << " = *reinterpret_cast<const " << vt(j) << "*>(rp" << j << " + b);\n";
+      line() << "const " << vt(j) << " l" << j << " = live ? *reinterpret_cast<const " << vt(j) << "*>(rp" << j << " + b) : "
+             << vt(j) << "{};\n";
     else line() << vt(j) << " w" << j << ";\n";
   o_ << lanes.str();
   for (size_t j : vec_used_)
-    if (j >= k_.loads.size()) line() << "*reinterpret_cast<" << vt(j) << "*>(rp" << j << " + b) = w" << j << ";\n";
+    if (j >= k_.loads.size()) line() << "if (live) *reinterpret_cast<" << vt(j) << "*>(rp" << j << " + b) = w" << j << ";\n";
   --indent_;
   line() << "}\n";
   --indent_;
@@ -316,10 +330,17 @@ void Renderer::rows() {
   plan_row_vector(p);
   if (!(cache_iters_ && row_vec_ > 1)) return row_loop_body(p, loop);
   std::string aligned;
+  const std::string Vs = std::to_string(row_vec_);
   for (size_t j = 0; j < nops(); ++j)
     if (linear_[j])
       aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
                  std::to_string(j) + ", " + std::to_string(row_vec_ * int(itemsize(operand(j).dtype))) + ")";
+  if (generic_) {  // (what a specialised kernel knows: whole vectors per row, rows whole vectors apart)
+    aligned += " && row_len % " + Vs + "u == 0u";
+    for (size_t j = 0; j < nops(); ++j)
+      for (int d = 0; linear_[j] && d < rf(); ++d)
+        if (stride_is_param(operand(j), size_t(d))) aligned += " && " + stride(j, size_t(d)) + " % " + Vs + " == 0";
+  }
   line() << "if (" << aligned << ") {\n";
   ++indent_;
   row_loop_body(p, loop);

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "kiln/runtime/error.h"
+
 namespace kiln::env {
 namespace {
 long long read_int(const char* name, long long fallback) {
@@ -16,6 +18,21 @@ long long read_int(const char* name, long long fallback) {
     return fallback;
   }
 }
+// A tuning variable's value: the fallback when unset or empty, else a whole number in [lo, hi].
+long long read_setting(const char* name, long long fallback, long long lo, long long hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  size_t used = 0;
+  long long n = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (...) {
+    used = 0;
+  }
+  KILN_CHECK(used == std::string(v).size() && n >= lo && n <= hi, "env", name, "=", v, ": expected a whole number from ",
+             lo, " to ", hi);
+  return n;
+}
 }  // namespace
 
 int num_threads() {
@@ -26,5 +43,13 @@ int num_threads() {
 size_t cpu_cache_limit_bytes() {
   long long mb = read_int("KILN_CPU_CACHE_MB", 4096);
   return mb > 0 ? size_t(mb) << 20 : 0;
+}
+
+int cuda_grid_per_sm() { return int(read_setting("KILN_CUDA_GRID_PER_SM", 8, 0, 1024)); }
+
+int cuda_tile() {
+  const int t = int(read_setting("KILN_CUDA_TILE", 32, 32, 64));
+  KILN_CHECK(t == 32 || t == 64, "env", "KILN_CUDA_TILE=", t, ": the tile's side is 32 or 64");
+  return t;
 }
 }  // namespace kiln::env

@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "../common/scoped_env.h"
+
 namespace fs = std::filesystem;
 using namespace kiln::codegen;
 
@@ -45,19 +47,7 @@ class TempDir {
   fs::path path_;
 };
 
-// Sets (or with nullptr unsets) an environment variable for the scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    value ? ::setenv(name, value, 1) : ::unsetenv(name);
-  }
-  ~ScopedEnv() { old_ ? ::setenv(name_, old_->c_str(), 1) : ::unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using kiln::testing::ScopedEnv;
 
 // Clears every variable from_env reads, so the outer environment cannot leak into a test.
 struct CleanEnv {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/scoped_env.h"
 #include "cpu_diff.h"
 
 using namespace kiln;
@@ -410,10 +411,8 @@ TEST(CpuOpsReductionEdgeCases, ReductionsOverDimZeroOfAZeroDimTensor) {
 // and 3 threads (a part count that divides nothing here), contiguous and transposed, sizes
 // that are no multiple of anything.
 TEST(CpuOpsReductionEdgeCases, FullReductionsSplitAcrossThreads) {
-  const char* saved = std::getenv("KILN_NUM_THREADS");
-  std::string restore = saved ? saved : "";
   for (const char* threads : {"2", "3"}) {
-    setenv("KILN_NUM_THREADS", threads, 1);
+    kiln::testing::ScopedEnv env("KILN_NUM_THREADS", threads);
     for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt64, kInt8, kBool}) {
       for (auto [sizes, layout] : {std::pair<std::vector<int64_t>, Layout>{{300007}, Layout::Contiguous},
                                    {{517, 131}, Layout::Transposed}}) {
@@ -437,8 +436,6 @@ TEST(CpuOpsReductionEdgeCases, FullReductionsSplitAcrossThreads) {
       }
     }
   }
-  if (saved) setenv("KILN_NUM_THREADS", restore.c_str(), 1);
-  else unsetenv("KILN_NUM_THREADS");
 }
 
 // Horizontal fusion puts elementwise siblings (x * 2 beside x.sum()) in the reduction's kernel;
@@ -449,10 +446,8 @@ TEST(CpuOpsReductionEdgeCases, FullReductionsSplitAcrossThreads) {
 // need the row's reduction (x - mean); and a write into the reduced input itself, which must not
 // be early (the reduction's later passes read x: they must see the old values).
 TEST(CpuOpsReductionEdgeCases, SiblingStoresOfFullAndRowReductions) {
-  const char* saved = std::getenv("KILN_NUM_THREADS");
-  std::string restore = saved ? saved : "";
   for (const char* threads : {"2", "3"}) {
-    setenv("KILN_NUM_THREADS", threads, 1);
+    kiln::testing::ScopedEnv env("KILN_NUM_THREADS", threads);
     for (DType dt : {kFloat32, kFloat64, kBFloat16, kInt64}) {
       for (auto [sizes, layout] : {std::pair<std::vector<int64_t>, Layout>{{300007}, Layout::Contiguous},
                                    {{517, 131}, Layout::Transposed},
@@ -485,8 +480,6 @@ TEST(CpuOpsReductionEdgeCases, SiblingStoresOfFullAndRowReductions) {
       }
     }
   }
-  if (saved) setenv("KILN_NUM_THREADS", restore.c_str(), 1);
-  else unsetenv("KILN_NUM_THREADS");
 }
 
 // Work after a reduction that reads another operand at the row (x.sum(0) + b, a mean scaled by

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../common/close.h"
+#include "../common/scoped_env.h"
 #include "../common/random_programs.h"
 #include "../emulation/emulated_driver.h"
 #include "cuda_util.h"
@@ -481,6 +482,35 @@ TEST(CudaCompiledFunction, TiledKernelsMatchCpuEager) {
        },
        {randn({48, 80}), randn({80, 48})}},
   };
+  expect_compiled_cases_match_cpu_eager(cases);
+}
+
+// The same with KILN_CUDA_TILE=64 (64 x 64 tiles, two columns per lane: CudaSource.WideTiles...)
+// on loops of at least 64, edge tiles on both sides, float64 beside float16; and with
+// KILN_CUDA_GRID_PER_SM=0, one block per tile rather than a grid-stride loop over them.
+TEST(CudaCompiledFunction, WideTiledKernelsMatchCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  kiln::testing::ScopedEnv wide("KILN_CUDA_TILE", "64");
+  manual_seed(64);
+  const std::vector<CompiledCase> cases = {
+      {"edge tiles", [](const V& v) { return V{v[0].t() + v[1]}; }, {randn({130, 70}), randn({70, 130})}},
+      {"two staged, one direct, a bias",
+       [](const V& v) { return V{v[0].t() * v[1].t() + v[2] - v[3]}; },
+       {randn({100, 90}), randn({100, 90}), randn({90, 100}), randn({100})}},
+      {"a batch", [](const V& v) { return V{v[0].transpose(1, 2) - v[1]}; }, {randn({2, 70, 100}), randn({2, 100, 70})}},
+      {"float16", [](const V& v) { return V{(v[0].t() + v[1]) * 2}; },
+       {randn({64, 65}).to(kFloat16), randn({65, 64}).to(kFloat16)}},
+      {"float64", [](const V& v) { return V{v[0].t() - v[1]}; }, {randn({96, 80}).to(kFloat64), randn({80, 96}).to(kFloat64)}},
+      {"in place",
+       [](const V& v) {
+         Tensor y = v[1];
+         y.add_(v[0].t());
+         return V{y * 1};
+       },
+       {randn({80, 96}), randn({96, 80})}},
+  };
+  expect_compiled_cases_match_cpu_eager(cases);
+  kiln::testing::ScopedEnv per_tile("KILN_CUDA_GRID_PER_SM", "0");
   expect_compiled_cases_match_cpu_eager(cases);
 }
 

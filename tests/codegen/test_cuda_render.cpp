@@ -35,6 +35,7 @@
 
 #include "../../codegen/src/cuda/library.h"
 #include "../common/close.h"
+#include "../common/scoped_env.h"
 #include "../emulation/emulated_driver.h"
 #include "../passes/check_program.h"
 #include "traced.h"
@@ -633,6 +634,90 @@ TEST(CudaSource, TransposedOperandsAreStagedThroughSharedMemory) {
   EXPECT_LT(s.find("ld1[kk] = p1[(int)ct * 4096 + (int)ca];"), s.find("st0[kk] = p0[")) << s;
   EXPECT_NE(s.find("if (k0 != ty) {"), std::string::npos) << s;
   EXPECT_NE(s.find("= ld1[kk];"), std::string::npos) << s;
+}
+
+// KILN_CUDA_TILE=64: 64 x 64 tiles, a lane taking two columns of a row (lx = tx + 32 c), a
+// step's loads in registers [kk * 2 + c]; the transposed reads still fall in 32 banks (rows of
+// 65). The tiles stay 32 wide where a loop is shorter than 64 or the staged tiles would take
+// more than 40 KiB of shared memory (three float32 operands, or two float64 ones).
+TEST(CudaSource, WideTilesTakeTwoColumnsPerLane) {
+  kiln::testing::ScopedEnv wide("KILN_CUDA_TILE", "64");
+  auto add_t = [](const std::vector<Tensor>& v) { return std::vector{v[0].t() + v[1]}; };
+  std::string s = source_of(add_t, {randn({4096, 4096}), randn({4096, 4096})});
+  EXPECT_NE(s.find("tiled, 4096 tiles of 64 x 64"), std::string::npos) << s;
+  EXPECT_NE(s.find("__shared__ float tile0[64][65];"), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned lx = tx + c * 32u;"), std::string::npos) << s;
+  EXPECT_NE(s.find("st0[kk * 2u + c] = p0[(int)ct + (int)ca * 4096];"), std::string::npos) << s;
+  EXPECT_NE(s.find("tile0[k][lx] = st0[kk * 2u + c];"), std::string::npos) << s;
+  EXPECT_NE(s.find("= tile0[lx][k];"), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned ct = bt + k, ca = ba + lx;"), std::string::npos) << s;
+  EXPECT_NE(s.find("float ld1[8] = {};"), std::string::npos) << s;
+  EXPECT_EQ(count_of(s, "ld1[kk * 2u + c] = p1[(int)ct * 4096 + (int)ca];"), 2u) << s;
+  EXPECT_EQ(count_of(s, "for (unsigned k0 = ty; k0 < 64u; k0 += 4u * ny) {"), 2u) << s;
+  EXPECT_EQ(count_of(s, "for (unsigned c = 0; c < 2u; ++c) {"), 5u) << s;
+  auto tiles_of = [&](const kiln::testing::Fn& fn, const std::vector<Tensor>& in) {
+    std::string src = source_of(fn, in);
+    const size_t at = src.find(" tiles of ");
+    return at == std::string::npos ? std::string("not tiled") : src.substr(at + 10, 7);
+  };
+  EXPECT_EQ(tiles_of(add_t, {randn({40, 4096}), randn({4096, 40})}), "32 x 32");
+  auto staged = [](int n) {
+    return [n](const std::vector<Tensor>& v) {
+      Tensor r = v[0];
+      for (int j = 0; j < n; ++j) r = r + v[size_t(j) + 1].t();
+      return std::vector{r};
+    };
+  };
+  EXPECT_EQ(tiles_of(staged(2), {randn({256, 256}), randn({256, 256}), randn({256, 256})}), "64 x 64");
+  EXPECT_EQ(tiles_of(staged(3), {randn({256, 256}), randn({256, 256}), randn({256, 256}), randn({256, 256})}), "32 x 32");
+  auto f64 = [](std::vector<int64_t> s) { return randn(s).to(kFloat64); };
+  EXPECT_EQ(tiles_of(staged(1), {f64({256, 256}), f64({256, 256})}), "64 x 64");
+  EXPECT_EQ(tiles_of(staged(2), {f64({256, 256}), f64({256, 256}), f64({256, 256})}), "32 x 32");
+  // anything but 32 or 64 is refused, naming the variable
+  kiln::testing::ScopedEnv odd("KILN_CUDA_TILE", "48");
+  try {
+    source_of(add_t, {randn({256, 256}), randn({256, 256})});
+    ADD_FAILURE() << "KILN_CUDA_TILE=48 was accepted";
+  } catch (const kiln::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KILN_CUDA_TILE=48"), std::string::npos) << e.what();
+  }
+}
+
+// The grid of a grid-stride kernel: at most KILN_CUDA_GRID_PER_SM blocks per SM (8 by default),
+// or with 0 one block per step of work (a tile here); a split reduction keeps its own count.
+TEST(CudaLaunchDims, TheGridPerSmComesFromTheEnvironment) {
+  auto kernel_of = [](const kiln::testing::Fn& fn, std::vector<Tensor> in) {
+    passes::Module m = passes::optimize(trace(fn, {in})[0], {});
+    std::vector<codegen::CudaRender> r = codegen::render_cuda(*m.program);
+    return r.size() == 1 && r[0].kernel ? *r[0].kernel : codegen::CudaKernel{};
+  };
+  const codegen::CudaKernel tiled = kernel_of([](const std::vector<Tensor>& v) { return std::vector{v[0].t() + v[1]}; },
+                                              {randn({4096, 4096}), randn({4096, 4096})});
+  const codegen::CudaKernel split =
+      kernel_of([](const std::vector<Tensor>& v) { return std::vector{v[0].sum()}; }, {randn({4096, 4096})});
+  ASSERT_EQ(tiled.strategy, codegen::CudaStrategy::Tiled);
+  ASSERT_EQ(split.strategy, codegen::CudaStrategy::Split);
+  ASSERT_EQ(tiled.items, 16384);
+  EXPECT_EQ(codegen::cuda_launch_dims(tiled, 132).grid, 132u * 8);
+  EXPECT_EQ(codegen::cuda_launch_dims(split, 132).grid, 132u * 4);
+  {
+    kiln::testing::ScopedEnv all("KILN_CUDA_GRID_PER_SM", "0");
+    EXPECT_EQ(codegen::cuda_launch_dims(tiled, 132).grid, 16384u);
+    EXPECT_EQ(codegen::cuda_launch_dims(split, 132).grid, 132u * 4);
+  }
+  {
+    kiln::testing::ScopedEnv four("KILN_CUDA_GRID_PER_SM", "4");
+    EXPECT_EQ(codegen::cuda_launch_dims(tiled, 132).grid, 132u * 4);
+  }
+  for (const char* bad : {"-1", "many", "8x", "2000"}) {
+    kiln::testing::ScopedEnv b("KILN_CUDA_GRID_PER_SM", bad);
+    try {
+      codegen::cuda_launch_dims(tiled, 132);
+      ADD_FAILURE() << "KILN_CUDA_GRID_PER_SM=" << bad << " was accepted";
+    } catch (const kiln::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("KILN_CUDA_GRID_PER_SM=") + bad), std::string::npos) << e.what();
+    }
+  }
 }
 
 // Layernorm over rows of `n` (the mean, the variance, the stores: three passes over each row),

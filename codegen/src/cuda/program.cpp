@@ -9,6 +9,7 @@
 #include "codegen_source_hash.h"
 #include "kiln/codegen/cuda.h"
 #include "kiln/runtime/cuda.h"
+#include "kiln/runtime/env.h"
 #include "kiln/runtime/error.h"
 
 namespace kiln::codegen {
@@ -67,8 +68,11 @@ CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block)
   KILN_CHECK(block >= 32 && block <= kCudaBlock && block % 32 == 0, "cuda", "launch of ", k.name, ": block of ", block,
              " threads (a multiple of 32 up to ", kCudaBlock, ")");
   const int64_t sms = std::max(1, multiprocessors);
-  // Enough blocks to fill every SM several times over; the kernels' loops cover the rest.
-  const int64_t most = sms * 8;
+  // Enough blocks to fill every SM several times over; the kernels' loops cover the rest
+  // (KILN_CUDA_GRID_PER_SM: how many times; 0, one block per step of work, up to the driver's
+  // limit of a grid's x dimension).
+  const int per_sm = env::cuda_grid_per_sm();
+  const int64_t most = per_sm > 0 ? sms * per_sm : int64_t(0x7fffffff);
   int64_t per_block = block;  // items one block takes per step
   switch (k.strategy) {
     case CudaStrategy::Elementwise: per_block = int64_t(block) * k.vector; break;
@@ -155,7 +159,7 @@ std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch, b
     o << (ck.epilogue ? ", the epilogue after its library op" : "") << ": " << cuda_strategy_name(ck.strategy) << ", "
       << ck.items
       << (ck.strategy == CudaStrategy::Elementwise || ck.strategy == CudaStrategy::Split ? " elements"
-          : ck.strategy == CudaStrategy::Tiled                                           ? " tiles of 32 x 32"
+          : ck.strategy == CudaStrategy::Tiled ? " tiles of " + std::to_string(ck.tile) + " x " + std::to_string(ck.tile)
                                                                                           : " rows")
       << (ck.strategy == CudaStrategy::ColumnSplit ? " of " + std::to_string(ck.row_len) + " elements in chunks" : "")
       << (ck.vector > 1 ? ", " + std::to_string(ck.vector) + "-wide vector accesses" : "")

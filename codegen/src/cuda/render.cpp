@@ -7,6 +7,7 @@
 #include "../epilogue.h"
 #include "renderer.h"
 #include "kiln/codegen/cuda.h"
+#include "kiln/runtime/env.h"
 #include "kiln/runtime/error.h"
 
 namespace kiln::codegen {
@@ -168,6 +169,14 @@ bool Renderer::plan_tiles() {
   }
   if (staged == 0 || k_.loops[size_t(across)] < kTileMin || k_.loops[size_t(along)] < kTileMin) return false;
   across_ = across, along_ = along, staged_ = std::move(stage);
+  int64_t wide_bytes = 0;
+  for (size_t j = 0; j < k_.loads.size(); ++j)
+    if (staged_[j]) wide_bytes += itemsize(k_.loads[j].dtype) * kWideTile * (kWideTile + 1);
+  tile_ = env::cuda_tile() == kWideTile && k_.loops[size_t(across)] >= kWideTile && k_.loops[size_t(along)] >= kWideTile &&
+                  wide_bytes <= kWideTileBytes
+              ? kWideTile
+              : kTile;
+  out_.tile = int(tile_);
   out_.strategy = CudaStrategy::Tiled;
   out_.items = tiles(across_) * tiles(along_);
   for (int d = 0; d < rank(); ++d)
@@ -416,8 +425,8 @@ std::string Renderer::load(int j, DType to, const std::string& flat) {
   if (a.buffer < 0) return convert("a" + std::to_string(j), is_floating(a.dtype) ? DType::Float64 : DType::Int64, to);
   if (vec_ && linear_[size_t(j)]) vec_used_.insert(size_t(j));
   std::string raw = vec_ && (linear_[size_t(j)] || run_[size_t(j)]) ? "l" + std::to_string(j) + ".v[u]"
-                    : from_tiles_ && staged_[size_t(j)] ? "tile" + std::to_string(j) + "[tx][k]"
-                    : from_tiles_                       ? "ld" + std::to_string(j) + "[kk]"
+                    : from_tiles_ && staged_[size_t(j)] ? "tile" + std::to_string(j) + "[" + lane() + "][k]"
+                    : from_tiles_                       ? "ld" + std::to_string(j) + "[" + slot() + "]"
                                                         : element(size_t(j), flat);
   if (!live_.empty() && !vec_ && !from_tiles_)  // (past the row's end: a zero, not a read)
     raw = "(" + live_ + " ? " + raw + " : (" + storage_ctype(a.dtype) + ")0)";
@@ -669,22 +678,22 @@ void Renderer::vector_loop() {
   line() << "}\n";
 }
 
-// Per tile (kTile x kTile elements of the loops across_ x along_, grid-stride over tiles and
+// Per tile (tile_ x tile_ elements of the loops across_ x along_, grid-stride over tiles and
 // the other loops): the block's warps copy each staged operand's tile into shared memory,
 // lanes walking across_ (the operand's contiguous loop), then compute and store, lanes
 // walking along_ (the stores' contiguous loop) and reading the staged values transposed out
-// of the tiles. A tile row is padded to kTile + 1 elements, so that the transposed reads of
+// of the tiles. A tile row is padded to tile_ + 1 elements, so that the transposed reads of
 // a warp fall in 32 different banks. Every thread of a block takes the same tiles, so both
 // barriers are reached by all of them.
 void Renderer::tiled() {
   coord_.assign(size_t(rank()), "");
-  const std::string T = std::to_string(kTile) + "u";
+  const std::string T = std::to_string(tile_) + "u";
   const std::string nt = extent(across_), na = extent(along_);
   std::string ntiles = std::to_string(out_.items) + "u", tiles_a = std::to_string(tiles(along_)) + "u",
               tiles_t = std::to_string(tiles(across_)) + "u";
   if (generic_) {
-    line() << "const " << I_ << " tiles_a = (" << na << " + " << kTile - 1 << "u) / " << T << ", tiles_t = (" << nt << " + "
-           << kTile - 1 << "u) / " << T << ";\n";
+    line() << "const " << I_ << " tiles_a = (" << na << " + " << tile_ - 1 << "u) / " << T << ", tiles_t = (" << nt << " + "
+           << tile_ - 1 << "u) / " << T << ";\n";
     line() << "const " << I_ << " ntiles = tiles_a * tiles_t";
     for (int d = 0; d < rank(); ++d)  // (times the loops outside the tile)
       if (d != across_ && d != along_ && k_.loops[size_t(d)] > 1) o_ << " * " << extent(d);
@@ -694,7 +703,7 @@ void Renderer::tiled() {
   line() << "const unsigned tx = threadIdx.x & 31u, ty = threadIdx.x >> 5, ny = blockDim.x >> 5;\n";
   for (size_t j = 0; j < k_.loads.size(); ++j)
     if (staged_[j])
-      line() << "__shared__ " << storage_ctype(k_.loads[j].dtype) << " tile" << j << "[" << kTile << "][" << kTile + 1
+      line() << "__shared__ " << storage_ctype(k_.loads[j].dtype) << " tile" << j << "[" << tile_ << "][" << tile_ + 1
              << "];\n";
   line() << "for (" << I_ << " t = blockIdx.x; t < " << ntiles << "; t += gridDim.x) {\n";
   ++indent_;
@@ -711,76 +720,93 @@ void Renderer::tiled() {
   for (size_t j = 0; j < k_.loads.size(); ++j)
     if (staged_[j]) staged.push_back(j);
     else if (k_.loads[j].buffer >= 0) direct.push_back(j);
-  // The other loads' rows of the first step of the computing loop (with 256 threads, all of
-  // their rows) are read before the staging: they are in flight together with the staged
-  // loads, across the barrier, instead of being issued only after it.
+  const std::string regs = std::to_string(int64_t(kTileRows) * tile_cols());
+  // The other loads' rows of the first step of the computing loop (with 256 threads and
+  // 32-wide tiles, all of their rows) are read before the staging: they are in flight together
+  // with the staged loads, across the barrier, instead of being issued only after it.
   const bool ahead = !direct.empty();
   if (ahead) {
-    for (size_t j : direct) line() << storage_ctype(k_.loads[j].dtype) << " ld" << j << "[" << kTileRows << "] = {};\n";
+    for (size_t j : direct) line() << storage_ctype(k_.loads[j].dtype) << " ld" << j << "[" << regs << "] = {};\n";
     line() << "{\n";
     ++indent_;
     line() << "const unsigned k0 = ty;\n";
-    tile_step(T, nt, na, "k", "tx", [&] {
-      for (size_t j : direct) line() << "ld" << j << "[kk] = " << element(j) << ";\n";
+    tile_step(T, nt, na, false, [&] {
+      for (size_t j : direct) line() << "ld" << j << "[" << slot() << "] = " << element(j) << ";\n";
     });
     --indent_;
     line() << "}\n";
   }
-  tile_rows(T, nt, na, "tx", "k", staged, "st", [&](size_t j) { return "tile" + std::to_string(j) + "[k][tx] = st" + std::to_string(j) + "[kk];"; });
+  tile_rows(T, nt, na, true, staged, "st", [&](size_t j) {
+    return "tile" + std::to_string(j) + "[k][" + lane() + "] = st" + std::to_string(j) + "[" + slot() + "];";
+  });
   // computing: lanes along the stores' contiguous loop, the other loads read ahead
-  tile_rows(T, nt, na, "k", "tx", direct, "ld", nullptr, ahead);
+  tile_rows(T, nt, na, false, direct, "ld", nullptr, ahead);
   --indent_;
   line() << "}\n";
 }
 
-// One unrolled step over a warp's kTileRows rows of the tile from k0 (row k = k0 + kk * ny):
-// `body` at each of its elements inside the tile, (ct, ca) their coordinates along the staged
-// operands' and the stores' loops.
-void Renderer::tile_step(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
+// One unrolled step over a warp's kTileRows rows of the tile from k0 (row k = k0 + kk * ny),
+// and in a 64-wide tile over the lane's two columns: `body` at each of its elements inside the
+// tile, (ct, ca) their coordinates along the staged operands' and the stores' loops: the
+// lane's column along the first (`staging`) or the second.
+void Renderer::tile_step(const std::string& T, const std::string& nt, const std::string& na, bool staging,
                          const std::function<void()>& body) {
   line() << "#pragma unroll\n";
   line() << "for (unsigned kk = 0; kk < " << kTileRows << "u; ++kk) {\n";
   ++indent_;
   line() << "const unsigned k = k0 + kk * ny;\n";
-  line() << "const " << I_ << " ct = bt + " << ct << ", ca = ba + " << ca << ";\n";
+  const bool cols = tile_cols() > 1;
+  if (cols) {
+    line() << "#pragma unroll\n";
+    line() << "for (unsigned c = 0; c < " << tile_cols() << "u; ++c) {\n";
+    ++indent_;
+    line() << "const unsigned lx = tx + c * 32u;\n";
+  }
+  line() << "const " << I_ << " ct = bt + " << (staging ? lane() : "k") << ", ca = ba + " << (staging ? "k" : lane())
+         << ";\n";
   line() << "if (k < " << T << " && ct < " << nt << " && ca < " << na << ") {\n";
   ++indent_;
   body();
   --indent_;
   line() << "}\n";
+  if (cols) {
+    --indent_;
+    line() << "}\n";
+  }
   --indent_;
   line() << "}\n";
 }
 
 // A phase of the tile: each warp's rows (k = ty + m * ny) kTileRows at a time, in two steps:
-// the first loads operands `regs` at each row into registers (`reg<j>[kk]`), the second stores
-// them into the tiles (`stage`) or, without it, computes and stores the kernel's values reading
-// those registers (and the staged operands from the tiles); a barrier after the phase. So a
-// thread has kTileRows loads in flight: loading and storing row by row, ptxas kept each store
-// after its load (a warp then waits for every load). Elements outside the loops are skipped in
-// both steps; an entry not loaded keeps its 0. With `ahead`, the registers are declared and the
-// first step's rows loaded by the caller (tiled).
-void Renderer::tile_rows(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
+// the first loads operands `regs` at each row into registers (`reg<j>[slot]`), the second
+// stores them into the tiles (`stage`) or, without it, computes and stores the kernel's values
+// reading those registers (and the staged operands from the tiles); a barrier after the phase.
+// So a thread has kTileRows loads (times its columns) in flight: loading and storing row by
+// row, ptxas kept each store after its load (a warp then waits for every load). Elements
+// outside the loops are skipped in both steps; an entry not loaded keeps its 0. With `ahead`,
+// the registers are declared and the first step's rows loaded by the caller (tiled).
+void Renderer::tile_rows(const std::string& T, const std::string& nt, const std::string& na, bool staging,
                          const std::vector<size_t>& regs, const char* reg, const std::function<std::string(size_t)>& stage,
                          bool ahead) {
   line() << "for (unsigned k0 = ty; k0 < " << T << "; k0 += " << kTileRows << "u * ny) {\n";
   ++indent_;
   if (!ahead)
-    for (size_t j : regs) line() << storage_ctype(k_.loads[j].dtype) << " " << reg << j << "[" << kTileRows << "] = {};\n";
+    for (size_t j : regs)
+      line() << storage_ctype(k_.loads[j].dtype) << " " << reg << j << "[" << int64_t(kTileRows) * tile_cols() << "] = {};\n";
   if (!regs.empty()) {
     if (ahead) {
       line() << "if (k0 != ty) {\n";
       ++indent_;
     }
-    tile_step(T, nt, na, ct, ca, [&] {
-      for (size_t j : regs) line() << reg << j << "[kk] = " << element(j) << ";\n";
+    tile_step(T, nt, na, staging, [&] {
+      for (size_t j : regs) line() << reg << j << "[" << slot() << "] = " << element(j) << ";\n";
     });
     if (ahead) {
       --indent_;
       line() << "}\n";
     }
   }
-  tile_step(T, nt, na, ct, ca, [&] {
+  tile_step(T, nt, na, staging, [&] {
     if (stage) {
       for (size_t j : regs) line() << stage(j) << "\n";
       return;

@@ -38,8 +38,13 @@ inline constexpr int64_t kThreadRowMin = 2048;
 inline constexpr int64_t kColumnSplitRowsMax = int64_t(1) << 17;
 inline constexpr int64_t kColumnSplitMinLen = 4 * kColumnChunkMin;
 // Tiled: the side of a tile, the fewest elements along both of its loops, and the most
-// operands staged through shared memory (32 x 33 elements each: at most 8.4 KiB).
+// operands staged through shared memory (32 x 33 elements each: at most 8.4 KiB). With
+// KILN_CUDA_TILE=64 the side is 64 where both loops are that long and the staged tiles (64 x 65
+// elements each) fit in kWideTileBytes of shared memory (two float32 operands, or one float64);
+// a lane then takes two columns of each row.
 inline constexpr int64_t kTile = 32;
+inline constexpr int64_t kWideTile = 64;
+inline constexpr int64_t kWideTileBytes = 40960;
 // Tiled: rows of a tile each thread loads into registers before it uses them (tile_rows).
 inline constexpr int kTileRows = 4;
 inline constexpr int64_t kTileMin = 16;
@@ -76,6 +81,7 @@ class Renderer {
   int vec_ = 0;                       // > 0 inside the vector path: loads and stores go via lanes
   int across_ = -1, along_ = -1;      // Tiled: the staged operands' contiguous loop, the stores'
   std::vector<bool> staged_;          // Tiled: per load, read through a shared-memory tile
+  int64_t tile_ = kTile;              // Tiled: the side of a tile (32 or 64: one or two columns per lane)
   bool from_tiles_ = false;           // inside the Tiled compute loop: staged loads read the tiles
   int row_vec_ = 1;                   // BlockRow/Split reduction passes, WarpRow with a cache: elements per vector
   std::set<size_t> vec_used_;         // WarpRow vector pass: the operands its body reads or writes by lanes
@@ -100,7 +106,7 @@ class Renderer {
   bool splits_columns() const;
   bool unit_stride_along_row() const;
   bool plan_tiles();
-  int64_t tiles(int d) const { return (k_.loops[size_t(d)] + kTile - 1) / kTile; }
+  int64_t tiles(int d) const { return (k_.loops[size_t(d)] + tile_ - 1) / tile_; }
 
   // ---- sizes in the body: constants, or in a size-generic kernel variables ----
 
@@ -171,9 +177,14 @@ class Renderer {
   // ---- Tiled ----
 
   void tiled();
-  void tile_step(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
+  // A tile's columns per lane, the lane's column (tx, or lx = tx + 32 * c over the lane's
+  // columns c) and the register slot of a row and column of a thread's step.
+  int64_t tile_cols() const { return tile_ / 32; }
+  std::string lane() const { return tile_cols() > 1 ? "lx" : "tx"; }
+  std::string slot() const { return tile_cols() > 1 ? "kk * " + std::to_string(tile_cols()) + "u + c" : "kk"; }
+  void tile_step(const std::string& T, const std::string& nt, const std::string& na, bool staging,
                  const std::function<void()>& body);
-  void tile_rows(const std::string& T, const std::string& nt, const std::string& na, const char* ct, const char* ca,
+  void tile_rows(const std::string& T, const std::string& nt, const std::string& na, bool staging,
                  const std::vector<size_t>& regs, const char* reg, const std::function<std::string(size_t)>& stage,
                  bool ahead = false);
 

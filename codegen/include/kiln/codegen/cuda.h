@@ -25,9 +25,10 @@
 //                memory) into a slot, then a finishing kernel, one thread per row, combines the
 //                row's chunks in order and stores.
 //   Tiled        elementwise work that reads an operand transposed (contiguous along another
-//                loop than the one the stores are contiguous along: x.t() + y): 32 x 32 tiles,
-//                each transposed operand first staged through shared memory read along its
-//                own contiguous dim, so that both its reads and the stores are coalesced.
+//                loop than the one the stores are contiguous along: x.t() + y): 32 x 32 tiles
+//                (64 x 64 with KILN_CUDA_TILE=64), each transposed operand first staged through
+//                shared memory read along its own contiguous dim, so that both its reads and
+//                the stores are coalesced.
 // Indices are 32-bit where the loop space and every operand's reach fit (most kernels).
 //
 // A kernel's parameters, in order: per load a pointer (`const T*`) to its first element, or
@@ -69,6 +70,7 @@ struct CudaKernel {
   CudaStrategy strategy = CudaStrategy::Elementwise;
   int64_t items = 0;  // what the grid spreads over: elements (Elementwise, Split), tiles (Tiled), rows (others)
   int64_t row_len = 0;  // the row strategies: elements per row (ColumnSplit cuts it into chunks)
+  int tile = 0;       // Tiled: the side of its square tiles
   int vector = 1;     // elements per vector access on the fast path (1: none): Elementwise's
                       // loads and stores, BlockRow's and Split's loads in reduction passes
   // Elementwise over operands that are all contiguous (or read at one element): the element

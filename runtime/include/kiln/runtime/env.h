@@ -8,4 +8,12 @@ int num_threads();
 // KILN_CPU_CACHE_MB: how much freed large-block memory the CPU allocator keeps for reuse
 // (default 4096 MiB; 0 turns caching off).
 size_t cpu_cache_limit_bytes();
+
+// Tuning variables of the CUDA backend, read at each use, so that a sweep (tools/bench/sweep.py)
+// or a test can compare settings; a value out of range raises kiln::Error naming the variable.
+// KILN_CUDA_GRID_PER_SM: the most blocks per multiprocessor a grid-stride kernel is launched
+// with (default 8); 0: no cap, one block per step of work (a tile, a block's rows or elements).
+int cuda_grid_per_sm();
+// KILN_CUDA_TILE: the side of the Tiled strategy's tiles, 32 (default) or 64.
+int cuda_tile();
 }  // namespace kiln::env

@@ -138,37 +138,68 @@ prepare() {
 
 # The phases of a GPU run, each small enough for one call of a lent machine (at most ten
 # minutes); `run OUTDIR` does them all in order. Every phase appends "phase: status" to
-# OUTDIR/summary.txt, which is printed last.
+# OUTDIR/summary.txt, which is printed last. With KILN_GPU_DEADLINE=S the whole run ends
+# within S seconds: each phase's limit is cut to the time left, and a phase with under 20 s
+# left is skipped.
+deadline=
+limit() {  # limit N: N seconds, or the time left before the deadline if that is less
+  local n=$1
+  if [[ -n $deadline ]] && (( deadline - SECONDS < n )); then n=$(( deadline - SECONDS )); fi
+  (( n > 0 )) || n=1
+  echo "$n"
+}
 phase_test() {  # the CUDA suite on the real GPU, fresh device memory poisoned (NaN / -1), 300 random
                 # programs, 100 random graphs at small and at larger shapes
   KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-300} \
-    KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-100} timeout "${KILN_GPU_TEST_TIMEOUT:-540}" ctest --test-dir $build -j"${KILN_GPU_TEST_JOBS:-4}" -R 'Cuda|cuda' \
+    KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-100} timeout "$(limit "${KILN_GPU_TEST_TIMEOUT:-540}")" ctest --test-dir $build -j"${KILN_GPU_TEST_JOBS:-4}" -R 'Cuda|cuda' \
     -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin|golden' --output-on-failure >"$out/ctest-cuda.log" 2>&1
 }
 phase_memcheck() {  # compute-sanitizer's memcheck over the GPU suite, where the toolkit has it
   command -v compute-sanitizer >/dev/null || { echo "no compute-sanitizer" >"$out/memcheck.log"; return 0; }
-  KILN_TEST_REAL_CUDA=1 timeout "${KILN_GPU_MEMCHECK_TIMEOUT:-540}" compute-sanitizer --tool memcheck --error-exitcode 1 \
+  KILN_TEST_REAL_CUDA=1 timeout "$(limit "${KILN_GPU_MEMCHECK_TIMEOUT:-540}")" compute-sanitizer --tool memcheck --error-exitcode 1 \
     $build/tests/codegen/cuda_backend_tests >"$out/memcheck-full.log" 2>&1
   local rc=$?
   tail -200 "$out/memcheck-full.log" >"$out/memcheck.log"
   return $rc
 }
 phase_all() {  # everything else (the emulated CUDA tests included)
-  timeout 540 ctest --test-dir $build -j16 --output-on-failure >"$out/ctest-all.log" 2>&1
+  timeout "$(limit 540)" ctest --test-dir $build -j16 --output-on-failure >"$out/ctest-all.log" 2>&1
 }
 phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torch.compile and its
                  # reduce-overhead mode at the gpu tier, workload by workload (FILTER: a comma list)
   local filter=${1:-} tag=${1:-all}
-  timeout "${KILN_GPU_BENCH_TIMEOUT:-560}" python3 tools/bench/compare.py --kiln-bench $build/tools/kiln-bench --python python3 --device cuda \
-    --tier gpu --no-compile-time ${filter:+--filter "$filter"} ${KILN_GPU_PEERS:+--peers "$KILN_GPU_PEERS"} --out "$out/bench-gpu-${tag//,/+}" \
-    >"$out/bench-gpu-${tag//,/+}.log" 2>&1
+  tag=${tag//,/-}
+  (( ${#tag} <= 60 )) || tag="${filter%%,*}-and-more"
+  local dir=$out/bench-gpu-$tag
+  timeout "$(limit "${KILN_GPU_BENCH_TIMEOUT:-560}")" python3 tools/bench/compare.py --kiln-bench $build/tools/kiln-bench --python python3 --device cuda \
+    --tier gpu --no-compile-time ${filter:+--filter "$filter"} ${KILN_GPU_PEERS:+--peers "$KILN_GPU_PEERS"} --out "$dir" \
+    >"$dir.log" 2>&1
+  local rc=$?
+  # cut short by its limit: the table of the workloads it finished
+  [[ -f $dir/table.txt || ! -f $dir/bench.json ]] || python3 tools/bench/compare.py --summarize "$dir" >>"$dir.log" 2>&1
+  return $rc
+}
+# The backend's tuning variables (docs/env_vars.md) that the sweep compares, each setting a
+# space-separated list of VAR=VALUE ('' : the defaults), and the workloads it compares them on.
+sweep_settings=('' 'KILN_CUDA_GRID_PER_SM=0' 'KILN_CUDA_GRID_PER_SM=4' 'KILN_CUDA_TILE=64'
+                'KILN_CUDA_TILE=64 KILN_CUDA_GRID_PER_SM=0')
+phase_sweep() {  # kiln compiled alone under each setting, side by side (tools/bench/sweep.py)
+  local filter=${1:-transpose_add,row_sum,softmax,layernorm,sum_f64} s
+  local args=()
+  for s in "${sweep_settings[@]}"; do args+=(--setting "$s"); done
+  timeout "$(limit "${KILN_GPU_SWEEP_TIMEOUT:-300}")" python3 tools/bench/sweep.py --kiln-bench $build/tools/kiln-bench \
+    --device cuda --tier gpu --filter "$filter" "${args[@]}" --rounds "${KILN_GPU_SWEEP_ROUNDS:-1}" \
+    --out "$out/sweep" >"$out/sweep.log" 2>&1
+  local rc=$?
+  [[ -f $out/sweep/sweep.txt || ! -f $out/sweep/sweep.json ]] || python3 tools/bench/sweep.py --summarize "$out/sweep" >>"$out/sweep.log" 2>&1
+  return $rc
 }
 phase_small() {  # tiny tensors: the per-call host overhead; and NVRTC compile vs disk-cache load
                  # (the cold and warm first calls in child processes); a new size of a GPU op
                  # (NVRTC per size vs size-generic kernels)
-  timeout 480 $build/tools/kiln-bench --device cuda --tier small --json "$out/bench-small.json" \
+  timeout "$(limit 480)" $build/tools/kiln-bench --device cuda --tier small --json "$out/bench-small.json" \
     >"$out/bench-small.log" 2>&1 || return 1
-  timeout 60 $build/tools/kiln-compile-overhead --cuda-new-sizes --sizes 8 >"$out/new-sizes.log" 2>&1
+  timeout "$(limit 60)" $build/tools/kiln-compile-overhead --cuda-new-sizes --sizes 8 >"$out/new-sizes.log" 2>&1
 }
 phase_dump() {  # the rendered CUDA of a few workloads at the gpu tier
   local w
@@ -184,12 +215,27 @@ run() {
   out=$(cd "$out" && pwd)
   local phases=("$@")
   [[ ${#phases[@]} -gt 0 ]] || phases=(test memcheck all small bench dump)
+  if [[ ${phases[*]} == lease ]]; then
+    # One call of a lent machine (a session has 15 minutes of device time, the machine's start
+    # included, and one command runs at most ten): a shorter correctness run, the sweep, then
+    # the workloads against PyTorch most wanted first, for as long as the deadline allows.
+    export KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-100} KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-30}
+    export KILN_GPU_TEST_JOBS=${KILN_GPU_TEST_JOBS:-12} KILN_GPU_TEST_TIMEOUT=${KILN_GPU_TEST_TIMEOUT:-150}
+    export KILN_GPU_SWEEP_TIMEOUT=${KILN_GPU_SWEEP_TIMEOUT:-150}
+    KILN_GPU_DEADLINE=${KILN_GPU_DEADLINE:-540}
+    phases=(test sweep "bench=${KILN_GPU_LEASE_BENCH:-transpose_add,softmax,row_sum,attention_scores,sum_f64,log_softmax,layernorm,inplace_chain,add_sin_cos_bf16,nbody_forces,branch_sign}")
+  fi
+  [[ -z ${KILN_GPU_DEADLINE:-} ]] || deadline=$(( SECONDS + KILN_GPU_DEADLINE ))
   prepare "$out"
   local status=0 p rc
   for p in "${phases[@]}"; do
     local name=${p%%=*} arg=
     [[ $p == *=* ]] && arg=${p#*=}
-    declare -F "phase_$name" >/dev/null || { echo "[gpu] no phase '$name' (test memcheck all small bench[=W,...] dump)" >&2; exit 2; }
+    declare -F "phase_$name" >/dev/null || { echo "[gpu] no phase '$name' (test memcheck all small bench[=W,...] sweep[=W,...] dump, or lease alone)" >&2; exit 2; }
+    if [[ -n $deadline ]] && (( deadline - SECONDS < 20 )); then
+      echo "$p: skipped (deadline)" | tee -a "$out/summary.txt"
+      continue
+    fi
     local t0=$SECONDS
     set +e
     "phase_$name" $arg
@@ -200,7 +246,7 @@ run() {
   done
   # the short story last: what the reply of a lent machine's call carries
   grep -h -E "tests passed|tests failed|ERROR SUMMARY" "$out"/ctest-*.log "$out"/memcheck.log 2>/dev/null || true
-  for f in "$out"/bench-gpu-*/table.txt; do [[ -f $f ]] && cat "$f"; done
+  for f in "$out"/sweep/sweep.txt "$out"/bench-gpu-*/table.txt; do [[ -f $f ]] && cat "$f"; done
   echo "[gpu] results in $out (status $status)"
   return $status
 }
@@ -210,7 +256,7 @@ case "${1:-}" in
   ship) ship ;;
   run) shift && run "$@" ;;
   *)
-    echo "usage: scripts/gpu.sh gather | ship | run OUTDIR [test | memcheck | all | small | bench[=W,...] | dump ...]" >&2
+    echo "usage: scripts/gpu.sh gather | ship | run OUTDIR [lease | test | memcheck | all | small | bench[=W,...] | sweep[=W,...] | dump ...]" >&2
     exit 2
     ;;
 esac

@@ -44,6 +44,7 @@ struct Options {
   uint64_t seed = 12345;
   std::string json_file, svg_file, first_call;
   std::string device = "cpu";  // cpu | cuda
+  std::set<std::string> variants = {"eager", "compiled", "graphs"};  // the timed kiln variants
 };
 
 // One timed implementation's outcome.
@@ -192,11 +193,13 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
     v.check = "ok";
     return true;
   };
-  r.variants[0].check = o.check ? "ok" : "skipped";
+  // (a variant left out by --variants is neither checked nor timed; compiled is always checked)
+  const bool time_eager = o.variants.count("eager") > 0, time_graphs = gpu && o.variants.count("graphs") > 0;
+  r.variants[0].check = o.check && time_eager ? "ok" : "skipped";
   if (gpu) {
     r.variants.push_back({"kiln", "compiled_graphs", "CUDA stream-ordered pool"});
-    if (!check_variant(r.variants[0], [&](int p) { return to_host(w.run(fresh(p))); }) ||
-        !check_variant(r.variants.back(), [&](int p) { return to_host(fg(fresh(p))); }))
+    if ((time_eager && !check_variant(r.variants[0], [&](int p) { return to_host(w.run(fresh(p))); })) ||
+        (time_graphs && !check_variant(r.variants.back(), [&](int p) { return to_host(fg(fresh(p))); })))
       r.failed = true;
   }
   if (!check_variant(r.variants[1], [&](int p) { return to_host(f(fresh(p))); }) || r.failed) {
@@ -218,12 +221,11 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
   Timed comp{"compiled", restore, [&](int c) { comp_out = f(sets[size_t(c % paths)]); sync(); }, [&] { comp_out.clear(); }};
   Timed graphs{"compiled_graphs", restore, [&](int c) { graph_out = fg(sets[size_t(c % paths)]); sync(); },
                [&] { graph_out.clear(); }};
-  std::vector<Timed*> timed = {&eager, &comp};
-  std::vector<size_t> timed_results = {0, 1};  // indices into r.variants (which may still grow)
-  if (gpu) {
-    timed.push_back(&graphs);
-    timed_results.push_back(2);
-  }
+  std::vector<Timed*> timed;
+  std::vector<size_t> timed_results;  // indices into r.variants (which may still grow)
+  if (time_eager) timed.push_back(&eager), timed_results.push_back(0);
+  if (o.variants.count("compiled")) timed.push_back(&comp), timed_results.push_back(1);
+  if (time_graphs) timed.push_back(&graphs), timed_results.push_back(2);
 
 #ifdef KILN_BENCH_LIBTORCH
   std::optional<libtorch::Program> lt;
@@ -345,7 +347,10 @@ WorkloadResult run_ir_file(const std::string& path, const Options& o) {
   Timed eager{"eager", nullptr, [&](int) { eager_out = exe.run_slots(ins); }, [&] { eager_out.clear(); }};
   Timed comp{"compiled", nullptr, [&](int) { comp_out = runner.run(std::span<const ir::Slot>(ins)); },
              [&] { comp_out.clear(); }};
-  time_interleaved({&eager, &comp}, o.policy);
+  std::vector<Timed*> timed;
+  if (o.variants.count("eager")) timed.push_back(&eager);
+  if (o.variants.count("compiled")) timed.push_back(&comp);
+  time_interleaved(timed, o.policy);
   r.variants[0].seconds = eager.seconds;
   r.variants[1].seconds = comp.seconds;
   return r;
@@ -533,6 +538,9 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "where kiln runs: cpu, or cuda (eager and compiled on the GPU, plus compiled "
                  "with CUDA graphs; no compile-time children or libtorch there)")
       ->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--variants", o.variants, "the kiln variants to time, of eager, compiled and graphs (CUDA graphs, "
+                 "on a GPU); compiled is checked either way")
+      ->delimiter(',')->check(CLI::IsMember({"eager", "compiled", "graphs"}));
   app.add_option("--json", o.json_file, "write the records to this file (a JSON array)");
   app.add_option("--svg", o.svg_file, "write the speedup chart to this file");
   app.add_flag("--list", o.list, "print the workloads and their inputs at --tier, and exit");

@@ -164,6 +164,22 @@ def chart(title, workloads, series):
     return "\n".join(o) + "\n"
 
 
+def summarize(out):
+    merged = read_records(os.path.join(out, "bench.json"))
+    workloads, by = [], {}
+    for r in merged:
+        w = r.get("workload")
+        if w and w not in workloads:
+            workloads.append(w)
+        if r.get("tool") != "machine":
+            by[(w, column(r))] = r
+    text = tables(workloads, by)
+    print(text)
+    with open(os.path.join(out, "table.txt"), "w") as f:
+        f.write(text)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kiln-bench", default=os.path.join(ROOT, "build", "tools", "kiln-bench"),
@@ -184,7 +200,11 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: kiln and PyTorch on the GPU (kiln with and without CUDA graphs; torch eager, "
                          "torch.compile and its reduce-overhead mode)")
+    ap.add_argument("--summarize", metavar="DIR",
+                    help="only write DIR/table.txt from DIR/bench.json (a run cut short before its tables)")
     args = ap.parse_args()
+    if args.summarize:
+        return summarize(args.summarize)
     if args.device == "cuda" and args.peers == ap.get_default("peers"):
         args.peers = "torch,torch.compile,torch.compile-ro"
     if not os.access(args.kiln_bench, os.X_OK):

@@ -459,6 +459,38 @@ TEST(CudaEager, WarpRowVectorPassesMatchTheCpu) {
   expect_eager_cases_match_cpu(warp_row_cases());
 }
 
+// Broadcast operands read per run of the innermost loop (a bias over rows as vectors, a column
+// one element per vector), where the runs hold whole vectors and stay aligned, and otherwise
+// element by element: rows of 128 and 130 floats, 64 float16s; a weight over a batch whose rows
+// are 64 floats apart, or 66 (a slice: not whole vectors); a bias starting one float past a
+// 16-byte line. Compiled (specialised kernels, which know their sizes) and as eager ops
+// (size-generic kernels, which check them when they run).
+std::vector<CompiledCase> broadcast_cases() {
+  return {
+      {"a bias over rows of 128", [](const V& v) { return V{v[0] + v[1]}; }, {randn({40, 128}), randn({128})}},
+      {"a bias over rows of 130", [](const V& v) { return V{v[0] * v[1]}; }, {randn({40, 130}), randn({130})}},
+      {"a column over columns", [](const V& v) { return V{v[0] - v[1]}; }, {randn({40, 128}), randn({40, 1})}},
+      {"float16", [](const V& v) { return V{v[0] + v[1]}; }, {randn({30, 64}).to(kFloat16), randn({64}).to(kFloat16)}},
+      {"a weight over a batch", [](const V& v) { return V{v[0] * v[1] + v[2]}; },
+       {randn({3, 33, 64}), randn({33, 64}), randn({64})}},
+      {"a weight of rows 66 apart", [](const V& v) { return V{v[0] * v[1].narrow(1, 0, 64)}; },
+       {randn({3, 33, 64}), randn({33, 66})}},
+      {"a bias off its line", [](const V& v) { return V{v[0] + v[1].narrow(0, 1, 128)}; }, {randn({40, 128}), randn({129})}},
+  };
+}
+
+TEST(CudaCompiledFunction, BroadcastOperandsMatchCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(35);
+  expect_compiled_cases_match_cpu_eager(broadcast_cases());
+}
+
+TEST(CudaEager, BroadcastOperandsMatchTheCpu) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(35);
+  expect_eager_cases_match_cpu(broadcast_cases());
+}
+
 // Tiled kernels (a transposed operand staged through shared memory, each warp's rows of a tile
 // loaded four at a time ahead of their use: render.cpp's tile_rows) against cpu eager: edge
 // tiles, two staged operands beside a direct one and a broadcast bias, a batch loop outside

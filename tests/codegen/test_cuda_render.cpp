@@ -543,6 +543,29 @@ TEST(CudaSource, BroadcastOperandsAreReadPerRunOfTheInnermostLoop) {
   EXPECT_NE(narrowed.find("kiln_vec<float, 2>*>(p0 + "), std::string::npos) << narrowed;
 }
 
+// A size-generic kernel reads broadcast operands per run too (eager m + bias): one body for
+// every size, whose vector path also checks when it runs what a specialised kernel knows from
+// its sizes: the runs hold whole vectors (L1 % 4) and a run operand's other strides keep its
+// vectors aligned (a weight over a batch, a slice of rows 68 apart: its row stride S1_1).
+TEST(CudaSource, SizeGenericKernelsReadBroadcastOperandsPerRun) {
+  auto generic = [](const kiln::testing::Fn& fn, std::vector<Tensor> in) {
+    passes::Module m = passes::optimize(trace(fn, {in})[0], {});
+    std::vector<codegen::CudaRender> r = codegen::render_cuda(*m.program, "kiln_k", true);
+    EXPECT_TRUE(r.size() == 1 && r[0].kernel && r[0].kernel->generic);
+    return r.size() == 1 && r[0].kernel ? r[0].kernel->body : std::string();
+  };
+  auto add2 = [](const std::vector<Tensor>& v) { return std::vector{v[0] + v[1]}; };
+  const std::string a = generic(add2, {randn({30, 40}), randn({40})}), b = generic(add2, {randn({53, 44}), randn({44})});
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a.find("if (kiln_aligned(p0, 16) && kiln_aligned(p1, 16) && kiln_aligned(s2, 16) && L1 % 4u == 0u) {"),
+            std::string::npos)
+      << a;
+  EXPECT_NE(a.find("reinterpret_cast<const kiln_vec<float, 4>*>(p1 + (int)c1)"), std::string::npos) << a;
+  const std::string w = generic([](const std::vector<Tensor>& v) { return std::vector{v[0] + v[1].narrow(1, 0, 64)}; },
+                                 {randn({3, 33, 64}), randn({33, 68})});
+  EXPECT_NE(w.find("L2 % 4u == 0u && S1_1 % 4 == 0) {"), std::string::npos) << w;
+}
+
 // A row loop without a row cache counts its iterations on entry, so that the compiler unrolls
 // it into groups of four loads with no bounds check between them (one load in flight per
 // thread otherwise: row_sum at 72% of the copy's bandwidth on an H100). Parenthesised: the

@@ -242,7 +242,7 @@ void Renderer::plan_vector() {
       expect *= k_.loops[size_t(d)];
     }
     linear_[j] = lin && !invariant;
-    const bool per_run = !linear_[j] && !invariant && !generic_ && j < k_.loads.size() && last >= 0;
+    const bool per_run = !linear_[j] && !invariant && j < k_.loads.size() && last >= 0;
     if (linear_[j]) {
       widest = std::max<size_t>(widest, size_t(itemsize(a.dtype)));
     } else if (per_run && moves(a, size_t(last)) && a.strides[size_t(last)] == 1) {
@@ -257,12 +257,16 @@ void Renderer::plan_vector() {
     if (j >= k_.loads.size() && invariant && out_.items > 1) all = false;
   }
   if (all && widest > 0) out_.vector = int(std::min<size_t>(8, 16 / widest));
+  // (a size-generic kernel checks the run's length and its operands' strides that are
+  // parameters when it runs: vector_loop)
   auto whole_runs = [&](int64_t v) {
     if (!per_run_) return true;
-    if (k_.loops[size_t(last)] % v) return false;
+    if (!generic_ && k_.loops[size_t(last)] % v) return false;
     for (size_t j = 0; j < nops(); ++j)
       for (int d = 0; run_[j] && d < rank(); ++d)
-        if (d != last && moves(operand(j), size_t(d)) && operand(j).strides[size_t(d)] % v) return false;
+        if (d != last && moves(operand(j), size_t(d)) && !(generic_ && stride_is_param(operand(j), size_t(d))) &&
+            operand(j).strides[size_t(d)] % v)
+          return false;
     return true;
   };
   while (out_.vector > 1 && !whole_runs(out_.vector)) out_.vector /= 2;
@@ -632,7 +636,9 @@ void Renderer::elementwise() {
 
 // Every operand contiguous (or read at one element, or per run of the innermost loop): VEC
 // elements per aligned access when all of their addresses allow it, the scalar loop for the
-// tail.
+// tail. A size-generic kernel reading per run also checks what a specialised one knows from
+// its sizes (plan_vector): the runs hold whole vectors, and the run operands' other strides
+// keep their vectors aligned; else the scalar loop takes every element.
 void Renderer::vector_loop() {
   const int V = out_.vector;
   std::string cond;
@@ -641,6 +647,14 @@ void Renderer::vector_loop() {
     const passes::Access& a = operand(j);
     cond += std::string(cond.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
             std::to_string(j) + ", " + std::to_string(V * int(itemsize(a.dtype))) + ")";
+  }
+  if (generic_ && per_run_) {
+    int last = rank() - 1;
+    while (k_.loops[size_t(last)] <= 1) --last;
+    cond += " && " + extent(last) + " % " + std::to_string(V) + "u == 0u";
+    for (size_t j = 0; j < nops(); ++j)
+      for (int d = 0; run_[j] && d < rank(); ++d)
+        if (d != last && stride_is_param(operand(j), size_t(d))) cond += " && " + stride(j, size_t(d)) + " % " + std::to_string(V) + " == 0";
   }
   line() << "if (" << cond << ") {\n";
   ++indent_;

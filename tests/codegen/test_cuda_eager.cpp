@@ -459,6 +459,49 @@ TEST(CudaEager, WarpRowVectorPassesMatchTheCpu) {
   expect_eager_cases_match_cpu(warp_row_cases());
 }
 
+// Block-per-row kernels (rows past 2048) by 16-byte vectors in every pass over the row, the row
+// stores too, the elements past the whole vectors one by one: with a row cache in shared
+// memory (layernorm over 4096 and 3001: a tail; softmax in float16; a row stride of 4098, so
+// no vectors; a slice starting one element off its line, checked once for the kernel; an
+// update in place of the cached row) and without (rows of 9000 read in each pass). More rows
+// than blocks, so that a block's threads take row after row with the same cache.
+std::vector<CompiledCase> block_row_cases() {
+  auto layernorm = [](const Tensor& x, const Tensor& w, const Tensor& b) {
+    Tensor mean = x.mean({-1}, true), var = x.var({-1}, 0, true);
+    return (x - mean) / sqrt(var + 1e-5) * w + b;
+  };
+  return {
+      {"layernorm over 4096", [=](const V& v) { return V{layernorm(v[0], v[1], v[2])}; },
+       {randn({70, 4096}), randn({4096}), randn({4096})}},
+      {"layernorm over 3001", [=](const V& v) { return V{layernorm(v[0], v[1], v[2])}; },
+       {randn({70, 3001}), randn({3001}), randn({3001})}},
+      {"softmax, float16", [](const V& v) { return V{softmax(v[0], 1)}; }, {randn({40, 2500}).to(kFloat16)}},
+      {"rows 4098 apart", [](const V& v) { return V{softmax(v[0].narrow(1, 0, 4096), 1)}; }, {randn({40, 4098})}},
+      {"a slice off its line", [](const V& v) { return V{log_softmax(v[0].narrow(1, 1, 4096), 1)}; }, {randn({40, 4101})}},
+      {"in place",
+       [](const V& v) {
+         Tensor x = v[0].clone();
+         x.sub_(x.amax({1}, true));
+         x.div_(x.abs().sum({1}, true));
+         return V{x};
+       },
+       {randn({50, 3000})}},
+      {"no cache: rows of 9000", [](const V& v) { return V{v[0] - v[0].mean({1}, true)}; }, {randn({30, 9000})}},
+  };
+}
+
+TEST(CudaCompiledFunction, BlockRowVectorPassesMatchCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(36);
+  expect_compiled_cases_match_cpu_eager(block_row_cases());
+}
+
+TEST(CudaEager, BlockRowVectorPassesMatchTheCpu) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(36);
+  expect_eager_cases_match_cpu(block_row_cases());
+}
+
 // Broadcast operands read per run of the innermost loop (a bias over rows as vectors, a column
 // one element per vector), where the runs hold whole vectors and stay aligned, and otherwise
 // element by element: rows of 128 and 130 floats, 64 float16s; a weight over a batch whose rows

@@ -590,12 +590,12 @@ TEST(CudaSource, RowLoopsCountTheirIterationsAndUnrollByFour) {
 TEST(CudaSource, ReductionPassesOverContiguousRowsReadSixteenBytesPerLoad) {
   std::string s = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].sum({1})}; }, {randn({300, 5001})});
   EXPECT_NE(s.find("block-per-row, 300 rows, 4-wide vector accesses"), std::string::npos) << s;
-  EXPECT_NE(s.find("const unsigned nv0 = kiln_aligned(p0 + (int)row * 5001, 16) ? 5001u / 4u : 0u;"), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned nvr = kiln_aligned(p0 + (int)row * 5001, 16) ? 5001u / 4u : 0u;"), std::string::npos) << s;
   EXPECT_NE(s.find("#pragma unroll 4\n      for (unsigned qk = 0; qk < qn; ++qk) {"), std::string::npos) << s;
   EXPECT_NE(s.find("const kiln_vec<float, 4> l0 = *reinterpret_cast<const kiln_vec<float, 4>*>(p0 + (int)row * 5001 + base);"),
             std::string::npos)
       << s;
-  EXPECT_NE(s.find("const unsigned e = (nv0 * 4u + (unsigned)threadIdx.x) + ek * (blockDim.x);"), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned e = (nvr * 4u + (unsigned)threadIdx.x) + ek * (blockDim.x);"), std::string::npos) << s;
 
   std::string d = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].sum()}; }, {randn({100000}).to(kFloat64)});
   EXPECT_NE(d.find("split, 100000 elements, 2-wide vector accesses"), std::string::npos) << d;
@@ -624,7 +624,7 @@ TEST(CudaSource, SizeGenericReductionPassesReadVectorsToo) {
   codegen::CudaKernel a = render(row_sums, {randn({300, 5001})}), b = render(row_sums, {randn({7, 2900})});
   EXPECT_EQ(a.body, b.body);
   EXPECT_EQ(a.vector, 4);
-  EXPECT_NE(a.body.find("const unsigned nv0 = kiln_aligned(p0 + (int)row * S0_0, 16) ? row_len / 4u : 0u;"), std::string::npos)
+  EXPECT_NE(a.body.find("const unsigned nvr = kiln_aligned(p0 + (int)row * S0_0, 16) ? row_len / 4u : 0u;"), std::string::npos)
       << a.body;
   EXPECT_NE(a.body.find("reinterpret_cast<const kiln_vec<float, 4>*>(p0 + (int)row * S0_0 + base)"), std::string::npos) << a.body;
   codegen::CudaKernel two =
@@ -805,15 +805,43 @@ TEST(CudaSource, WarpRowsKeepTheirRowInRegistersAcrossPasses) {
 
 // Rows past 2048 go one per block; a block-per-row kernel of several passes keeps its row in
 // shared memory instead (layernorm over 4096: the mean, the variance, the stores), each thread
-// reading back the positions it wrote. Rows past 32 KiB of cache are read once per pass.
+// reading back the positions it wrote. Its passes go by 16-byte vectors, the stores too, where
+// the kernel finds its operands aligned (checked once, before the rows: every row must split
+// between vectors and elements the same way, for each thread to own the same cache slots row
+// after row), the elements past the whole vectors one by one. Rows past 32 KiB of cache are
+// read once per pass.
 TEST(CudaSource, BlockRowsKeepTheirRowInSharedMemoryAcrossPasses) {
   std::string body = layernorm_body(4096);
-  EXPECT_NE(body.find("block-per-row"), std::string::npos) << body;
+  EXPECT_NE(body.find("block-per-row, 300 rows, 4-wide vector accesses"), std::string::npos) << body;
   EXPECT_NE(body.find("__shared__ float rs0[4096];  // row cache"), std::string::npos) << body;
-  EXPECT_EQ(count_of(body, "p0["), 1u) << body;        // the row: once
-  EXPECT_EQ(count_of(body, "rs0[e] = v0;"), 1u) << body;
-  EXPECT_EQ(count_of(body, "= rs0[e];"), 2u) << body;  // then from shared memory in the two later passes
-  EXPECT_EQ(count_of(body, "p1[(int)e]"), 1u) << body;  // the weight: not cached
+  EXPECT_LT(body.find("const unsigned nvr = kiln_aligned(p0, 16) && kiln_aligned(p1, 16) && kiln_aligned(p2, 16) && "
+                      "kiln_aligned(s3, 16) ? 4096u / 4u : 0u;"),
+            body.find("for (unsigned row = "))
+      << body;
+  // the row: once, by vectors and then element by element
+  EXPECT_EQ(count_of(body, "reinterpret_cast<const kiln_vec<float, 4>*>(p0 + (int)row * 4096 + base)"), 1u) << body;
+  EXPECT_EQ(count_of(body, "p0["), 1u) << body;
+  EXPECT_EQ(count_of(body, "rs0[e] = v0;"), 2u) << body;
+  EXPECT_EQ(count_of(body, "= rs0[e];"), 4u) << body;  // then from shared memory in the two later passes
+  // the weight: not cached; the stores by vectors
+  EXPECT_EQ(count_of(body, "reinterpret_cast<const kiln_vec<float, 4>*>(p1 + 0 + base)"), 1u) << body;
+  EXPECT_EQ(count_of(body, "p1[(int)e]"), 1u) << body;
+  EXPECT_EQ(count_of(body, "*reinterpret_cast<kiln_vec<float, 4>*>(s3 + (int)row * 4096 + base) = w3;"), 1u) << body;
+  // rows 4098 floats apart: no row but the first starts on a 16-byte line, so no vectors
+  std::string apart = source_of([](const std::vector<Tensor>& v) { return std::vector{softmax(v[0].narrow(1, 0, 4096), 1)}; },
+                                {randn({30, 4098})});
+  EXPECT_NE(apart.find("__shared__ float rs0[4096];  // row cache"), std::string::npos) << apart;
+  EXPECT_EQ(apart.find("kiln_vec<float"), std::string::npos) << apart;
+  // size-generic (an eager softmax): the rows' stride checked with the data's alignment
+  auto graphs = trace([](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {{randn({30, 3000})}});
+  passes::Module m = passes::optimize(graphs[0], {});
+  std::vector<codegen::CudaRender> r = codegen::render_cuda(*m.program, "kiln_k", true);
+  ASSERT_TRUE(r.size() == 1 && r[0].kernel);
+  EXPECT_NE(r[0].kernel->body.find("__shared__ float rs0[4096];  // row cache"), std::string::npos) << r[0].kernel->body;
+  EXPECT_NE(r[0].kernel->body.find("const unsigned nvr = kiln_aligned(p0, 16) && kiln_aligned(s1, 16) && S0_0 % 4 == 0 && "
+                                   "S1_0 % 4 == 0 ? row_len / 4u : 0u;"),
+            std::string::npos)
+      << r[0].kernel->body;
   std::string wide = source_of([](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({4, 9000})});
   EXPECT_NE(wide.find("block-per-row"), std::string::npos) << wide;
   EXPECT_EQ(wide.find("row cache"), std::string::npos) << wide;

@@ -83,8 +83,10 @@ int Renderer::along_row(size_t j) const {
 // Kernels whose loads that vary along the row are all contiguous over the reduced loops (in
 // their order) read VEC elements per 16-byte load (PyTorch's reductions read their input the
 // same way); linear_ marks those operands.
-// - BlockRow, Split and WarpRow without a row cache, in their reduction passes (reduce_pass):
-//   each thread then has four vectors in flight in the unrolled pass, not four elements.
+// - BlockRow, Split and WarpRow without a row cache, in every pass over the row (row_pass):
+//   each thread then has four vectors in flight in the unrolled pass, not four elements. The
+//   row stores contiguous along the row go by vectors too (others element by element), and a
+//   BlockRow row cache in shared memory is filled and read at the vectors' elements.
 //   Size-generic kernels too, over a single reduced loop.
 // - WarpRow with a row cache (softmax, layernorm), in every pass and in its row stores too,
 //   which must then be contiguous along the row as well (warp_vector_pass): a lane owns VEC
@@ -94,7 +96,8 @@ void Renderer::plan_row_vector(const RowPlan& p) {
   row_vec_ = 1;
   run_.assign(nops(), false);
   const bool warp = out_.strategy == CudaStrategy::WarpRow && cache_iters_;
-  if (cache_row_ || out_.strategy == CudaStrategy::ThreadRow || out_.strategy == CudaStrategy::ColumnSplit) return;
+  const bool row_stores = out_.strategy == CudaStrategy::BlockRow || out_.strategy == CudaStrategy::WarpRow;
+  if (out_.strategy == CudaStrategy::ThreadRow || out_.strategy == CudaStrategy::ColumnSplit) return;
   if (generic_) {
     // A size-generic kernel's reduction passes go by vectors too (eager x.sum(1) on a GPU),
     // when a single loop runs along the row: contiguity is then its unit stride, which is in
@@ -109,12 +112,15 @@ void Renderer::plan_row_vector(const RowPlan& p) {
   std::vector<size_t> ops;
   for (size_t j = 0; j < k_.loads.size(); ++j)
     if (k_.loads[j].buffer >= 0) ops.push_back(j);
-  if (warp)
+  if (row_stores)
     for (size_t j : p.in_row) ops.push_back(k_.loads.size() + j);
   size_t widest = 0;
   for (size_t j : ops) {
     const int along = along_row(j);
-    if (along < 0 || (along == 0 && j >= k_.loads.size())) return;
+    if (along < 0 || (along == 0 && j >= k_.loads.size())) {
+      if (j >= k_.loads.size() && !warp) continue;  // (stored element by element at the lanes' coordinates)
+      return;
+    }
     if (along == 0) continue;  // (the same element along the row: read once per row)
     linear_[j] = true;
     widest = std::max<size_t>(widest, size_t(itemsize(operand(j).dtype)));
@@ -130,21 +136,50 @@ void Renderer::plan_row_vector(const RowPlan& p) {
     int64_t regs = 0;
     for (size_t id = 0; id < cached_.size(); ++id)
       if (cached_[id]) regs += iters * (itemsize(code_.code[id].type) == 8 ? 2 : 1);
-    // (every row's start aligned where the data is: the row loops' strides whole vectors; in
-    // a size-generic kernel those that are parameters, and the row's length, checked by rows())
-    bool rows_aligned = generic_ ? iters % v == 0 : row_len_ % v == 0;
-    for (size_t j = 0; j < nops(); ++j)
-      for (int d = 0; linear_[j] && d < rf(); ++d)
-        rows_aligned = rows_aligned && (!moves(operand(j), size_t(d)) || (generic_ && stride_is_param(operand(j), size_t(d))) ||
-                                        operand(j).strides[size_t(d)] % v == 0);
-    if (v > 1 && regs <= kRowCacheMax && rows_aligned) {
+    // (every row's start aligned where the data is: the rows whole vectors long)
+    const bool whole = generic_ ? iters % v == 0 : row_len_ % v == 0;
+    if (v > 1 && regs <= kRowCacheMax && whole && rows_apart(v)) {
       row_vec_ = out_.vector = v;
       cache_iters_ = iters;
     }
-  } else if (v > 1 && (generic_ || row_len_ >= 8 * v)) {  // (a row shorter than a few vectors per thread gains nothing)
+  } else if (v > 1 && (generic_ || row_len_ >= 8 * v) && (!cache_row_ || rows_apart(v))) {
+    // (a row shorter than a few vectors per thread gains nothing; a BlockRow row cache needs
+    // every row's start aligned where the data is, for its threads to own the same elements
+    // row after row: row_loop_body)
     row_vec_ = out_.vector = v;
   }
   if (row_vec_ == 1) linear_.assign(nops(), false);
+}
+
+// Whether the vector operands' rows are whole vectors of v elements apart: the row loops'
+// strides, those that are parameters of a size-generic kernel checked when it runs
+// (kernel_aligned).
+bool Renderer::rows_apart(int v) const {
+  for (size_t j = 0; j < nops(); ++j)
+    for (int d = 0; linear_[j] && d < rf(); ++d)
+      if (moves(operand(j), size_t(d)) && !(generic_ && stride_is_param(operand(j), size_t(d))) &&
+          operand(j).strides[size_t(d)] % v)
+        return false;
+  return true;
+}
+
+// Whether every row's start is aligned for the vectors, checked once per kernel: the vector
+// operands' data aligned, and in a size-generic kernel what a specialised one knows from its
+// sizes (rows_apart's strides; with `whole_rows`, rows whole vectors long).
+std::string Renderer::kernel_aligned(bool whole_rows) {
+  std::string aligned;
+  const std::string Vs = std::to_string(row_vec_);
+  for (size_t j = 0; j < nops(); ++j)
+    if (linear_[j])
+      aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
+                 std::to_string(j) + ", " + std::to_string(row_vec_ * int(itemsize(operand(j).dtype))) + ")";
+  if (generic_) {
+    if (whole_rows) aligned += " && row_len % " + Vs + "u == 0u";
+    for (size_t j = 0; j < nops(); ++j)
+      for (int d = 0; linear_[j] && d < rf(); ++d)
+        if (stride_is_param(operand(j), size_t(d))) aligned += " && " + stride(j, size_t(d)) + " % " + Vs + " == 0";
+  }
+  return aligned;
 }
 
 // Operand j's offset at the row's start (no coordinates along the row).
@@ -213,37 +248,57 @@ void Renderer::warp_vector_pass(Body&& body) {
   for (int& c : cached_) c = c == 3 ? 2 : c;  // (filled by this pass: read from the cache after it)
 }
 
-// A reduction pass (no stores in it) over [from, end) by `step`: with row_vec_ > 1, the whole
-// vectors from the row's start are read VEC elements per load when every vector load's row
+// A pass over the row's elements [from, end) by `step`: with row_vec_ > 1, the whole vectors
+// from the row's start go VEC elements per load and per store when every vector operand's row
 // start is aligned (checked per row: a sliced operand's rows may not be), `body` running once
 // per element of each vector in order; the rest of the row (or all of it) element by element.
+// The body is rendered first, so that only the vectors it reads are loaded before it and only
+// those it writes are stored after it. In a row loop every pass takes the row's one check
+// (row_nv_), so that each thread visits the same elements in every pass: a BlockRow thread
+// reads back from its shared-memory row cache only what it wrote there.
 template <class Body>
-void Renderer::reduce_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end) {
+void Renderer::row_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end) {
   // (vectors are counted from the row's start: a pass over a part of the row goes element by element)
   // (and a WarpRow cache's passes are all vector passes: row_loop)
   if (row_vec_ < 2 || !end.empty() || cache_iters_) return row_loop(from, step, body, end);
   const int V = row_vec_;
-  const std::string Vs = std::to_string(V) + "u", nv = fresh("nv");
-  std::vector<std::string> start(k_.loads.size());
-  std::string aligned;
-  for (size_t j = 0; j < k_.loads.size(); ++j) {
-    if (!linear_[j]) continue;
-    start[j] = "p" + std::to_string(j) + " + " + row_start(j);
-    aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + start[j] + ", " +
-               std::to_string(V * int(itemsize(k_.loads[j].dtype))) + ")";
+  const std::string Vs = std::to_string(V) + "u";
+  std::string nv = row_nv_;
+  if (nv.empty()) {  // (Split: each pass checks its own loads)
+    nv = fresh("nv");
+    line() << "const " << I_ << " " << nv << " = " << row_aligned(false) << " ? " << row_len() << " / " << Vs << " : 0u;\n";
   }
-  line() << "const " << I_ << " " << nv << " = " << aligned << " ? " << (end.empty() ? row_len() : end) << " / " << Vs
-         << " : 0u;\n";
   open_counted_loop(I_, "q", from, nv, step);
   line() << "const " << I_ << " base = q * " << Vs << ";\n";
-  auto vt = [&](const passes::Access& a) { return vec_type(a.dtype, V); };
-  for (size_t j = 0; j < k_.loads.size(); ++j)
-    if (linear_[j])
-      line() << "const " << vt(k_.loads[j]) << " l" << j << " = *reinterpret_cast<const " << vt(k_.loads[j]) << "*>("
-             << start[j] << " + base);\n";
+  std::ostringstream lanes;
+  std::swap(o_, lanes);
+  vec_used_.clear();
+  const std::vector<int> cache = cached_;
   vector_lanes("base", body);
+  std::swap(o_, lanes);
+  auto at = [&](size_t j) { return (j < k_.loads.size() ? "p" : "s") + std::to_string(j) + " + " + row_start(j) + " + base"; };
+  auto vt = [&](size_t j) { return vec_type(operand(j).dtype, V); };
+  for (size_t j : vec_used_)
+    if (j < k_.loads.size()) line() << "const " << vt(j) << " l" << j << " = *reinterpret_cast<const " << vt(j) << "*>(" << at(j) << ");\n";
+    else line() << vt(j) << " w" << j << ";\n";
+  o_ << lanes.str();
+  for (size_t j : vec_used_)
+    if (j >= k_.loads.size()) line() << "*reinterpret_cast<" << vt(j) << "*>(" << at(j) << ") = w" << j << ";\n";
   close_counted_loop();
+  cached_ = cache;  // (the elements past the whole vectors fill the row cache as well)
   row_loop(nv + " * " + Vs + " + " + from, step, body, end);
+}
+
+// Whether the vector operands' data at the row's start is aligned: the loads only, or the
+// stores too.
+std::string Renderer::row_aligned(bool stores) {
+  std::string aligned;
+  for (size_t j = 0; j < (stores ? nops() : k_.loads.size()); ++j) {
+    if (!linear_[j]) continue;
+    aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
+               std::to_string(j) + " + " + row_start(j) + ", " + std::to_string(row_vec_ * int(itemsize(operand(j).dtype))) + ")";
+  }
+  return aligned;
 }
 
 // A cached load's element at the current row position: WarpRow's register (`it` a constant
@@ -329,19 +384,7 @@ void Renderer::rows() {
   plan_row_cache(p);
   plan_row_vector(p);
   if (!(cache_iters_ && row_vec_ > 1)) return row_loop_body(p, loop);
-  std::string aligned;
-  const std::string Vs = std::to_string(row_vec_);
-  for (size_t j = 0; j < nops(); ++j)
-    if (linear_[j])
-      aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
-                 std::to_string(j) + ", " + std::to_string(row_vec_ * int(itemsize(operand(j).dtype))) + ")";
-  if (generic_) {  // (what a specialised kernel knows: whole vectors per row, rows whole vectors apart)
-    aligned += " && row_len % " + Vs + "u == 0u";
-    for (size_t j = 0; j < nops(); ++j)
-      for (int d = 0; linear_[j] && d < rf(); ++d)
-        if (stride_is_param(operand(j), size_t(d))) aligned += " && " + stride(j, size_t(d)) + " % " + Vs + " == 0";
-  }
-  line() << "if (" << aligned << ") {\n";
+  line() << "if (" << kernel_aligned(true) << ") {\n";
   ++indent_;
   row_loop_body(p, loop);
   --indent_;
@@ -362,9 +405,23 @@ void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
   coord_.assign(size_t(rank()), "");
   memo_.assign(code_.code.size(), "");
   scans_declared_.clear();
+  // Where the row's vectors end, for every pass over it (row_pass): checked per row, or with a
+  // BlockRow row cache once per kernel, so that every row splits the same way between the
+  // vectors and the elements after them and each thread owns the same cache slots row after
+  // row (with no barrier between a row's last pass and the next row's first).
+  row_nv_.clear();
+  const bool vectors = row_vec_ > 1 && !cache_iters_;
+  if (vectors && cache_row_) {
+    row_nv_ = "nvr";
+    line() << "const " << I_ << " nvr = " << kernel_aligned(false) << " ? " << row_len() << " / " << row_vec_ << "u : 0u;\n";
+  }
   line() << loop;
   ++indent_;
   decompose("row", 0, rf());
+  if (vectors && !cache_row_) {
+    row_nv_ = "nvr";
+    line() << "const " << I_ << " nvr = " << row_aligned(true) << " ? " << row_len() << " / " << row_vec_ << "u : 0u;\n";
+  }
   if (cache_iters_ && row_vec_ > 1)
     for (size_t j = 0; j < nops(); ++j) {  // the vector operands at the row's start
       if (!linear_[j]) continue;
@@ -387,7 +444,7 @@ void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
       line() << ctype(in.type) << " acc" << r << " = " << identity(in) << ";\n";
     }
     declare_scans(need);
-    reduce_pass(t0_, nt_, [&] {
+    row_pass(t0_, nt_, [&] {
       for (int id : need)
         if (code_.code[size_t(id)].row) value(id);
       for (int r : p.reduces[size_t(depth)]) {
@@ -415,7 +472,7 @@ void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
     for (int id : p.needs.back())
       if (!code_.code[size_t(id)].row) value(id);
     declare_scans(p.needs.back());
-    row_loop(t0_, nt_, [&] {
+    row_pass(t0_, nt_, [&] {
       store_all(p.in_row, "");
     });
   }
@@ -430,7 +487,7 @@ void Renderer::partial_pass(const RowPlan& p, const std::string& from, const std
   for (int id : need)
     if (!code_.code[size_t(id)].row) value(id);
   for (int r : p.reduces[1]) line() << ctype(code_.code[size_t(r)].type) << " acc" << r << " = " << identity(code_.code[size_t(r)]) << ";\n";
-  reduce_pass(from, step, [&] {
+  row_pass(from, step, [&] {
     for (int id : need)
       if (code_.code[size_t(id)].row) value(id);
     for (int r : p.reduces[1]) {

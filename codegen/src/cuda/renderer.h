@@ -83,7 +83,8 @@ class Renderer {
   std::vector<bool> staged_;          // Tiled: per load, read through a shared-memory tile
   int64_t tile_ = kTile;              // Tiled: the side of a tile (32 or 64: one or two columns per lane)
   bool from_tiles_ = false;           // inside the Tiled compute loop: staged loads read the tiles
-  int row_vec_ = 1;                   // BlockRow/Split reduction passes, WarpRow with a cache: elements per vector
+  int row_vec_ = 1;                   // BlockRow/Split/WarpRow passes: elements per vector
+  std::string row_nv_;                // BlockRow/WarpRow without a cache: the row's whole vectors ("" in Split)
   std::set<size_t> vec_used_;         // WarpRow vector pass: the operands its body reads or writes by lanes
   int64_t cache_iters_ = 0;           // WarpRow with a row cache: row elements per lane (0: none)
   int64_t cache_row_ = 0;             // BlockRow with a row cache: elements per cached row (0: none)
@@ -206,7 +207,10 @@ class Renderer {
   template <class Body>
   void warp_vector_pass(Body&& body);
   template <class Body>
-  void reduce_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end = "");
+  void row_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end = "");
+  std::string row_aligned(bool stores);
+  bool rows_apart(int v) const;
+  std::string kernel_aligned(bool whole_rows);
   std::string cache_slot(size_t id) const;
   void plan_row_cache(const RowPlan& p);
   void declare_scans(const std::vector<int>& need);

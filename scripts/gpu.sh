@@ -179,19 +179,28 @@ phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torc
   [[ -f $dir/table.txt || ! -f $dir/bench.json ]] || python3 tools/bench/compare.py --summarize "$dir" >>"$dir.log" 2>&1
   return $rc
 }
-# The backend's tuning variables (docs/env_vars.md) that the sweep compares, each setting a
-# space-separated list of VAR=VALUE ('' : the defaults), and the workloads it compares them on.
-sweep_settings=('' 'KILN_CUDA_GRID_PER_SM=0' 'KILN_CUDA_GRID_PER_SM=4' 'KILN_CUDA_TILE=64'
-                'KILN_CUDA_TILE=64 KILN_CUDA_GRID_PER_SM=0')
-phase_sweep() {  # kiln compiled alone under each setting, side by side (tools/bench/sweep.py)
-  local filter=${1:-transpose_add,row_sum,softmax,layernorm,sum_f64} s
-  local args=()
-  for s in "${sweep_settings[@]}"; do args+=(--setting "$s"); done
-  timeout "$(limit "${KILN_GPU_SWEEP_TIMEOUT:-300}")" python3 tools/bench/sweep.py --kiln-bench $build/tools/kiln-bench \
-    --device cuda --tier gpu --filter "$filter" "${args[@]}" --rounds "${KILN_GPU_SWEEP_ROUNDS:-1}" \
-    --out "$out/sweep" >"$out/sweep.log" 2>&1
-  local rc=$?
-  [[ -f $out/sweep/sweep.txt || ! -f $out/sweep/sweep.json ]] || python3 tools/bench/sweep.py --summarize "$out/sweep" >>"$out/sweep.log" 2>&1
+# The sweeps of the backend's tuning variables (docs/env_vars.md, tools/bench/sweep.py), a table
+# each: the workloads (W, or W/INPUT=SIZES/... for other sizes than the gpu tier's: block-per-row
+# layernorm and softmax over rows of 4096) and the settings, separated by '|' ('defaults': none set).
+sweeps=(
+  "transpose_add,row_sum,softmax,layernorm,layernorm/x=16384x4096/w=4096/b=4096,softmax/x=16384x4096|defaults|KILN_CUDA_GRID_PER_SM=0|KILN_CUDA_GRID_PER_SM=4"
+  "transpose_add|defaults|KILN_CUDA_TILE=64|KILN_CUDA_TILE=64 KILN_CUDA_GRID_PER_SM=0"
+)
+phase_sweep() {  # kiln compiled alone under each setting, side by side (N: only the N-th sweep)
+  local end=$(( SECONDS + $(limit "${KILN_GPU_SWEEP_TIMEOUT:-300}") )) rc=0 n=0 group
+  for group in "${sweeps[@]}"; do
+    n=$((n + 1))
+    [[ -z ${1:-} || $1 == "$n" ]] || continue
+    local parts=() args=() s
+    IFS='|' read -r -a parts <<<"$group"
+    for s in "${parts[@]:1}"; do args+=(--setting "${s/#defaults/}"); done
+    (( end - SECONDS > 5 )) || { echo "sweep $n: no time left" >>"$out/sweep.log"; rc=1; continue; }
+    timeout $(( end - SECONDS )) python3 tools/bench/sweep.py --kiln-bench $build/tools/kiln-bench --device cuda --tier gpu \
+      --filter "${parts[0]}" "${args[@]}" --rounds "${KILN_GPU_SWEEP_ROUNDS:-1}" --out "$out/sweep-$n" >>"$out/sweep.log" 2>&1 || rc=1
+    # cut short by its limit: the table of the workloads it finished
+    [[ -f $out/sweep-$n/sweep.txt || ! -f $out/sweep-$n/sweep.json ]] ||
+      python3 tools/bench/sweep.py --summarize "$out/sweep-$n" >>"$out/sweep.log" 2>&1
+  done
   return $rc
 }
 phase_small() {  # tiny tensors: the per-call host overhead; and NVRTC compile vs disk-cache load
@@ -231,7 +240,7 @@ run() {
   for p in "${phases[@]}"; do
     local name=${p%%=*} arg=
     [[ $p == *=* ]] && arg=${p#*=}
-    declare -F "phase_$name" >/dev/null || { echo "[gpu] no phase '$name' (test memcheck all small bench[=W,...] sweep[=W,...] dump, or lease alone)" >&2; exit 2; }
+    declare -F "phase_$name" >/dev/null || { echo "[gpu] no phase '$name' (test memcheck all small bench[=W,...] sweep[=N] dump, or lease alone)" >&2; exit 2; }
     if [[ -n $deadline ]] && (( deadline - SECONDS < 20 )); then
       echo "$p: skipped (deadline)" | tee -a "$out/summary.txt"
       continue
@@ -246,7 +255,7 @@ run() {
   done
   # the short story last: what the reply of a lent machine's call carries
   grep -h -E "tests passed|tests failed|ERROR SUMMARY" "$out"/ctest-*.log "$out"/memcheck.log 2>/dev/null || true
-  for f in "$out"/sweep/sweep.txt "$out"/bench-gpu-*/table.txt; do [[ -f $f ]] && cat "$f"; done
+  for f in "$out"/sweep-*/sweep.txt "$out"/bench-gpu-*/table.txt; do [[ -f $f ]] && cat "$f"; done
   echo "[gpu] results in $out (status $status)"
   return $status
 }
@@ -256,7 +265,7 @@ case "${1:-}" in
   ship) ship ;;
   run) shift && run "$@" ;;
   *)
-    echo "usage: scripts/gpu.sh gather | ship | run OUTDIR [lease | test | memcheck | all | small | bench[=W,...] | sweep[=W,...] | dump ...]" >&2
+    echo "usage: scripts/gpu.sh gather | ship | run OUTDIR [lease | test | memcheck | all | small | bench[=W,...] | sweep[=N] | dump ...]" >&2
     exit 2
     ;;
 esac

@@ -39,6 +39,7 @@ const char* const kKilnAllocator = "kiln caching allocator";
 struct Options {
   std::string filter, tier = "bench", dtype;
   std::vector<std::string> ir_files;
+  std::vector<std::string> inputs;  // --input NAME=SIZES[:DTYPE] (every workload must have NAME)
   bool check = true, compile_time = true, libtorch = true, list = false;
   RepPolicy policy;
   uint64_t seed = 12345;
@@ -118,9 +119,16 @@ std::optional<DType> dtype_override(const Options& o) {
 
 wl::Tier tier_of(const Options& o) { return *wl::tier_from_name(o.tier); }
 
+std::vector<wl::InputOverride> overrides_of(const Options& o) {
+  std::vector<wl::InputOverride> v;
+  for (const std::string& spec : o.inputs) v.push_back(wl::parse_input_override(spec));
+  return v;
+}
+
 std::vector<std::string> child_args(const Options& o) {
   std::vector<std::string> a = {"--tier", o.tier, "--seed", std::to_string(o.seed), "--device", o.device};
   if (!o.dtype.empty()) a.insert(a.end(), {"--dtype", o.dtype});
+  for (const std::string& spec : o.inputs) a.insert(a.end(), {"--input", spec});
   return a;
 }
 
@@ -130,7 +138,7 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
   WorkloadResult r;
   r.name = w.name;
   r.tier = o.tier;
-  std::vector<wl::InputSpec> specs = w.input_specs(tier_of(o), dtype_override(o));
+  std::vector<wl::InputSpec> specs = w.input_specs(tier_of(o), dtype_override(o), overrides_of(o));
   r.inputs = join_specs(specs);
   r.dtype = dtype_label(specs);
   r.variants.push_back({"kiln", "eager", kKilnAllocator});
@@ -139,7 +147,7 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
   if (o.compile_time) r.compile = measure_compile_times(w.name, child_args(o));
 
   const int paths = std::max(1, w.paths);
-  std::vector<std::vector<Tensor>> pristine = w.path_inputs(tier_of(o), o.seed, dtype_override(o));
+  std::vector<std::vector<Tensor>> pristine = w.path_inputs(tier_of(o), o.seed, dtype_override(o), overrides_of(o));
   std::vector<std::vector<Tensor>> sets = w.mutates_inputs ? std::vector<std::vector<Tensor>>{} : pristine;
   if (w.mutates_inputs)
     for (const auto& s : pristine) sets.push_back(clone_all(s));
@@ -478,7 +486,7 @@ std::string chart(const std::vector<WorkloadResult>& rs, const Machine& m, const
 int first_call_main(const Options& o) {
   const wl::Workload* w = wl::find_workload(o.first_call);
   KILN_CHECK(w, "bench", "no workload named '", o.first_call, "'");
-  std::vector<std::vector<Tensor>> sets = w->path_inputs(tier_of(o), o.seed, dtype_override(o));
+  std::vector<std::vector<Tensor>> sets = w->path_inputs(tier_of(o), o.seed, dtype_override(o), overrides_of(o));
   const bool gpu = o.device == "cuda";
   if (gpu)
     for (auto& s : sets)
@@ -525,6 +533,8 @@ int main(int argc, char** argv) {
   app.add_option("--tier", o.tier, "input sizes: small, bench or gpu")->capture_default_str()->check(CLI::IsMember({"small", "bench", "gpu"}));
   app.add_option("--dtype", o.dtype, "override every floating-point input's dtype")
       ->check(CLI::IsMember({"f32", "f64", "f16", "bf16"}));
+  app.add_option("--input", o.inputs, "override one input of the workloads: NAME=SIZES[:DTYPE] (SIZES as 4096x1024), "
+                 "as dump-ir's; repeatable");
   app.add_option("--ir", o.ir_files, "a saved graph (text or JSON) to benchmark as well; repeatable")
       ->check(CLI::ExistingFile);
   app.add_flag("--check,!--no-check", o.check, "check compiled (and libtorch) outputs against eager first (default on)");
@@ -577,7 +587,7 @@ int main(int argc, char** argv) {
     if (o.list) {
       for (const auto* w : selected)
         std::printf("%-18s %s\n", w->name.c_str(),
-                    join_specs(w->input_specs(tier_of(o), dtype_override(o))).c_str());
+                    join_specs(w->input_specs(tier_of(o), dtype_override(o), overrides_of(o))).c_str());
       return 0;
     }
 

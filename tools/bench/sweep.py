@@ -3,11 +3,13 @@
 experiment a short GPU lease runs to choose a default (docs/bench.md, "Sweeps").
 
     python3 tools/bench/sweep.py [--kiln-bench build/tools/kiln-bench] --device cuda --tier gpu \
-        --filter transpose_add,softmax --setting '' --setting KILN_CUDA_GRID_PER_SM=0 \
+        --filter transpose_add,softmax/x=16384x4096 --setting '' --setting KILN_CUDA_GRID_PER_SM=0 \
         --setting 'KILN_CUDA_TILE=64 KILN_CUDA_GRID_PER_SM=0' [--rounds 2] --out sweep-out
     python3 tools/bench/sweep.py --summarize sweep-out      # the table again, from sweep.json
 
-A setting is a space-separated list of VAR=VALUE (docs/env_vars.md); '' is the defaults. For each
+A workload is a name of the registry, with its inputs' sizes (kiln-bench --input) after slashes
+where they are not the tier's: softmax/x=16384x4096. A setting is a space-separated list of
+VAR=VALUE (docs/env_vars.md); '' is the defaults. For each
 workload in turn, each round runs one `kiln-bench --filter W --variants compiled` per setting (fresh
 processes, in order, so that drift hits every setting alike), with the compiled outputs checked
 against eager. Prints and writes (DIR/sweep.txt) a table of median ms per setting and its ratio to
@@ -44,7 +46,10 @@ def run_one(kiln_bench, workload, setting, base_env, common, tmp):
     out = os.path.join(tmp, "one.json")
     if os.path.exists(out):
         os.remove(out)
-    cmd = [kiln_bench, "--filter", workload, "--json", out, "--no-compile-time", "--variants", "compiled"] + common
+    name, *inputs = workload.split("/")
+    cmd = [kiln_bench, "--filter", name, "--json", out, "--no-compile-time", "--variants", "compiled"] + common
+    for spec in inputs:
+        cmd += ["--input", spec]
     t0 = time.monotonic()
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     wall = time.monotonic() - t0
@@ -61,18 +66,19 @@ def run_one(kiln_bench, workload, setting, base_env, common, tmp):
         rec.update({k: comp.get(k) for k in ("median_ms", "min_ms", "reps", "gbps", "bytes", "check", "inputs")})
     else:
         rec["check"] = "no record"
-        rec["output"] = "\n".join(p.stdout.splitlines()[-10:])
+    if rec["check"] != "ok":  # (why, as kiln-bench said it)
+        rec["output"] = (comp or {}).get("error") or "\n".join(p.stdout.splitlines()[-10:])
     return rec
 
 
 def table(workloads, settings, records):
-    width = 24
+    width, wl = 24, max([18] + [len(w) + 2 for w in workloads])
     out = ["median ms of kiln compiled per setting (x: relative to setting 1; %: of the copy bandwidth "
            "measured in the same process; several rounds: the median of the rounds' medians)", ""]
     out += [f"  [{i + 1}] {s or '(the defaults)'}" for i, s in enumerate(settings)] + [""]
-    out.append(f"{'workload':<18}" + "".join(f"{'[%d]' % (i + 1):>{width}}" for i in range(len(settings))))
+    out.append(f"{'workload':<{wl}}" + "".join(f"{'[%d]' % (i + 1):>{width}}" for i in range(len(settings))))
     for w in workloads:
-        row, base = f"{w:<18}", None
+        row, base = f"{w:<{wl}}", None
         for i, s in enumerate(settings):
             rs = [r for r in records if r["workload"] == w and r["setting"] == s]
             if any(r.get("check") not in ("ok", None) for r in rs):
@@ -101,7 +107,8 @@ def main():
     ap.add_argument("--kiln-bench", default=os.path.join(ROOT, "build", "tools", "kiln-bench"))
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--tier", default="bench", choices=["small", "bench", "gpu"])
-    ap.add_argument("--filter", default="", help="comma-separated workload names (needed unless --summarize)")
+    ap.add_argument("--filter", default="",
+                    help="comma-separated workloads, each NAME[/INPUT=SIZES...] (needed unless --summarize)")
     ap.add_argument("--setting", action="append", default=None,
                     help="space-separated KILN_VAR=VALUE; repeatable; '' for the defaults (default: only that)")
     ap.add_argument("--rounds", type=int, default=1, help="times each setting runs per workload (interleaved)")

@@ -46,7 +46,6 @@
 #include <kiln/passes/kernel.h>
 #include <kiln/passes/pass.h>
 
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -127,58 +126,16 @@ struct Options {
 
 // ---------------------------------------------------------------- input specs
 
-std::optional<DType> parse_dtype(const std::string& s) {
-  if (auto d = ir::dtype_from_short_name(s)) return d;
-  try {
-    return dtype_from_name(s);  // the long names: float32, bfloat16, ...
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
 DType dtype_or_fail(const std::string& s, const std::string& context) {
-  if (auto d = parse_dtype(s)) return *d;
+  if (auto d = wl::parse_dtype(s)) return *d;
   throw Failure(context + "unknown dtype '" + s + "' (one of b8 u8 i8 i16 i32 i64 f16 bf16 f32 f64)");
 }
 
-// SIZES: 1024x1024, [1024,1024], 1000, [] or scalar (0-d).
-std::vector<int64_t> parse_sizes(std::string s, const std::string& context) {
-  if (s == "scalar" || s == "[]") return {};
-  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
-  std::vector<int64_t> sizes;
-  size_t start = 0;
-  while (true) {
-    size_t end = s.find_first_of("x,", start);
-    std::string part = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    int64_t v = -1;
-    auto r = std::from_chars(part.data(), part.data() + part.size(), v);
-    if (part.empty() || r.ec != std::errc() || r.ptr != part.data() + part.size() || v < 0)
-      throw Failure(context + "bad size '" + part + "' (sizes are non-negative integers: 1024x1024, [] for 0-d)");
-    sizes.push_back(v);
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return sizes;
-}
-
-// NAME=SIZES[:DTYPE] or NAME=:DTYPE.
-wl::InputOverride parse_input(const std::string& spec) {
-  const std::string context = "--input '" + spec + "': ";
-  size_t eq = spec.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
-    throw Failure(context + "expected NAME=SIZES[:DTYPE], e.g. a=1024x1024:f32");
-  wl::InputOverride o;
-  o.name = spec.substr(0, eq);
-  std::string rest = spec.substr(eq + 1);
-  size_t colon = rest.find(':');
-  std::string shape = rest.substr(0, colon);
-  if (colon != std::string::npos) {
-    std::string dt = rest.substr(colon + 1);
-    if (dt.empty()) throw Failure(context + "missing dtype after ':'");
-    o.dtype = dtype_or_fail(dt, context);
-  }
-  if (!shape.empty()) o.sizes = parse_sizes(shape, context);
-  return o;
+// The registry's errors (a bad --input, an override naming no input) as the tool's one line.
+[[noreturn]] void workload_failure(const Error& e) {
+  std::string m = e.what();
+  const std::string prefix = "[workloads] ";
+  throw Failure(m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m);
 }
 
 std::string shape_str(IntArrayRef sizes) {
@@ -607,14 +564,12 @@ int dump_workload(const wl::Workload& w, const Options& o) {
   std::optional<DType> dtype;
   if (!o.dtype.empty()) dtype = dtype_or_fail(o.dtype, "--dtype: ");
   std::vector<wl::InputOverride> overrides;
-  for (const std::string& spec : o.inputs) overrides.push_back(parse_input(spec));
   std::vector<wl::InputSpec> specs;
   try {
+    for (const std::string& spec : o.inputs) overrides.push_back(wl::parse_input_override(spec));
     specs = w.input_specs(tier, dtype, overrides);
   } catch (const Error& e) {
-    std::string m = e.what();
-    const std::string prefix = "[workloads] ";
-    throw Failure(m.rfind(prefix, 0) == 0 ? m.substr(prefix.size()) : m);
+    workload_failure(e);
   }
 
   // One input set per path of the program (branch_sign: a positive and a negative sum), so

@@ -4,6 +4,7 @@
 
 #include <kiln/ir/graph.h>
 
+#include <charconv>
 #include <cmath>
 #include <utility>
 
@@ -186,6 +187,56 @@ std::optional<Tier> tier_from_name(std::string_view s) {
   if (s == "bench") return Tier::Bench;
   if (s == "gpu") return Tier::Gpu;
   return std::nullopt;
+}
+
+std::optional<DType> parse_dtype(const std::string& s) {
+  if (auto d = ir::dtype_from_short_name(s)) return d;
+  try {
+    return dtype_from_name(s);  // the long names: float32, bfloat16, ...
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+namespace {
+std::vector<int64_t> parse_sizes(std::string s, const std::string& context) {
+  if (s == "scalar" || s == "[]") return {};
+  if (s.size() >= 2 && s.front() == '[' && s.back() == ']') s = s.substr(1, s.size() - 2);
+  std::vector<int64_t> sizes;
+  size_t start = 0;
+  while (true) {
+    size_t end = s.find_first_of("x,", start);
+    std::string part = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    int64_t v = -1;
+    auto r = std::from_chars(part.data(), part.data() + part.size(), v);
+    if (part.empty() || r.ec != std::errc() || r.ptr != part.data() + part.size() || v < 0)
+      KILN_FAIL("workloads", context, "bad size '", part, "' (sizes are non-negative integers: 1024x1024, [] for 0-d)");
+    sizes.push_back(v);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return sizes;
+}
+}  // namespace
+
+InputOverride parse_input_override(const std::string& spec) {
+  const std::string context = "--input '" + spec + "': ";
+  size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    KILN_FAIL("workloads", context, "expected NAME=SIZES[:DTYPE], e.g. a=1024x1024:f32");
+  InputOverride o;
+  o.name = spec.substr(0, eq);
+  std::string rest = spec.substr(eq + 1);
+  size_t colon = rest.find(':');
+  std::string shape = rest.substr(0, colon);
+  if (colon != std::string::npos) {
+    std::string dt = rest.substr(colon + 1);
+    if (dt.empty()) KILN_FAIL("workloads", context, "missing dtype after ':'");
+    o.dtype = parse_dtype(dt);
+    if (!o.dtype) KILN_FAIL("workloads", context, "unknown dtype '", dt, "' (one of b8 u8 i8 i16 i32 i64 f16 bf16 f32 f64)");
+  }
+  if (!shape.empty()) o.sizes = parse_sizes(shape, context);
+  return o;
 }
 
 std::string InputSpec::str() const {

@@ -55,12 +55,17 @@ struct InputSpec {
   std::string str() const;  // "a: f32[1000]"
 };
 
-// Replaces one input's dtype and/or sizes (dump-ir --input a=1024x1024:f32).
+// Replaces one input's dtype and/or sizes (dump-ir and kiln-bench --input a=1024x1024:f32).
 struct InputOverride {
   std::string name;
   std::optional<DType> dtype;
   std::optional<std::vector<int64_t>> sizes;
 };
+// NAME=SIZES[:DTYPE] or NAME=:DTYPE, SIZES as 1024x1024, [1024,1024], 1000, [] or scalar (0-d).
+// Throws kiln::Error ("[workloads] --input 'SPEC': ...") for anything else.
+InputOverride parse_input_override(const std::string& spec);
+// A dtype by its short (f32) or long (float32) name.
+std::optional<DType> parse_dtype(const std::string& s);
 
 using RunFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
 

@@ -1,0 +1,100 @@
+# CTest script for kiln-bench's --input and --variants and for tools/bench/sweep.py (bench.options):
+#   cmake -DKILN_BENCH=<exe> -DSWEEP=<sweep.py> [-DPYTHON=<python3>] [-DDEVICE=cuda] -DWORK=<scratch dir>
+#         -P bench_options_test.cmake
+# kiln-bench --input gives a workload other sizes (recorded in the record's inputs) and
+# --variants compiled times compiled alone (eager: checked "skipped", no median). sweep.py runs
+# it per setting of a tuning variable and writes one record per workload and setting, a
+# workload with its own sizes included, and its table; on a GPU (DEVICE=cuda: the emulated
+# driver in CI, where the CUDA backend reads the variables) a variable out of range fails it.
+cmake_minimum_required(VERSION 3.25)
+
+function(fail)
+  string(JOIN "" msg ${ARGN})
+  message(FATAL_ERROR "${msg}")
+endfunction()
+
+if(NOT DEVICE)
+  set(DEVICE cpu)
+endif()
+file(MAKE_DIRECTORY "${WORK}")
+set(json_file "${WORK}/bench.json")
+file(REMOVE "${json_file}")
+execute_process(
+  COMMAND "${KILN_BENCH}" --device ${DEVICE} --tier small --filter softmax --input x=8x3000 --variants compiled --reps 2 --min-time 0
+          --no-compile-time --json "${json_file}"
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc STREQUAL "0")
+  fail("kiln-bench: exit status '${rc}', expected 0\n${out}\n${err}")
+endif()
+file(READ "${json_file}" doc)
+string(JSON n LENGTH "${doc}")
+set(seen "")
+math(EXPR last "${n} - 1")
+foreach(i RANGE 0 ${last})
+  string(JSON rec GET "${doc}" ${i})
+  string(JSON tool GET "${rec}" tool)
+  if(NOT tool STREQUAL "kiln")
+    continue()
+  endif()
+  string(JSON variant GET "${rec}" variant)
+  string(JSON inputs GET "${rec}" inputs)
+  string(JSON check GET "${rec}" check)
+  string(JSON type TYPE "${rec}" median_ms)
+  if(NOT inputs STREQUAL "x: f32[8, 3000]")
+    fail("kiln-bench --input: ${variant} record's inputs '${inputs}', expected 'x: f32[8, 3000]'")
+  endif()
+  if(variant STREQUAL "compiled" AND (NOT check STREQUAL "ok" OR NOT type STREQUAL "NUMBER"))
+    fail("kiln-bench --variants compiled: compiled has check '${check}', median ${type}: ${rec}")
+  endif()
+  if(variant STREQUAL "eager" AND (NOT check STREQUAL "skipped" OR NOT type STREQUAL "NULL"))
+    fail("kiln-bench --variants compiled: eager has check '${check}', median ${type}: ${rec}")
+  endif()
+  list(APPEND seen ${variant})
+endforeach()
+if(NOT "compiled" IN_LIST seen OR NOT "eager" IN_LIST seen)
+  fail("kiln-bench: expected an eager and a compiled record, got '${seen}'")
+endif()
+
+if(NOT PYTHON)
+  message(STATUS "no python3: sweep.py not checked")
+  return()
+endif()
+file(REMOVE_RECURSE "${WORK}/sweep")
+execute_process(
+  COMMAND "${PYTHON}" "${SWEEP}" --kiln-bench "${KILN_BENCH}" --device ${DEVICE} --tier small --filter "poly,softmax/x=8x3000" --setting ""
+          --setting "KILN_CUDA_TILE=64 KILN_CUDA_GRID_PER_SM=0" --reps 2 --min-time 0 --threads 2 --out "${WORK}/sweep"
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc STREQUAL "0")
+  fail("sweep.py: exit status '${rc}', expected 0\n${out}\n${err}")
+endif()
+file(READ "${WORK}/sweep/sweep.json" doc)
+string(JSON n LENGTH "${doc}")
+if(NOT n EQUAL 4)
+  fail("sweep.py: ${n} records, expected 4 (two workloads, two settings)\n${doc}")
+endif()
+math(EXPR last "${n} - 1")
+foreach(i RANGE 0 ${last})
+  string(JSON rec GET "${doc}" ${i})
+  string(JSON check GET "${rec}" check)
+  string(JSON type TYPE "${rec}" median_ms)
+  if(NOT check STREQUAL "ok" OR NOT type STREQUAL "NUMBER")
+    fail("sweep.py: record ${i}: check '${check}', median ${type}: ${rec}")
+  endif()
+endforeach()
+file(READ "${WORK}/sweep/sweep.txt" table)
+if(NOT table MATCHES "softmax/x=8x3000" OR NOT table MATCHES "KILN_CUDA_TILE=64 KILN_CUDA_GRID_PER_SM=0")
+  fail("sweep.py: the table lacks a workload or a setting:\n${table}")
+endif()
+if(NOT DEVICE STREQUAL "cuda")
+  return()
+endif()
+execute_process(
+  COMMAND "${PYTHON}" "${SWEEP}" --kiln-bench "${KILN_BENCH}" --device cuda --tier small --filter poly
+          --setting "KILN_CUDA_GRID_PER_SM=-1" --reps 2 --min-time 0 --out "${WORK}/sweep-bad"
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc STREQUAL "0")
+  fail("sweep.py: KILN_CUDA_GRID_PER_SM=-1 passed\n${out}")
+endif()
+if(NOT out MATCHES "KILN_CUDA_GRID_PER_SM=-1: expected a whole number")
+  fail("sweep.py: the bad setting's error is not shown:\n${out}")
+endif()

@@ -813,16 +813,23 @@ TEST(CudaSource, WarpRowsKeepTheirRowInRegistersAcrossPasses) {
 TEST(CudaSource, BlockRowsKeepTheirRowInSharedMemoryAcrossPasses) {
   std::string body = layernorm_body(4096);
   EXPECT_NE(body.find("block-per-row, 300 rows, 4-wide vector accesses"), std::string::npos) << body;
-  EXPECT_NE(body.find("__shared__ float rs0[4096];  // row cache"), std::string::npos) << body;
+  EXPECT_NE(body.find("alignas(16) __shared__ float rs0[4096];  // row cache"), std::string::npos) << body;
   EXPECT_LT(body.find("const unsigned nvr = kiln_aligned(p0, 16) && kiln_aligned(p1, 16) && kiln_aligned(p2, 16) && "
                       "kiln_aligned(s3, 16) ? 4096u / 4u : 0u;"),
             body.find("for (unsigned row = "))
       << body;
-  // the row: once, by vectors and then element by element
+  // the row: once, by vectors and then element by element; into the cache likewise, a vector
+  // (c0) at a time
   EXPECT_EQ(count_of(body, "reinterpret_cast<const kiln_vec<float, 4>*>(p0 + (int)row * 4096 + base)"), 1u) << body;
   EXPECT_EQ(count_of(body, "p0["), 1u) << body;
-  EXPECT_EQ(count_of(body, "rs0[e] = v0;"), 2u) << body;
-  EXPECT_EQ(count_of(body, "= rs0[e];"), 4u) << body;  // then from shared memory in the two later passes
+  EXPECT_EQ(count_of(body, "c0.v[u] = v0;"), 1u) << body;
+  EXPECT_EQ(count_of(body, "*reinterpret_cast<kiln_vec<float, 4>*>(rs0 + base) = c0;"), 1u) << body;
+  EXPECT_EQ(count_of(body, "rs0[e] = v0;"), 1u) << body;
+  // then from shared memory in the two later passes
+  EXPECT_EQ(count_of(body, "const kiln_vec<float, 4> c0 = *reinterpret_cast<const kiln_vec<float, 4>*>(rs0 + base);"), 2u)
+      << body;
+  EXPECT_EQ(count_of(body, "= c0.v[u];"), 2u) << body;
+  EXPECT_EQ(count_of(body, "= rs0[e];"), 2u) << body;
   // the weight: not cached; the stores by vectors
   EXPECT_EQ(count_of(body, "reinterpret_cast<const kiln_vec<float, 4>*>(p1 + 0 + base)"), 1u) << body;
   EXPECT_EQ(count_of(body, "p1[(int)e]"), 1u) << body;
@@ -837,7 +844,8 @@ TEST(CudaSource, BlockRowsKeepTheirRowInSharedMemoryAcrossPasses) {
   passes::Module m = passes::optimize(graphs[0], {});
   std::vector<codegen::CudaRender> r = codegen::render_cuda(*m.program, "kiln_k", true);
   ASSERT_TRUE(r.size() == 1 && r[0].kernel);
-  EXPECT_NE(r[0].kernel->body.find("__shared__ float rs0[4096];  // row cache"), std::string::npos) << r[0].kernel->body;
+  EXPECT_NE(r[0].kernel->body.find("alignas(16) __shared__ float rs0[4096];  // row cache"), std::string::npos)
+      << r[0].kernel->body;
   EXPECT_NE(r[0].kernel->body.find("const unsigned nvr = kiln_aligned(p0, 16) && kiln_aligned(s1, 16) && S0_0 % 4 == 0 && "
                                    "S1_0 % 4 == 0 ? row_len / 4u : 0u;"),
             std::string::npos)

@@ -480,7 +480,7 @@ std::string Renderer::value(int id, const std::string& flat) {
   switch (in.op) {
     case EOp::Load:
       if (!cached_.empty() && cached_[size_t(id)] == 2) {
-        e = cache_slot(id);
+        e = cache_slot(id, false);
         break;
       }
       e = load(in.index, in.type, flat);
@@ -573,7 +573,7 @@ std::string Renderer::value(int id, const std::string& flat) {
   std::string v = "v" + std::to_string(id);
   line() << "const " << T << " " << v << " = " << e << ";\n";
   if (!cached_.empty() && cached_[size_t(id)] == 1) {
-    line() << cache_slot(id) << " = " << v << ";\n";
+    line() << cache_slot(id, true) << " = " << v << ";\n";
     cached_[size_t(id)] = 3;
   }
   memo_[size_t(id)] = v;

@@ -273,17 +273,24 @@ void Renderer::row_pass(const std::string& from, const std::string& step, Body&&
   std::ostringstream lanes;
   std::swap(o_, lanes);
   vec_used_.clear();
+  cache_read_.clear(), cache_filled_.clear();
   const std::vector<int> cache = cached_;
   vector_lanes("base", body);
   std::swap(o_, lanes);
   auto at = [&](size_t j) { return (j < k_.loads.size() ? "p" : "s") + std::to_string(j) + " + " + row_start(j) + " + base"; };
   auto vt = [&](size_t j) { return vec_type(operand(j).dtype, V); };
+  auto ct = [&](size_t id) { return "kiln_vec<" + std::string(ctype(code_.code[id].type)) + ", " + std::to_string(V) + ">"; };
   for (size_t j : vec_used_)
     if (j < k_.loads.size()) line() << "const " << vt(j) << " l" << j << " = *reinterpret_cast<const " << vt(j) << "*>(" << at(j) << ");\n";
     else line() << vt(j) << " w" << j << ";\n";
+  // (a BlockRow row cache's vector, in or out of shared memory in one access)
+  for (size_t id : cache_read_)
+    line() << "const " << ct(id) << " c" << id << " = *reinterpret_cast<const " << ct(id) << "*>(rs" << id << " + base);\n";
+  for (size_t id : cache_filled_) line() << ct(id) << " c" << id << ";\n";
   o_ << lanes.str();
   for (size_t j : vec_used_)
     if (j >= k_.loads.size()) line() << "*reinterpret_cast<" << vt(j) << "*>(" << at(j) << ") = w" << j << ";\n";
+  for (size_t id : cache_filled_) line() << "*reinterpret_cast<" << ct(id) << "*>(rs" << id << " + base) = c" << id << ";\n";
   close_counted_loop();
   cached_ = cache;  // (the elements past the whole vectors fill the row cache as well)
   row_loop(nv + " * " + Vs + " + " + from, step, body, end);
@@ -301,10 +308,15 @@ std::string Renderer::row_aligned(bool stores) {
   return aligned;
 }
 
-// A cached load's element at the current row position: WarpRow's register (`it` a constant
-// in each unrolled copy), BlockRow's slot in shared memory (the thread's own: each thread
-// reads back only the positions it wrote, so no barrier is needed).
-std::string Renderer::cache_slot(size_t id) const {
+// A cached load's element at the current row position, to be read (or with `fill`, written):
+// WarpRow's register (`it` a constant in each unrolled copy), BlockRow's slot in shared memory
+// (the thread's own: each thread reads back only the positions it wrote, so no barrier is
+// needed), in a vector pass a lane of the vector row_pass moves to or from there at once.
+std::string Renderer::cache_slot(size_t id, bool fill) {
+  if (cache_row_ && vec_) {
+    (fill ? cache_filled_ : cache_read_).insert(id);
+    return "c" + std::to_string(id) + ".v[u]";
+  }
   if (cache_row_) return "rs" + std::to_string(id) + "[e]";
   return "rc" + std::to_string(id) + (row_vec_ > 1 ? "[it * " + std::to_string(row_vec_) + " + u]" : "[it]");
 }
@@ -432,7 +444,12 @@ void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
     }
   for (size_t id = 0; id < cached_.size(); ++id) {
     if (!cached_[id]) continue;
-    if (cache_row_) line() << "__shared__ " << ctype(code_.code[id].type) << " rs" << id << "[" << cache_row_ << "];  // row cache\n";
+    if (cache_row_) {
+      // (aligned for the vector passes' whole-vector accesses)
+      const std::string align =
+          row_vec_ > 1 ? "alignas(" + std::to_string(row_vec_ * itemsize(code_.code[id].type)) + ") " : "";
+      line() << align << "__shared__ " << ctype(code_.code[id].type) << " rs" << id << "[" << cache_row_ << "];  // row cache\n";
+    }
     else line() << ctype(code_.code[id].type) << " rc" << id << "[" << cache_iters_ << "];  // row cache\n";
   }
   for (int depth = 1; depth <= code_.depth; ++depth) {

@@ -211,7 +211,8 @@ class Renderer {
   std::string row_aligned(bool stores);
   bool rows_apart(int v) const;
   std::string kernel_aligned(bool whole_rows);
-  std::string cache_slot(size_t id) const;
+  std::string cache_slot(size_t id, bool fill);
+  std::set<size_t> cache_read_, cache_filled_;  // row_pass's vector lanes: the cached loads they read, or fill
   void plan_row_cache(const RowPlan& p);
   void declare_scans(const std::vector<int>& need);
   void rows();

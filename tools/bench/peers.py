@@ -159,25 +159,27 @@ def reference(np, name, ins):
     raise KeyError(name)
 
 
-def compare(np, name, dtype, want, got):
-    """kiln-bench's check: |got - want| <= atol * max|want| + rtol * |want|, NaNs in the same places."""
-    got = np.asarray(got, dtype=np.float64)
-    if got.shape != want.shape:
-        return f"shape {got.shape}, expected {want.shape}"
+def compare(xp, name, dtype, want, got):
+    """kiln-bench's check: |got - want| <= atol * max|want| + rtol * |want|, NaNs in the same places.
+    xp is NumPy (want and got float64 arrays) or torch (float64 tensors on one device: on a GPU the
+    check of a gpu-tier output takes milliseconds, where NumPy took as long as the reference)."""
+    if tuple(got.shape) != tuple(want.shape):
+        return f"shape {tuple(got.shape)}, expected {tuple(want.shape)}"
     loose = name not in EXACT_ENOUGH
     rtol, atol = {"f64": (1e-8, 1e-11) if loose else (1e-9, 1e-12),
                   "f32": (1e-3, 1e-4) if loose else (1e-4, 1e-5), "bf16": (2e-2, 1e-2)}[dtype]
-    wn, gn = np.isnan(want), np.isnan(got)
-    if (wn != gn).any():
+    wn, gn = xp.isnan(want), xp.isnan(got)
+    if bool((wn != gn).any()):
         return "NaN in different places"
-    fin = np.isfinite(want)
-    scale = float(np.abs(want[fin]).max()) if fin.any() else 0.0
-    if (want[~fin & ~wn] != got[~fin & ~wn]).any():
+    fin = xp.isfinite(want)
+    scale = float(xp.abs(want[fin]).max()) if bool(fin.any()) else 0.0
+    if bool((want[~fin & ~wn] != got[~fin & ~wn]).any()):
         return "infinities differ"
-    err = np.abs(got - want)[fin]
-    bad = err > atol * scale + rtol * np.abs(want[fin])
-    if bad.any():
-        return (f"{int(bad.sum())} of {want.size} elements differ; max abs err {err.max():.3g} "
+    err = xp.abs(got - want)[fin]
+    bad = err > atol * scale + rtol * xp.abs(want[fin])
+    if bool(bad.any()):
+        n = want.numel() if hasattr(want, "numel") else want.size
+        return (f"{int(bad.sum())} of {n} elements differ; max abs err {float(err.max()):.3g} "
                 f"(rtol {rtol:g}, atol {atol:g} x max|ref| {scale:.3g})")
     return None
 
@@ -312,6 +314,7 @@ class Peer:
         self.before = None
         self.check = "skipped"
         self.error = None  # why it could not run
+        self.check_on = None  # (xp, output -> float64 array, reference -> the same kind): else NumPy
 
 
 def allocator_name(what):
@@ -360,6 +363,9 @@ def make_torch_peer(torch, np, name, sets, dtype, tool, device="cpu"):
 
     peer.run = run
     peer.to_numpy = lambda out: out.detach().to(torch.float64).cpu().numpy()
+    if gpu:  # (checked where it ran: compare() on the device)
+        peer.check_on = (torch, lambda out: out.detach().to(torch.float64),
+                         lambda ref: torch.from_numpy(ref).to(device))
     return peer
 
 
@@ -558,6 +564,7 @@ def run(args, names, wanted):
         inputs = ", ".join(f"{d['name']}: {d['dtype']}[{', '.join(str(s) for s in d['sizes'][args.tier])}]"
                            for d in WORKLOADS[name])
         refs = [reference(np, name, s) for s in sets]
+        refs_on = {}  # path -> the reference where the peers' outputs are checked (on a GPU)
         nbytes = (sum(a.size for a in sets[0]) + refs[0].size) * ITEMSIZE[dtype]
         peers = []
         for tool in tools:
@@ -581,8 +588,13 @@ def run(args, names, wanted):
                 for p in range(len(sets)):
                     if peer.before is not None:
                         peer.before(p)
-                    got = peer.to_numpy(peer.run(p))
-                    err = compare(np, name, dtype, refs[p], got)
+                    if peer.check_on:
+                        xp, as_f64, move = peer.check_on
+                        if p not in refs_on:  # (moved once per workload, for every peer)
+                            refs_on[p] = move(refs[p])
+                        err = compare(xp, name, dtype, refs_on[p], as_f64(peer.run(p)))
+                    else:
+                        err = compare(np, name, dtype, refs[p], np.asarray(peer.to_numpy(peer.run(p)), dtype=np.float64))
                     if err:
                         peer.check = "failed"
                         print(f"FAILED: {name}: {tool}{' (path %d)' % p if len(sets) > 1 else ''}: {err}")
@@ -593,7 +605,7 @@ def run(args, names, wanted):
                 peer = Peer(tool, "", "")
                 peer.check, peer.error = "skipped", msg
             peers.append(peer)
-        refs = None
+        refs = refs_on = None
         timed = [p for p in peers if p.error is None and p.check != "failed"]
         time_interleaved(timed, max(args.warmup, len(sets)), args.reps, args.min_time, args.max_reps)
         for p in peers:

@@ -16,14 +16,15 @@
 #   scripts/gpu.sh run OUTDIR [PHASE ...]
 #                               on the GPU machine: unpacks .gpu-deps, builds kiln with
 #                               -DKILN_WITH_LLVM=OFF (CPU kernels on the reference executor) and
-#                               runs the phases (default: all of them, in this order): test (the
-#                               CUDA suite on the GPU), memcheck, all (the whole suite), small
-#                               (per-call overhead; NVRTC compile vs disk-cache load), bench[=W,...]
-#                               (the gpu tier against PyTorch eager and torch.compile), dump (the
-#                               rendered CUDA). Each phase fits one ten-minute call of a lent machine:
-#                               e.g. `run $OUT test small`, then `run $OUT bench=add_sin_cos,poly,...`
-#                               in a few calls (torch.compile compiles for tens of seconds per
-#                               workload). Logs and results go to OUTDIR, a summary last.
+#                               runs the phases (default: all of them but sweep, in this order):
+#                               test (the CUDA suite on the GPU), memcheck, all (the whole suite),
+#                               small (per-call overhead; NVRTC compile vs disk-cache load),
+#                               bench[=W,...] (the gpu tier against PyTorch eager and torch.compile),
+#                               dump (the rendered CUDA); sweep[=N] (kiln compiled under settings of
+#                               the backend's tuning variables). Each phase fits one ten-minute call
+#                               of a lent machine. `run $OUT lease` alone is the plan for one call of
+#                               a 15-minute lease: test, sweep and bench under a 540 s deadline
+#                               (KILN_GPU_DEADLINE). Logs and results go to OUTDIR, a summary last.
 #
 # The libraries are Debian 12's (glibc 2.36): they load on any x86-64 Linux with that glibc or newer.
 set -euo pipefail

@@ -141,6 +141,9 @@ def main():
     for var in ("OMP_NUM_THREADS", "KILN_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         base_env[var] = str(args.threads)
     base_env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    for s in settings:  # (a variable some setting sets is otherwise unset: '' means the defaults)
+        for name in parse_setting(s):
+            base_env.pop(name, None)
     common = ["--tier", args.tier, "--device", args.device, "--reps", str(args.reps), "--min-time", str(args.min_time)]
     os.makedirs(args.out, exist_ok=True)
     records = []

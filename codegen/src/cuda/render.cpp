@@ -273,6 +273,13 @@ void Renderer::plan_vector() {
   if (out_.vector < 2 || out_.items < 2 * out_.vector) out_.vector = 1;
 }
 
+// The check that operand j's data from `offset` (none: its first element) is aligned for
+// vectors of v elements.
+std::string Renderer::aligned(size_t j, const std::string& offset, int v) const {
+  return "kiln_aligned(" + std::string(j < k_.loads.size() ? "p" : "s") + std::to_string(j) +
+         (offset.empty() ? "" : " + " + offset) + ", " + std::to_string(v * int(itemsize(operand(j).dtype))) + ")";
+}
+
 // Whether operand j may overlap another operand's memory (then it is not __restrict__).
 bool Renderer::shares_buffer(size_t j) const {
   const passes::Access& a = operand(j);
@@ -642,12 +649,8 @@ void Renderer::elementwise() {
 void Renderer::vector_loop() {
   const int V = out_.vector;
   std::string cond;
-  for (size_t j = 0; j < nops(); ++j) {
-    if (!linear_[j] && !run_[j]) continue;
-    const passes::Access& a = operand(j);
-    cond += std::string(cond.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
-            std::to_string(j) + ", " + std::to_string(V * int(itemsize(a.dtype))) + ")";
-  }
+  for (size_t j = 0; j < nops(); ++j)
+    if (linear_[j] || run_[j]) cond += std::string(cond.empty() ? "" : " && ") + aligned(j, "", V);
   if (generic_ && per_run_) {
     int last = rank() - 1;
     while (k_.loops[size_t(last)] <= 1) --last;

@@ -167,19 +167,17 @@ bool Renderer::rows_apart(int v) const {
 // operands' data aligned, and in a size-generic kernel what a specialised one knows from its
 // sizes (rows_apart's strides; with `whole_rows`, rows whole vectors long).
 std::string Renderer::kernel_aligned(bool whole_rows) {
-  std::string aligned;
+  std::string all;
   const std::string Vs = std::to_string(row_vec_);
   for (size_t j = 0; j < nops(); ++j)
-    if (linear_[j])
-      aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
-                 std::to_string(j) + ", " + std::to_string(row_vec_ * int(itemsize(operand(j).dtype))) + ")";
+    if (linear_[j]) all += std::string(all.empty() ? "" : " && ") + aligned(j, "", row_vec_);
   if (generic_) {
-    if (whole_rows) aligned += " && row_len % " + Vs + "u == 0u";
+    if (whole_rows) all += " && row_len % " + Vs + "u == 0u";
     for (size_t j = 0; j < nops(); ++j)
       for (int d = 0; linear_[j] && d < rf(); ++d)
-        if (stride_is_param(operand(j), size_t(d))) aligned += " && " + stride(j, size_t(d)) + " % " + Vs + " == 0";
+        if (stride_is_param(operand(j), size_t(d))) all += " && " + stride(j, size_t(d)) + " % " + Vs + " == 0";
   }
-  return aligned;
+  return all;
 }
 
 // Operand j's offset at the row's start (no coordinates along the row).
@@ -299,13 +297,10 @@ void Renderer::row_pass(const std::string& from, const std::string& step, Body&&
 // Whether the vector operands' data at the row's start is aligned: the loads only, or the
 // stores too.
 std::string Renderer::row_aligned(bool stores) {
-  std::string aligned;
-  for (size_t j = 0; j < (stores ? nops() : k_.loads.size()); ++j) {
-    if (!linear_[j]) continue;
-    aligned += std::string(aligned.empty() ? "" : " && ") + "kiln_aligned(" + (j < k_.loads.size() ? "p" : "s") +
-               std::to_string(j) + " + " + row_start(j) + ", " + std::to_string(row_vec_ * int(itemsize(operand(j).dtype))) + ")";
-  }
-  return aligned;
+  std::string all;
+  for (size_t j = 0; j < (stores ? nops() : k_.loads.size()); ++j)
+    if (linear_[j]) all += std::string(all.empty() ? "" : " && ") + aligned(j, row_start(j), row_vec_);
+  return all;
 }
 
 // A cached load's element at the current row position, to be read (or with `fill`, written):

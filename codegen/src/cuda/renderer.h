@@ -131,6 +131,7 @@ class Renderer {
 
   // ---- the signature ----
 
+  std::string aligned(size_t j, const std::string& offset, int v) const;
   bool shares_buffer(size_t j) const;
   std::string parameters();
   void declare_sizes();

@@ -6,6 +6,8 @@
 # it per setting of a tuning variable and writes one record per workload and setting, a
 # workload with its own sizes included, and its table; on a GPU (DEVICE=cuda: the emulated
 # driver in CI, where the CUDA backend reads the variables) a variable out of range fails it.
+# compare.py and sweep.py rewrite their tables from their records (--summarize), and compare.py
+# fails a run that left a workload without a kiln compiled record.
 cmake_minimum_required(VERSION 3.25)
 
 function(fail)
@@ -85,6 +87,39 @@ file(READ "${WORK}/sweep/sweep.txt" table)
 if(NOT table MATCHES "softmax/x=8x3000" OR NOT table MATCHES "KILN_CUDA_TILE=64 KILN_CUDA_GRID_PER_SM=0")
   fail("sweep.py: the table lacks a workload or a setting:\n${table}")
 endif()
+# --summarize writes the table of a run cut short (sweep.py's and compare.py's) from its records
+file(REMOVE "${WORK}/sweep/sweep.txt")
+execute_process(COMMAND "${PYTHON}" "${SWEEP}" --summarize "${WORK}/sweep" OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+file(READ "${WORK}/sweep/sweep.txt" again)
+if(NOT rc STREQUAL "0" OR NOT again STREQUAL table)
+  fail("sweep.py --summarize: status ${rc}, a table other than the run's:\n${again}\nexpected\n${table}")
+endif()
+get_filename_component(bench_dir "${SWEEP}" DIRECTORY)
+set(compare "${bench_dir}/compare.py")
+file(REMOVE_RECURSE "${WORK}/compare")
+execute_process(
+  COMMAND "${PYTHON}" "${compare}" --kiln-bench "${KILN_BENCH}" --tier small --filter poly --no-peers --no-compile-time
+          --reps 2 --min-time 0 --out "${WORK}/compare"
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(NOT rc STREQUAL "0")
+  fail("compare.py: exit status '${rc}', expected 0\n${out}\n${err}")
+endif()
+file(REMOVE "${WORK}/compare/table.txt")
+execute_process(COMMAND "${PYTHON}" "${compare}" --summarize "${WORK}/compare" OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+file(READ "${WORK}/compare/table.txt" ctable)
+if(NOT rc STREQUAL "0" OR NOT ctable MATCHES "\npoly +[0-9]")
+  fail("compare.py --summarize: status ${rc}, no row for poly:\n${ctable}")
+endif()
+# a workload kiln-bench measured nothing for (no driver to load) fails the run
+execute_process(
+  COMMAND ${CMAKE_COMMAND} -E env KILN_CUDA_DRIVER=${WORK}/no-such-driver.so
+          "${PYTHON}" "${compare}" --kiln-bench "${KILN_BENCH}" --device cuda --tier small --filter poly --no-peers
+          --no-compile-time --out "${WORK}/compare-none"
+  OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+if(rc STREQUAL "0" OR NOT out MATCHES "no kiln compiled record for poly")
+  fail("compare.py: status ${rc} for a workload with no record\n${out}\n${err}")
+endif()
+
 if(NOT DEVICE STREQUAL "cuda")
   return()
 endif()

@@ -99,7 +99,9 @@ void reduce_kernel(const Tensor& x, const std::vector<bool>& mask, const Tensor&
     // order, so the result does not depend on timing.
     const auto& r0 = plan.reduced[0];
     int nt = cpu::num_threads();
-    int64_t chunk = (count / nt + kLanes - 1) / kLanes * kLanes;
+    // (nt slices of whole vectors that together cover the run: rounding count / nt down
+    // first would drop the last count % nt elements whenever the quotient is whole vectors)
+    int64_t chunk = ((count + nt - 1) / nt + kLanes - 1) / kLanes * kLanes;
     std::vector<A> parts(size_t(nt), op.identity());
     cpu::parallel_for(nt, 1, [&](int64_t b, int64_t e) {
       for (int64_t t = b; t < e; ++t) {

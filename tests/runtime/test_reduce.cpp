@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <kiln/runtime/env.h>
+
 using namespace kiln;
 using kiln::testing::expect_error;
 using kiln::testing::expect_values;
@@ -133,4 +135,23 @@ TEST(Reduce, ThreadedFullReductionAndVectorExtrema) {
   Tensor m = rows.amax({1});
   EXPECT_TRUE(std::isnan(m.index({3}).item<float>()));
   EXPECT_FALSE(std::isnan(m.index({4}).item<float>()));
+}
+
+// A full reduction over threads cuts the run into one slice per thread, whole vectors each:
+// lengths just past a multiple of the threads' vectors (the remainder once fell off the end),
+// at whatever thread count this process has, and at the counts of common machines.
+TEST(Reduce, ThreadedFullReductionsCoverTheWholeRun) {
+  std::vector<int64_t> lengths;
+  for (int64_t nt : {int64_t(kiln::env::num_threads()), int64_t(2), int64_t(3), int64_t(8), int64_t(16)}) {
+    const int64_t step = nt * 16, m = (4 * 32768 + step - 1) / step;  // (whole vectors per thread; split: 4 grains at least)
+    for (int64_t r : {int64_t(1), nt - 1})
+      if (r > 0) lengths.push_back(step * m + r);
+  }
+  for (int64_t n : lengths) {
+    SCOPED_TRACE("length " + std::to_string(n));
+    EXPECT_EQ(ones({n}).sum().item<double>(), double(n));
+    EXPECT_EQ(ones({n}, kInt64).sum().item<int64_t>(), n);
+    EXPECT_EQ(arange(n, kFloat64).amax().item<double>(), double(n - 1));
+    EXPECT_EQ(ones({n}).mean().item<double>(), 1.0);
+  }
 }

@@ -324,6 +324,12 @@ std::vector<Want> strategy_wants() {
   using S = codegen::CudaStrategy;
   return {
       {"split sum", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0]), amax(v[0])}; }, {randn({200000})}, S::Split, {randn({150001})}},
+      // a row store that needs no reduction, written by the partial step as it reads (early
+      // stores: the speculated `if (x.sum() > 0) return x * 2;`), odd lengths for the tail
+      {"split with early stores", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0]), v[0] * 2 + 1}; },
+       {randn({200001})}, S::Split, {randn({150003})}},
+      {"split with early stores f16", [](const std::vector<Tensor>& v) { return std::vector{amax(v[0]), exp(v[0])}; },
+       {randn({70000}).to(kFloat16)}, S::Split, {randn({99998}).to(kFloat16)}},
       {"split mean f64", [](const std::vector<Tensor>& v) { return std::vector{mean(v[0])}; }, {randn({70000}, TensorOptions(kFloat64))}, S::Split,
        {randn({99999}, TensorOptions(kFloat64))}},
       {"block rows", [](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({3, 5000})}, S::BlockRow, {randn({5, 6001})}},

@@ -109,7 +109,9 @@ void Renderer::plan() {
   for (const Instr& in : code_.code) scan |= in.op == EOp::Scan;
   if (scan) {
     out_.strategy = CudaStrategy::ThreadRow;
-  } else if (rf() == 0 && row_len_ >= kSplitMin && splits_reduction(k_, code_)) {
+  } else if (rf() == 0 && row_len_ >= kSplitMin && splits_reduction(k_, code_, true)) {
+    // (the row's stores that need no reduction, `x * 2` fused with `x.sum()`, are written by
+    // the partial step as it reads their elements: early stores)
     out_.strategy = CudaStrategy::Split;
     out_.finish = out_.name + "_finish";
     for (const Instr& in : code_.code) out_.slots += in.op == EOp::Reduce;

@@ -85,7 +85,8 @@ int Renderer::along_row(size_t j) const {
 // same way); linear_ marks those operands.
 // - BlockRow, Split and WarpRow without a row cache, in every pass over the row (row_pass):
 //   each thread then has four vectors in flight in the unrolled pass, not four elements. The
-//   row stores contiguous along the row go by vectors too (others element by element), and a
+//   row stores contiguous along the row go by vectors too (others element by element; Split's
+//   are its early stores, which need no reduction and go in its one pass), and a
 //   BlockRow row cache in shared memory is filled and read at the vectors' elements.
 //   Size-generic kernels too, over a single reduced loop.
 // - WarpRow with a row cache (softmax, layernorm), in every pass and in its row stores too,
@@ -97,6 +98,7 @@ void Renderer::plan_row_vector(const RowPlan& p) {
   run_.assign(nops(), false);
   const bool warp = out_.strategy == CudaStrategy::WarpRow && cache_iters_;
   const bool row_stores = out_.strategy == CudaStrategy::BlockRow || out_.strategy == CudaStrategy::WarpRow;
+  const bool early_stores = out_.strategy == CudaStrategy::Split;
   if (out_.strategy == CudaStrategy::ThreadRow || out_.strategy == CudaStrategy::ColumnSplit) return;
   if (generic_) {
     // A size-generic kernel's reduction passes go by vectors too (eager x.sum(1) on a GPU),
@@ -114,6 +116,8 @@ void Renderer::plan_row_vector(const RowPlan& p) {
     if (k_.loads[j].buffer >= 0) ops.push_back(j);
   if (row_stores)
     for (size_t j : p.in_row) ops.push_back(k_.loads.size() + j);
+  if (early_stores)
+    for (size_t j : p.early) ops.push_back(k_.loads.size() + j);
   size_t widest = 0;
   for (size_t j : ops) {
     const int along = along_row(j);
@@ -262,9 +266,9 @@ void Renderer::row_pass(const std::string& from, const std::string& step, Body&&
   const int V = row_vec_;
   const std::string Vs = std::to_string(V) + "u";
   std::string nv = row_nv_;
-  if (nv.empty()) {  // (Split: each pass checks its own loads)
+  if (nv.empty()) {  // (Split: its one pass checks its own operands, its early stores too)
     nv = fresh("nv");
-    line() << "const " << I_ << " " << nv << " = " << row_aligned(false) << " ? " << row_len() << " / " << Vs << " : 0u;\n";
+    line() << "const " << I_ << " " << nv << " = " << row_aligned() << " ? " << row_len() << " / " << Vs << " : 0u;\n";
   }
   open_counted_loop(I_, "q", from, nv, step);
   line() << "const " << I_ << " base = q * " << Vs << ";\n";
@@ -294,11 +298,10 @@ void Renderer::row_pass(const std::string& from, const std::string& step, Body&&
   row_loop(nv + " * " + Vs + " + " + from, step, body, end);
 }
 
-// Whether the vector operands' data at the row's start is aligned: the loads only, or the
-// stores too.
-std::string Renderer::row_aligned(bool stores) {
+// Whether the vector operands' data (loads and stores) at the row's start is aligned.
+std::string Renderer::row_aligned() {
   std::string all;
-  for (size_t j = 0; j < (stores ? nops() : k_.loads.size()); ++j)
+  for (size_t j = 0; j < nops(); ++j)
     if (linear_[j]) all += std::string(all.empty() ? "" : " && ") + aligned(j, row_start(j), row_vec_);
   return all;
 }
@@ -427,7 +430,7 @@ void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
   decompose("row", 0, rf());
   if (vectors && !cache_row_) {
     row_nv_ = "nvr";
-    line() << "const " << I_ << " nvr = " << row_aligned(true) << " ? " << row_len() << " / " << row_vec_ << "u : 0u;\n";
+    line() << "const " << I_ << " nvr = " << row_aligned() << " ? " << row_len() << " / " << row_vec_ << "u : 0u;\n";
   }
   if (cache_iters_ && row_vec_ > 1)
     for (size_t j = 0; j < nops(); ++j) {  // the vector operands at the row's start
@@ -493,7 +496,7 @@ void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
 }
 
 // A two-step kernel's partial step: its one pass over the row's elements [from, end) by
-// `step`, each reduction into accumulator acc<id>.
+// `step`, each reduction into accumulator acc<id>, and the early stores (Split) of each element.
 void Renderer::partial_pass(const RowPlan& p, const std::string& from, const std::string& step, const std::string& end) {
   const std::vector<int>& need = p.needs[0];
   for (int id : need)
@@ -506,13 +509,14 @@ void Renderer::partial_pass(const RowPlan& p, const std::string& from, const std
       const Instr& in = code_.code[size_t(r)];
       accumulate(in, "acc" + std::to_string(r), value(in.args[0]));
     }
+    store_all(p.early, "");
   }, end);
 }
 
 void Renderer::split_partial() {
   coord_.assign(size_t(rank()), "");
   memo_.assign(code_.code.size(), "");
-  RowPlan p = row_plan(k_, code_);
+  RowPlan p = row_plan(k_, code_, true);
   plan_row_vector(p);
   partial_pass(p, "(" + I_ + ")blockIdx.x * blockDim.x + threadIdx.x", "(" + I_ + ")gridDim.x * blockDim.x");
   for (size_t q = 0; q < p.reduces[1].size(); ++q) {
@@ -528,7 +532,7 @@ void Renderer::split_partial() {
 void Renderer::split_finish() {
   coord_.assign(size_t(rank()), "");
   memo_.assign(code_.code.size(), "");
-  RowPlan p = row_plan(k_, code_);
+  RowPlan p = row_plan(k_, code_, true);  // (its early stores are the partial step's)
   for (size_t q = 0; q < p.reduces[1].size(); ++q) {
     int r = p.reduces[1][q];
     const Instr& in = code_.code[size_t(r)];

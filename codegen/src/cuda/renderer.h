@@ -209,7 +209,7 @@ class Renderer {
   void warp_vector_pass(Body&& body);
   template <class Body>
   void row_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end = "");
-  std::string row_aligned(bool stores);
+  std::string row_aligned();
   bool rows_apart(int v) const;
   std::string kernel_aligned(bool whole_rows);
   std::string cache_slot(size_t id, bool fill);

@@ -106,6 +106,14 @@ shipped_build() {
   if [[ ! -e $src ]]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
   if [[ ! -e $dir/CTestTestfile.cmake ]]; then rm -f "$dir" && ln -s "$PWD/.gpu-ship/build" "$dir"; fi
   build=$dir
+  # ctest's files also name the cmake that configured the build (tests that run `cmake -P`):
+  # where it is elsewhere here, they are pointed at this machine's
+  local cmake_was here
+  cmake_was=$(sed -n 's/^CMAKE_COMMAND:INTERNAL=//p' .gpu-ship/build/CMakeCache.txt)
+  here=$(command -v cmake || true)
+  if [[ -n $cmake_was && -n $here && ! -x $cmake_was ]]; then
+    find .gpu-ship/build -name CTestTestfile.cmake -exec sed -i "s|$cmake_was|$here|g" {} +
+  fi
 }
 
 # Unpacks .gpu-deps and builds kiln (incrementally: a machine that kept build-gpu from an

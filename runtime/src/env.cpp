@@ -45,7 +45,7 @@ size_t cpu_cache_limit_bytes() {
   return mb > 0 ? size_t(mb) << 20 : 0;
 }
 
-int cuda_grid_per_sm() { return int(read_setting("KILN_CUDA_GRID_PER_SM", 8, 0, 1024)); }
+int cuda_grid_per_sm() { return int(read_setting("KILN_CUDA_GRID_PER_SM", 0, 0, 1024)); }
 
 int cuda_tile() {
   const int t = int(read_setting("KILN_CUDA_TILE", 32, 32, 64));

@@ -37,6 +37,13 @@
 #include <mutex>
 #include <string>
 
+// The emulator runs a grid's blocks one after another, each block's threads as host threads:
+// kiln's default grid of one block per step of work (KILN_CUDA_GRID_PER_SM=0) would start a
+// block of 256 host threads per 1024 elements. Unless the variable is set, it launches at most
+// 8 blocks per multiprocessor here (1 multiprocessor); the kernels are grid-stride loops, so
+// this changes only how the work is spread, and tests that set 0 run uncapped.
+__attribute__((constructor)) static void cap_emulated_grid() { setenv("KILN_CUDA_GRID_PER_SM", "8", 0); }
+
 namespace {
 
 enum : int {

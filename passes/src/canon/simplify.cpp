@@ -11,6 +11,8 @@
 // x*1 -> x makes readers of the fresh result read x's memory instead, which must then not be
 // written while they read it, and the result must not itself be written.
 #include <cmath>
+#include <map>
+#include <tuple>
 #include <unordered_set>
 
 #include "../schedule.h"
@@ -47,9 +49,18 @@ class Walk {
   bool can_forward(const ir::Node& n, const Replacement& r);
   bool run(const ir::Graph& g);
 
+  // select(v, dim, index) of a new-graph value, appended once per walk: a select pushed past an
+  // elementwise op that reads one value twice (x * x) then stays one select, not two per level.
+  ir::Value* select(ir::Value* v, int64_t dim, int64_t index) {
+    auto [it, fresh] = selects_.try_emplace({v, dim, index}, nullptr);
+    if (fresh) it->second = rb.emit(OpId::Select, {v}, {{"dim", dim}, {"index", index}})->outputs[0];
+    return it->second;
+  }
+
  private:
   std::unordered_set<const ir::Value*> forwarded_;  // replaced by another value in this walk
   std::unordered_set<int> touched_;                 // classes whose readers changed in this walk
+  std::map<std::tuple<const ir::Value*, int64_t, int64_t>, ir::Value*> selects_;
 };
 
 bool Walk::can_forward(const ir::Node& n, const Replacement& r) {
@@ -76,13 +87,15 @@ const ir::Node* made_by(const ir::Value* v, OpId op) {
   return v->producer && v->producer->op == op ? v->producer : nullptr;
 }
 
-// A rule that looks through `inner` (an op computing a fresh value) to inner's operand: the
-// outer node must see what inner computed, so neither inner's result nor its operand may be
-// written between the two (later readers of the operand are can_forward's business).
+// A rule that looks through `inner` (an op computing a fresh value) to inner's operands: the
+// outer node must see what inner computed, so neither inner's result nor its operands may be
+// written between the two (later readers of the operands are can_forward's business).
 bool unwritten_between(const Walk& w, const ir::Node& inner, const ir::Node& outer) {
   int lo = w.mem.pos(&inner), hi = w.mem.pos(&outer);
-  return !w.mem.written_between(w.mem.cls(inner.outputs[0]), lo, hi) &&
-         !w.mem.written_between(w.mem.cls(inner.inputs[0]), lo, hi + 1);
+  if (w.mem.written_between(w.mem.cls(inner.outputs[0]), lo, hi)) return false;
+  for (const ir::Value* v : inner.inputs)
+    if (w.mem.written_between(w.mem.cls(v), lo, hi + 1)) return false;
+  return true;
 }
 
 // ---- the rules ----
@@ -382,6 +395,101 @@ Replacement squeeze_past_elementwise(Walk& w, const ir::Node& n) {
   return {};
 }
 
+// ---- reductions over a few elements, as elementwise work ----
+//
+// n-body's distances, diff.norm(dim=0) of a [2, N, N] difference, reduce two elements per
+// output. As a reduction over dim 0 the norm is a kernel of its own, and the difference it
+// reads is materialized for it (a [2, N, N] buffer) because the sum over j that follows
+// reduces another dim. As the elementwise sum of its two slices, select(diff, 0, 0) and
+// select(diff, 0, 1), it fuses into that sum's kernel with everything before it: the selects
+// move past the elementwise ops that make diff (select_past_elementwise), down to views of the
+// inputs, and no [2, N, N] buffer is left.
+
+// At most this many elements per output are unrolled.
+constexpr int64_t kUnrollMax = 4;
+
+// sum(x, dim) and norm(x, dim, p=2) of a fresh elementwise value x over one dim of at most
+// kUnrollMax elements (and any size-1 dims) -> ((0 + f(x_0)) + f(x_1)) + ... over the selects
+// x_k, projected (norm's sqrt)
+// and cast to the result's dtype. Exact: the same steps as eager's kernel (runtime reduce.cpp)
+// for so few elements: from the identity, in index order, in its accumulation dtype (float64
+// for float32 and float64, float32 for 16-bit floats), after sum's dtype= cast. A float64 norm
+// is left alone: eager's `a + x * x` may be contracted into a fused multiply-add there.
+Replacement unroll_small_reduction(Walk& w, const ir::Node& n) {
+  if (n.op != OpId::Sum && n.op != OpId::Norm) return {};
+  const ir::Type& xt = n.inputs[0]->type;
+  const ir::Type& out = n.outputs[0]->type;
+  const int64_t nd = int64_t(xt.sizes.size());
+  if (xt.is_scalar() || nd == 0 || w.mem.written(w.mem.cls(n.outputs[0]))) return {};
+  const DType d = out.dtype;  // (sum: its dtype= or its input's; norm: its input's)
+  if (!is_floating(d) || (n.op == OpId::Norm && (d == kFloat64 || canon::attr_number(n, "p", 2.0) != 2.0))) return {};
+  const DType acc = d == kFloat32 || d == kFloat64 ? kFloat64 : kFloat32;
+  std::vector<bool> reduced(size_t(nd), true);
+  if (const ir::Attr* a = n.attr("dims"); a && !std::get<IntList>(a->value).empty()) {
+    reduced.assign(size_t(nd), false);
+    for (int64_t e : std::get<IntList>(a->value)) reduced[size_t((e % nd + nd) % nd)] = true;
+  }
+  int64_t along = -1;
+  for (int64_t k = 0; k < nd; ++k)
+    if (reduced[size_t(k)] && xt.sizes[size_t(k)] != 1) {
+      if (along >= 0) return {};  // (several dims: eager's order over them is its plan's)
+      along = k;
+    }
+  if (along < 0 || xt.sizes[size_t(along)] > kUnrollMax) return {};
+  // (only over elementwise work, which the slices then fuse with: a tensor in memory already,
+  // an input or a view of one, is read as well by the reduction's own kernel)
+  const ir::Node* p = n.inputs[0]->producer;
+  if (!p || !canon::is_fresh(n.inputs[0]) || p->op == OpId::Constant || ir::op_info(p->op).category != ir::Category::Elementwise)
+    return {};
+  ir::Value* x = w.rb(n.inputs[0]);
+  auto cast = [&](ir::Value* v, DType to) {
+    return v->type.dtype == to ? v : w.rb.emit(OpId::Cast, {v}, {{"dtype", to}})->outputs[0];
+  };
+  ir::Type zero_type = out;
+  zero_type.dtype = acc, zero_type.sizes.clear(), zero_type.strides.clear();
+  ir::Value* sum = w.rb.number(0.0, zero_type);
+  for (int64_t k = 0; k < xt.sizes[size_t(along)]; ++k) {
+    ir::Value* t = cast(cast(w.select(x, along, k), d), acc);
+    if (n.op == OpId::Norm) t = w.rb.emit(OpId::Mul, {t, t}, {})->outputs[0];
+    sum = w.rb.emit(OpId::Add, {sum, t}, {{"alpha", int64_t(1)}})->outputs[0];
+  }
+  if (n.op == OpId::Norm) sum = w.rb.emit(OpId::Sqrt, {sum}, {})->outputs[0];
+  ir::Value* r = cast(sum, d);
+  // (the size-1 reduced dims dropped, or kept with keepdim, by a view of the fresh result)
+  if (r->type.sizes == out.sizes) return {.built = r->type == out ? r : nullptr};
+  return {.built = w.build(OpId::View, {r}, {{"sizes", IntList(out.sizes.begin(), out.sizes.end())}}, out)};
+}
+
+// select(op(a, b, ...), dim, i) -> op(a', b', ...) for a fresh elementwise value: an operand
+// that varies along the dim is selected there, one of size 1 there has the dim dropped
+// (select 0), one without it is read as it is. Fusion then computes the slice from the
+// operands at its own coordinates instead of materializing the whole value for the view.
+// Exact: the same arithmetic on the same elements. It fires only where the slice's type is
+// the fresh result's (e.g. a leading dim of a contiguous value) and where no operand would
+// become 0-d (a 0-d tensor promotes differently from a dimensioned one).
+Replacement select_past_elementwise(Walk& w, const ir::Node& n) {
+  if (n.op != OpId::Select || w.mem.written(w.mem.cls(n.outputs[0]))) return {};
+  // (the op as the graph before this walk has it: its operands are then read at the select,
+  // so nothing may write them in between, `x.mul_(0.5)` after `y = x * 2`)
+  const ir::Value* u = n.inputs[0];
+  const ir::Node* p = u->producer;
+  if (!p || p->op == OpId::Copy || p->op == OpId::Constant || !p->regions.empty() || p->outputs.size() != 1 ||
+      ir::op_info(p->op).category != ir::Category::Elementwise || !canon::is_fresh(u) || !unwritten_between(w, *p, n))
+    return {};
+  const int64_t U = int64_t(u->type.sizes.size());
+  const auto dim_attr = canon::attr_number(n, "dim", 0), index_attr = canon::attr_number(n, "index", 0);
+  if (U == 0 || !dim_attr || !index_attr) return {};
+  const int64_t dim = (int64_t(*dim_attr) % U + U) % U, index = int64_t(*index_attr);
+  std::vector<ir::Value*> ins = w.rb.operands(*p);
+  for (ir::Value*& t : ins) {
+    const int64_t r = int64_t(t->type.sizes.size()), at = dim - (U - r);
+    if (t->type.is_scalar() || r == 0 || at < 0) continue;
+    if (r == 1) return {};
+    t = w.select(t, at, t->type.sizes[size_t(at)] == 1 ? 0 : index);
+  }
+  return {.built = w.build(p->op, ins, p->attrs, n.outputs[0]->type)};
+}
+
 struct Rule {
   const char* name;
   Replacement (*apply)(Walk&, const ir::Node&);
@@ -398,6 +506,8 @@ const Rule kRules[] = {
     {"cast-roundtrip", cast_roundtrip},
     {"noop-view", noop_view},
     {"broadcast-view", broadcast_view},
+    {"unroll-small-reduction", unroll_small_reduction},
+    {"select-past-elementwise", select_past_elementwise},
     {"keep-reduced-dims", keep_reduced_dims},
     {"squeeze-past-elementwise", squeeze_past_elementwise},
 };

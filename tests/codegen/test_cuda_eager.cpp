@@ -502,6 +502,35 @@ TEST(CudaEager, BlockRowVectorPassesMatchTheCpu) {
   expect_eager_cases_match_cpu(block_row_cases());
 }
 
+// Few long rows contiguous in memory (RowSplit): each cut into chunks of a block each, then a
+// thread per row combining the chunks in order. Per-channel statistics over [N, C, H, W] (two
+// reduced loops, the chunks cutting their flattened index), a row sum with an early store
+// beside it, a maximum with a NaN, float16, and rows that start off their 16-byte line.
+std::vector<CompiledCase> row_split_cases() {
+  Tensor nan_row = randn({3, 20000});
+  nan_row.index({1, 12345}) = NAN;
+  return {
+      {"channel mean and sum of squares",
+       [](const V& v) { return V{v[0].mean({0, 2, 3}), (v[0] * v[0]).sum({0, 2, 3})}; }, {randn({4, 3, 70, 90})}},
+      {"row sums beside x * 3", [](const V& v) { return V{v[0].sum({1}), v[0] * 3}; }, {randn({5, 33333})}},
+      {"a maximum with a NaN", [](const V& v) { return V{v[0].amax({1})}; }, {nan_row}},
+      {"float16", [](const V& v) { return V{v[0].sum({1})}; }, {randn({2, 40000}).to(kFloat16)}},
+      {"rows off their line", [](const V& v) { return V{v[0].narrow(1, 1, 30000).sum({1})}; }, {randn({7, 30003})}},
+  };
+}
+
+TEST(CudaCompiledFunction, RowSplitReductionsMatchCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(37);
+  expect_compiled_cases_match_cpu_eager(row_split_cases());
+}
+
+TEST(CudaEager, RowSplitReductionsMatchTheCpu) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(37);
+  expect_eager_cases_match_cpu(row_split_cases());
+}
+
 // Broadcast operands read per run of the innermost loop (a bias over rows as vectors, a column
 // one element per vector), where the runs hold whole vectors and stay aligned, and otherwise
 // element by element: rows of 128 and 130 floats, 64 float16s; a weight over a batch whose rows

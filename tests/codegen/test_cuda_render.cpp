@@ -330,6 +330,14 @@ std::vector<Want> strategy_wants() {
        {randn({200001})}, S::Split, {randn({150003})}},
       {"split with early stores f16", [](const std::vector<Tensor>& v) { return std::vector{amax(v[0]), exp(v[0])}; },
        {randn({70000}).to(kFloat16)}, S::Split, {randn({99998}).to(kFloat16)}},
+      // few long contiguous rows: chunks of a block each (rows of 40000; per-channel means over
+      // [N, C, H, W], two reduced loops; an early store beside a row sum)
+      {"row split", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {1}), amax(v[0], {1})}; },
+       {randn({3, 40000})}, S::RowSplit, {randn({5, 33333})}},
+      {"row split over channels", [](const std::vector<Tensor>& v) { return std::vector{mean(v[0], {0, 2, 3})}; },
+       {randn({4, 3, 70, 90})}, S::RowSplit, {randn({3, 2, 80, 90})}},
+      {"row split with early stores", [](const std::vector<Tensor>& v) { return std::vector{sum(v[0], {1}), v[0] * 3}; },
+       {randn({2, 20001})}, S::RowSplit, {randn({3, 17000})}},
       {"split mean f64", [](const std::vector<Tensor>& v) { return std::vector{mean(v[0])}; }, {randn({70000}, TensorOptions(kFloat64))}, S::Split,
        {randn({99999}, TensorOptions(kFloat64))}},
       {"block rows", [](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {randn({3, 5000})}, S::BlockRow, {randn({5, 6001})}},
@@ -728,6 +736,16 @@ TEST(CudaLaunchDims, TheGridPerSmComesFromTheEnvironment) {
   ASSERT_EQ(tiled.strategy, codegen::CudaStrategy::Tiled);
   ASSERT_EQ(split.strategy, codegen::CudaStrategy::Split);
   ASSERT_EQ(tiled.items, 16384);
+  // (RowSplit: enough chunks per row for 8 blocks per SM, each at least 8192 elements; per-channel
+  // statistics over [8, 64, 56, 56] are 64 rows of 25088: 17 chunks wanted, 3 long enough)
+  const codegen::CudaKernel rows =
+      kernel_of([](const std::vector<Tensor>& v) { return std::vector{v[0].sum({0, 2, 3})}; }, {randn({8, 64, 56, 56})});
+  ASSERT_EQ(rows.strategy, codegen::CudaStrategy::RowSplit);
+  const codegen::CudaLaunch rl = codegen::cuda_launch_dims(rows, 132);
+  EXPECT_EQ(rl.parts, 3u);
+  EXPECT_EQ(rl.grid, 64u * 3);
+  EXPECT_EQ(rl.finish_grid, 1u);
+  EXPECT_EQ(codegen::cuda_launch_dims(rows, 1).parts, 1u);  // (one SM: a chunk per row already fills it)
   {
     kiln::testing::ScopedEnv unset("KILN_CUDA_GRID_PER_SM", nullptr);
     EXPECT_EQ(codegen::cuda_launch_dims(tiled, 132).grid, 16384u);
@@ -983,7 +1001,7 @@ void expect_every_kernel_compiles_for_sm90(bool generic) {
       EXPECT_NE(b.cubin.find(r.kernel->name), std::string::npos);
       strategies[std::string(codegen::cuda_strategy_name(r.kernel->strategy))]++;
     }
-  EXPECT_EQ(strategies.size(), 7u) << "every strategy compiled";
+  EXPECT_EQ(strategies.size(), 8u) << "every strategy compiled";
 }
 TEST(CudaNvrtc, EveryWorkloadsKernelsCompileForSm90) {
   if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();

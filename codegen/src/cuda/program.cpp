@@ -77,6 +77,7 @@ CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block)
   switch (k.strategy) {
     case CudaStrategy::Elementwise: per_block = int64_t(block) * k.vector; break;
     case CudaStrategy::BlockRow:
+    case CudaStrategy::RowSplit:
     case CudaStrategy::Tiled: per_block = 1; break;
     case CudaStrategy::WarpRow: per_block = block / 32; break;
     case CudaStrategy::ThreadRow:
@@ -98,6 +99,17 @@ CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block)
     l.finish_grid = unsigned(std::clamp<int64_t>(blocks(rows), 1, most));
     return l;
   }
+  if (k.strategy == CudaStrategy::RowSplit) {
+    // Enough (row, chunk) pairs, a block each, for kRowSplitBlocksPerSm blocks per SM, in chunks
+    // of at least kRowChunkMin elements (32 per thread of a block); a thread per row finishes.
+    const int64_t rows = std::max<int64_t>(k.items, 1), len = std::max<int64_t>(k.row_len, 1);
+    const int64_t want = (sms * kRowSplitBlocksPerSm + rows - 1) / rows;
+    const int64_t chunks = std::clamp<int64_t>(want, 1, std::max<int64_t>(1, len / kRowChunkMin));
+    l.parts = unsigned(chunks);
+    l.grid = unsigned(std::clamp<int64_t>(rows * chunks, 1, most));
+    l.finish_grid = unsigned(std::clamp<int64_t>((rows + block - 1) / block, 1, most));
+    return l;
+  }
   l.grid = unsigned(std::clamp<int64_t>(blocks(k.items), 1, k.strategy == CudaStrategy::Split ? sms * 4 : most));
   if (k.strategy == CudaStrategy::Split) l.parts = l.grid, l.finish_grid = 1;
   return l;
@@ -106,7 +118,8 @@ CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block)
 size_t cuda_parts_bytes(const CudaKernel& k, const CudaLaunch& l) {
   const size_t per_part = size_t(k.slots) * sizeof(uint64_t);
   if (k.strategy == CudaStrategy::Split) return size_t(l.parts) * per_part;
-  if (k.strategy == CudaStrategy::ColumnSplit) return size_t(l.parts) * per_part * size_t(std::max<int64_t>(k.items, 1));
+  if (k.strategy == CudaStrategy::ColumnSplit || k.strategy == CudaStrategy::RowSplit)
+    return size_t(l.parts) * per_part * size_t(std::max<int64_t>(k.items, 1));
   return 0;
 }
 
@@ -161,7 +174,9 @@ std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch, b
       << (ck.strategy == CudaStrategy::Elementwise || ck.strategy == CudaStrategy::Split ? " elements"
           : ck.strategy == CudaStrategy::Tiled ? " tiles of " + std::to_string(ck.tile) + " x " + std::to_string(ck.tile)
                                                                                           : " rows")
-      << (ck.strategy == CudaStrategy::ColumnSplit ? " of " + std::to_string(ck.row_len) + " elements in chunks" : "")
+      << (ck.strategy == CudaStrategy::ColumnSplit || ck.strategy == CudaStrategy::RowSplit
+              ? " of " + std::to_string(ck.row_len) + " elements in chunks"
+              : "")
       << (ck.vector > 1 ? ", " + std::to_string(ck.vector) + "-wide vector accesses" : "")
       << (ck.index32 ? ", 32-bit indices" : ", 64-bit indices") << (ck.generic ? ", size-generic" : "") << "\n";
     if (what == CudaEmit::Source) o << ck.body << "\n";

@@ -21,6 +21,7 @@ std::string_view cuda_strategy_name(CudaStrategy s) {
     case CudaStrategy::Split: return "split";
     case CudaStrategy::Tiled: return "tiled";
     case CudaStrategy::ColumnSplit: return "column-split";
+    case CudaStrategy::RowSplit: return "row-split";
   }
   return "?";
 }
@@ -43,7 +44,7 @@ void Renderer::render() {
   } else if (two_step()) {
     const bool split = out_.strategy == CudaStrategy::Split;
     open_kernel(out_.name, params + ",\n    unsigned long long* __restrict__ parts, long long nparts");
-    split ? split_partial() : column_partial();
+    split ? split_partial() : out_.strategy == CudaStrategy::RowSplit ? row_partial() : column_partial();
     close_kernel();
     o_ << "\n";
     open_kernel(out_.finish, params + ",\n    const unsigned long long* __restrict__ parts, long long nparts");
@@ -119,6 +120,10 @@ void Renderer::plan() {
     out_.strategy = CudaStrategy::ColumnSplit;
     out_.finish = out_.name + "_finish";
     for (const Instr& in : code_.code) out_.slots += in.op == EOp::Reduce;
+  } else if (unit_stride_along_row() && splits_rows()) {
+    out_.strategy = CudaStrategy::RowSplit;
+    out_.finish = out_.name + "_finish";
+    for (const Instr& in : code_.code) out_.slots += in.op == EOp::Reduce;
   } else if (!unit_stride_along_row() && rows_ >= kThreadRowMin) {
     out_.strategy = CudaStrategy::ThreadRow;
   } else {
@@ -135,6 +140,12 @@ bool Renderer::splits_columns() const {
       code_.depth != 1)
     return false;
   return row_plan(k_, code_).in_row.empty();
+}
+
+// RowSplit: few rows, long ones, one pass over each with only per-row and early stores.
+bool Renderer::splits_rows() const {
+  if (rf() == 0 || rows_ >= kRowSplitRowsMax || row_len_ < kRowSplitMinLen || code_.depth != 1) return false;
+  return row_plan(k_, code_, true).in_row.empty();
 }
 
 // Whether some load walks the innermost reduction loop contiguously (threads of a warp or block

@@ -99,7 +99,9 @@ void Renderer::plan_row_vector(const RowPlan& p) {
   const bool warp = out_.strategy == CudaStrategy::WarpRow && cache_iters_;
   const bool row_stores = out_.strategy == CudaStrategy::BlockRow || out_.strategy == CudaStrategy::WarpRow;
   const bool early_stores = out_.strategy == CudaStrategy::Split;
-  if (out_.strategy == CudaStrategy::ThreadRow || out_.strategy == CudaStrategy::ColumnSplit) return;
+  if (out_.strategy == CudaStrategy::ThreadRow || out_.strategy == CudaStrategy::ColumnSplit ||
+      out_.strategy == CudaStrategy::RowSplit)
+    return;
   if (generic_) {
     // A size-generic kernel's reduction passes go by vectors too (eager x.sum(1) on a GPU),
     // when a single loop runs along the row: contiguity is then its unit stride, which is in
@@ -575,6 +577,33 @@ void Renderer::column_partial() {
   partial_pass(p, "lo", "1u", "hi");
   for (size_t q = 0; q < p.reduces[1].size(); ++q)
     line() << "kiln_put(" << column_slot("part", q) << ", acc" << p.reduces[1][q] << ");\n";
+  --indent_;
+  line() << "}\n";
+}
+
+// Block g takes chunk g % nparts of row g / nparts (neighbouring blocks: neighbouring chunks of
+// a row), its threads striding over the chunk, and puts the block's result into the chunk's
+// slots (ColumnSplit's layout, which column_finish reads); early stores go as the elements are
+// read. Chunks are whole multiples of 32 elements, so that every warp's reads start at a row
+// position that is a multiple of 32.
+void Renderer::row_partial() {
+  coord_.assign(size_t(rank()), "");
+  memo_.assign(code_.code.size(), "");
+  RowPlan p = row_plan(k_, code_, true);
+  t0_ = "(" + I_ + ")threadIdx.x", nt_ = "blockDim.x";
+  line() << "const " << I_ << " nchunks = (" << I_ << ")nparts, chunk = (" << row_len() << " + nchunks * 32u - 1u) / (nchunks * 32u) * 32u;\n";
+  line() << "for (" << I_ << " g = (" << I_ << ")blockIdx.x; g < " << nrows() << " * nchunks; g += (" << I_ << ")gridDim.x) {\n";
+  ++indent_;
+  line() << "const " << I_ << " row = g / nchunks, part = g % nchunks;\n";
+  line() << "const " << I_ << " lo = part * chunk, hi = lo + chunk < " << row_len() << " ? lo + chunk : " << row_len() << ";\n";
+  decompose("row", 0, rf());
+  partial_pass(p, "lo + " + t0_, nt_, "hi");
+  for (size_t q = 0; q < p.reduces[1].size(); ++q) {
+    const int r = p.reduces[1][q];
+    const std::string acc = "acc" + std::to_string(r);
+    line() << acc << " = " << group_reduce(code_.code[size_t(r)], acc) << ";\n";
+    line() << "if (threadIdx.x == 0) kiln_put(" << column_slot("part", q) << ", " << acc << ");\n";
+  }
   --indent_;
   line() << "}\n";
 }

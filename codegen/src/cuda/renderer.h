@@ -37,6 +37,11 @@ inline constexpr int64_t kThreadRowMin = 2048;
 // this long (four chunks of kColumnChunkMin), and the reduction has at least kSplitMin elements.
 inline constexpr int64_t kColumnSplitRowsMax = int64_t(1) << 17;
 inline constexpr int64_t kColumnSplitMinLen = 4 * kColumnChunkMin;
+// Rows contiguous in memory go to RowSplit rather than a block each when they are fewer than
+// this (a block each would leave an H100's 132 SMs short of blocks) and at least two chunks of
+// kRowChunkMin long, in one pass with only per-row stores (and early stores) after it.
+inline constexpr int64_t kRowSplitRowsMax = 256;
+inline constexpr int64_t kRowSplitMinLen = 2 * kRowChunkMin;
 // Tiled: the side of a tile, the fewest elements along both of its loops, and the most
 // operands staged through shared memory (32 x 33 elements each: at most 8.4 KiB). With
 // KILN_CUDA_TILE=64 the side is 64 where both loops are that long and the staged tiles (64 x 65
@@ -93,7 +98,10 @@ class Renderer {
   int tmp_ = 0;
   int64_t rows_ = 1, row_len_ = 1;
   int rank() const { return int(k_.loops.size()); }
-  bool two_step() const { return out_.strategy == CudaStrategy::Split || out_.strategy == CudaStrategy::ColumnSplit; }
+  bool two_step() const {
+    return out_.strategy == CudaStrategy::Split || out_.strategy == CudaStrategy::ColumnSplit ||
+           out_.strategy == CudaStrategy::RowSplit;
+  }
   int rf() const { return std::min(k_.reduce_from, rank()); }
   const passes::Access& operand(size_t j) const;
   size_t nops() const { return k_.loads.size() + k_.stores.size(); }
@@ -105,6 +113,7 @@ class Renderer {
 
   void plan();
   bool splits_columns() const;
+  bool splits_rows() const;
   bool unit_stride_along_row() const;
   bool plan_tiles();
   int64_t tiles(int d) const { return (k_.loops[size_t(d)] + tile_ - 1) / tile_; }
@@ -230,6 +239,10 @@ class Renderer {
   std::string column_slot(const std::string& part, size_t q) const;
   void column_partial();
   void column_finish();
+
+  // ---- RowSplit: chunks of rows, one block each, then ColumnSplit's finishing kernel ----
+
+  void row_partial();
 };
 
 }  // namespace kiln::codegen::cuda_render

@@ -24,6 +24,10 @@
 //                chunk of one row (neighbouring threads: neighbouring rows, adjacent in
 //                memory) into a slot, then a finishing kernel, one thread per row, combines the
 //                row's chunks in order and stores.
+//   RowSplit     a reduction over long rows contiguous in memory, too few of them for a block
+//                each to fill the GPU (per-channel statistics: x.mean((0, 2, 3)) of [32, 64,
+//                112, 112] is 64 rows of 401408): each row is cut into chunks, one block reduces
+//                one chunk of one row into a slot, then the finishing kernel of ColumnSplit.
 //   Tiled        elementwise work that reads an operand transposed (contiguous along another
 //                loop than the one the stores are contiguous along: x.t() + y): 32 x 32 tiles
 //                (64 x 64 with KILN_CUDA_TILE=64), each transposed operand first staged through
@@ -37,9 +41,9 @@
 // each loop of more than one element and each operand's non-unit strides (`long long`, in the
 // order CudaKernel::size_args holds their values); then the status
 // word (`unsigned long long*`, device memory): bit k set means check k failed (an integer
-// division by zero), raised by the host after the kernel. Both kernels of Split and ColumnSplit
-// then take the slots (`unsigned long long*`) and their count (`long long`: Split's blocks,
-// ColumnSplit's chunks per row).
+// division by zero), raised by the host after the kernel. Both kernels of Split, ColumnSplit and
+// RowSplit then take the slots (`unsigned long long*`) and their count (`long long`: Split's
+// blocks, ColumnSplit's and RowSplit's chunks per row).
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -55,7 +59,7 @@
 
 namespace kiln::codegen {
 
-enum class CudaStrategy : uint8_t { Elementwise, BlockRow, WarpRow, ThreadRow, Split, Tiled, ColumnSplit };
+enum class CudaStrategy : uint8_t { Elementwise, BlockRow, WarpRow, ThreadRow, Split, Tiled, ColumnSplit, RowSplit };
 std::string_view cuda_strategy_name(CudaStrategy s);
 
 // Threads per block every kernel is written for (at most; any multiple of 32 below works).
@@ -123,15 +127,19 @@ std::vector<uint64_t> cuda_operand_params(const CudaKernel& k, std::span<const T
 // 2^31. Raises kiln::Error unless 1 <= d < 2^31.
 uint64_t cuda_divisor_magic(int64_t d);
 
-// Grid and block for a launch on a device with `multiprocessors` SMs (Split, ColumnSplit: the
-// partial step), and for the two-step strategies the slots' count and the finishing step's grid
-// (Split: one block over the blocks' slots; ColumnSplit: enough chunks per row for the device's
-// resident threads, each of at least kColumnChunkMin elements, and a thread per row).
+// Grid and block for a launch on a device with `multiprocessors` SMs (Split, ColumnSplit,
+// RowSplit: the partial step), and for the two-step strategies the slots' count and the
+// finishing step's grid (Split: one block over the blocks' slots; ColumnSplit: enough chunks per
+// row for the device's resident threads, each of at least kColumnChunkMin elements, and a thread
+// per row; RowSplit: enough chunks per row for kRowSplitBlocksPerSm blocks per SM, each of at
+// least kRowChunkMin elements, and a thread per row).
 struct CudaLaunch {
   unsigned grid = 1, block = kCudaBlock;
   unsigned parts = 0, finish_grid = 0;  // (0: one step)
 };
 inline constexpr int64_t kColumnChunkMin = 32;
+inline constexpr int64_t kRowChunkMin = 8192;
+inline constexpr int64_t kRowSplitBlocksPerSm = 8;
 CudaLaunch cuda_launch_dims(const CudaKernel& k, int multiprocessors, int block = kCudaBlock);
 // The bytes of the slots a two-step launch's partial step writes (0 for the others).
 size_t cuda_parts_bytes(const CudaKernel& k, const CudaLaunch& l);

@@ -192,9 +192,10 @@ phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torc
 # The sweeps of the backend's tuning variables (docs/env_vars.md, tools/bench/sweep.py), a table
 # each: the workloads (W, or W/INPUT=SIZES/... for other sizes than the gpu tier's: block-per-row
 # layernorm and softmax over rows of 4096) and the settings, separated by '|' ('defaults': none set).
+# (session 26's H100 sweep made one block per step of work the default; the tile's side is open)
 sweeps=(
-  "transpose_add,row_sum,softmax,layernorm,layernorm/x=16384x4096/w=4096/b=4096,softmax/x=16384x4096|defaults|KILN_CUDA_GRID_PER_SM=0|KILN_CUDA_GRID_PER_SM=4"
-  "transpose_add|defaults|KILN_CUDA_TILE=64|KILN_CUDA_TILE=64 KILN_CUDA_GRID_PER_SM=0"
+  "transpose_add|defaults|KILN_CUDA_TILE=64"
+  "transpose_add,softmax/x=16384x4096,row_sum,add_sin_cos_bf16|defaults|KILN_CUDA_GRID_PER_SM=8"
 )
 phase_sweep() {  # kiln compiled alone under each setting, side by side (N: only the N-th sweep)
   local end=$(( SECONDS + $(limit "${KILN_GPU_SWEEP_TIMEOUT:-300}") )) rc=0 n=0 group
@@ -240,9 +241,9 @@ run() {
     # the workloads against PyTorch most wanted first, for as long as the deadline allows.
     export KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-100} KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-30}
     export KILN_GPU_TEST_JOBS=${KILN_GPU_TEST_JOBS:-12} KILN_GPU_TEST_TIMEOUT=${KILN_GPU_TEST_TIMEOUT:-150}
-    export KILN_GPU_SWEEP_TIMEOUT=${KILN_GPU_SWEEP_TIMEOUT:-150}
+    export KILN_GPU_SWEEP_TIMEOUT=${KILN_GPU_SWEEP_TIMEOUT:-150} KILN_GPU_SWEEP_ROUNDS=${KILN_GPU_SWEEP_ROUNDS:-2}
     KILN_GPU_DEADLINE=${KILN_GPU_DEADLINE:-540}
-    phases=(test sweep "bench=${KILN_GPU_LEASE_BENCH:-transpose_add,softmax,row_sum,attention_scores,sum_f64,log_softmax,layernorm,inplace_chain,add_sin_cos_bf16,nbody_forces,branch_sign}")
+    phases=(test sweep "bench=${KILN_GPU_LEASE_BENCH:-nbody_forces,branch_sign,transpose_add,add_sin_cos_bf16,softmax,layernorm,broadcast_bias,gelu_tanh,bias_relu,poly,where_scale,unrolled_loop,add_sin_cos}")
   fi
   [[ -z ${KILN_GPU_DEADLINE:-} ]] || deadline=$(( SECONDS + KILN_GPU_DEADLINE ))
   prepare "$out"

@@ -375,7 +375,9 @@ TEST(CudaGraphs, AReplayNeverOverwritesAnEarlierOutput) {
 }
 
 // A replay hands out the output buffers it wrote when no one holds them any more: `y = f(x)`
-// with y dropped before the next call allocates and copies nothing.
+// with y dropped before the next call allocates and copies nothing. The same input tensor
+// again is read where it is: the second call captures the program bound to its address, and
+// from then on a call copies no input either.
 TEST(CudaGraphs, OutputsNoOneHoldsAreHandedOutWithoutACopy) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
   auto fn = [](const std::vector<Tensor>& v) { return std::vector{v[0].exp() * 2, (v[0] + 1).sum({1})}; };
@@ -383,13 +385,15 @@ TEST(CudaGraphs, OutputsNoOneHoldsAreHandedOutWithoutACopy) {
   Compiled c = compile_graph(traced_one(fn, {a}), {.graphs = true});
   ASSERT_EQ(c.program->stats().graphs, "replayed as a CUDA graph");
   const std::vector<Tensor> in{a.to(Device::cuda())};
-  c.program->run(in);  // (runs, then captures)
+  c.program->run(in);  // (runs, then captures over fixed inputs)
+  c.program->run(in);  // (the same address again: captures bound to it)
   std::vector<const void*> seen;
   for (int call = 0; call < 3; ++call) {
     cuda::synchronize();
-    const size_t before = cuda::memory_allocated();
+    const size_t before = cuda::memory_allocated(), copied = cuda::host_transfers().on_device;
     std::vector<Tensor> got = c.program->run(in);
     EXPECT_EQ(cuda::memory_allocated(), before) << "call " << call << " allocated its outputs";
+    EXPECT_EQ(cuda::host_transfers().on_device, copied) << "call " << call << " copied its input";
     for (size_t i = 0; i < 2; ++i) EXPECT_TRUE(kiln::testing::close(got[i].to(Device::cpu()), fn({a})[i])) << "output " << i;
     seen.push_back(got[0].storage()->data());
   }  // (each call's outputs are dropped before the next)
@@ -397,8 +401,9 @@ TEST(CudaGraphs, OutputsNoOneHoldsAreHandedOutWithoutACopy) {
   EXPECT_EQ(seen[1], seen[2]);
 }
 
-// Outputs a caller still holds are never written again: `x = f(x)` alternates between two
-// captures, and a caller keeping every output gets copies once both captures' outputs are held.
+// Outputs a caller still holds are never written again: `x = f(x)` settles on two captures
+// bound to each other's outputs, taking turns with no copies, and a caller keeping every output
+// gets copies once every capture's outputs are held.
 TEST(CudaGraphs, OutputsACallerHoldsAreNeverWrittenAgain) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
   auto step = [](const std::vector<Tensor>& v) { return std::vector{(v[0] * 0.5 + v[1]).tanh()}; };
@@ -408,25 +413,71 @@ TEST(CudaGraphs, OutputsACallerHoldsAreNeverWrittenAgain) {
   Tensor want = x0, got = x0.to(Device::cuda());
   const Tensor wd = w.to(Device::cuda());
   std::vector<const void*> storages;
-  for (int i = 0; i < 6; ++i) {
+  std::vector<size_t> copied;
+  for (int i = 0; i < 10; ++i) {
     want = step({want, w})[0];
     got = c.program->run(std::vector<Tensor>{got, wd})[0];
     storages.push_back(got.storage()->data());
+    copied.push_back(cuda::host_transfers().on_device);
     EXPECT_TRUE(kiln::testing::close(got.to(Device::cpu()), want)) << "step " << i;
   }
-  // (the first call's output is its own; then the two captures take turns)
-  for (int i = 1; i + 2 < 6; ++i) EXPECT_EQ(storages[size_t(i)], storages[size_t(i) + 2]) << "step " << i;
-  EXPECT_NE(storages[1], storages[2]);
+  // (the first call's output is its own, the second's a capture's over fixed inputs; then two
+  // bound captures take turns, neither copying)
+  for (int i = 4; i + 2 < 10; ++i) EXPECT_EQ(storages[size_t(i)], storages[size_t(i) + 2]) << "step " << i;
+  EXPECT_NE(storages[4], storages[5]);
+  EXPECT_EQ(copied[9], copied[4]) << "the bound captures copied inputs";
 
   std::vector<Tensor> inputs, kept;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 6; ++i) {
     inputs.push_back(randn({1000}));
     kept.push_back(c.program->run(std::vector<Tensor>{inputs.back().to(Device::cuda()), wd})[0]);
   }
-  for (int i = 0; i < 5; ++i)
+  for (int i = 0; i < 6; ++i)
     EXPECT_TRUE(kiln::testing::close(kept[size_t(i)].to(Device::cpu()), step({inputs[size_t(i)], w})[0])) << "kept " << i;
-  for (int i = 0; i < 5; ++i)
-    for (int j = i + 1; j < 5; ++j) EXPECT_NE(kept[size_t(i)].storage()->data(), kept[size_t(j)].storage()->data());
+  for (int i = 0; i < 6; ++i)
+    for (int j = i + 1; j < 6; ++j) EXPECT_NE(kept[size_t(i)].storage()->data(), kept[size_t(j)].storage()->data());
+}
+
+// Captures bound to a caller's inputs read them where they are and write in-place updates into
+// them directly (x.mul_(2) on an input), with every input at a new address, at addresses seen
+// before and at moving ones: the results are eager's every time. A caller cycling through more
+// address sets than there are bound captures stops binding after a few recaptures and copies.
+TEST(CudaGraphs, CapturesBoundToTheCallersInputsMatchEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto fn = [](const std::vector<Tensor>& v) {
+    Tensor x = v[0];
+    x.mul_(2);
+    return std::vector{(x + v[1]).sum({1}), x.exp()};
+  };
+  Tensor a = randn({64, 33}), b = randn({64, 33});
+  Compiled c = compile_graph(traced_one(fn, {a.clone(), b}), {.graphs = true});
+  ASSERT_EQ(c.program->stats().graphs, "replayed as a CUDA graph");
+  std::vector<Tensor> xs, ys;
+  for (int k = 0; k < 5; ++k) xs.push_back(randn({64, 33})), ys.push_back(randn({64, 33}));
+  std::vector<Tensor> xd, yd;
+  for (int k = 0; k < 5; ++k) xd.push_back(xs[size_t(k)].to(Device::cuda())), yd.push_back(ys[size_t(k)].to(Device::cuda()));
+  // which input set each call takes: a repeated one (bound from the second call), a second one,
+  // then a cycle of three more than the two bound captures hold, which recaptures until binding
+  // stops and every call copies its inputs
+  std::vector<int> order{0, 0, 0, 1, 1, 0, 1};
+  for (int r = 0; r < 8; ++r)
+    for (int k : {2, 3, 4}) order.push_back(k);
+  std::vector<size_t> copied;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const size_t k = size_t(order[i]);
+    std::vector<Tensor> want_in{xs[k].clone(), ys[k]};
+    std::vector<Tensor> want = fn(want_in);
+    const size_t before = cuda::host_transfers().on_device;
+    std::vector<Tensor> got = c.program->run(std::vector<Tensor>{xd[k], yd[k]});
+    copied.push_back(cuda::host_transfers().on_device - before);
+    xs[k] = want_in[0];  // (the call doubled the input in place, on both sides)
+    for (size_t j = 0; j < 2; ++j)
+      EXPECT_TRUE(kiln::testing::close(got[j].to(Device::cpu()), want[j])) << "call " << i << " output " << j;
+    EXPECT_TRUE(kiln::testing::close(xd[k].to(Device::cpu()), xs[k])) << "call " << i << ": the input written in place";
+  }
+  for (size_t i : {2, 4, 5, 6}) EXPECT_EQ(copied[i], 0u) << "call " << i << " replays a bound capture";
+  EXPECT_GT(copied[3], 0u) << "a new address set is copied";
+  for (size_t i = order.size() - 3; i < order.size(); ++i) EXPECT_GT(copied[i], 0u) << "call " << i << ": binding stopped";
 }
 
 // cuBLAS calls are captured with the program's kernels; what they allocate (the product, a copy

@@ -13,8 +13,24 @@
 // output), a private instance is replayed and its outputs copied into fresh tensors.
 // What the captured work allocates and frees within one run (a copy of an operand cuBLAS cannot
 // read in place) becomes the graph's own memory: allocation and free nodes, replayed with it.
+//
+// Inputs: a capture over fixed input buffers costs every call a device copy of each input into
+// them (on an H100, graph mode took 1.9-3x the time of plain launches on the gpu tier's inputs
+// of 256 MB to 2 GB). A caller that calls again with the same input tensors (or tensors at the
+// same addresses: the caching allocator hands the same blocks back) is better served by a
+// capture bound to those addresses: the graph reads the caller's inputs where they are and
+// writes in-place updates straight into them, with no copies. So when a call's input addresses
+// look stable, it replays a capture bound to them, or captures one (up to kBoundInstances;
+// beyond, it recaptures one whose outputs nobody holds, over the same output buffers); other
+// calls copy as before. Stable: the addresses of one of the last kRecentCalls calls, or each
+// input where the last call had it or in an output buffer of a capture (`x = f(x)`: two bound
+// captures then take turns, each reading the other's output). A caller whose addresses keep
+// moving would recapture on every call, so binding stops after kRebindsAllowed recaptures that
+// found no more replays than recaptures.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <mutex>
 #include <utility>
 
@@ -38,12 +54,25 @@ size_t span_bytes(const Tensor& t) {
 
 // One capture of the program, over its own output buffers.
 struct Instance {
-  std::vector<Tensor> buffers;  // every buffer of the program, fixed
+  std::vector<Tensor> buffers;  // every buffer of the program, fixed (a bound capture's inputs: none)
   std::unique_ptr<cuda::Graph> graph;
+  std::vector<const char*> bound;  // the caller's input addresses it reads (empty: the fixed inputs)
 };
 
-// How many instances may hand their outputs to callers at once.
+// How many instances over the fixed inputs may hand their outputs to callers at once.
 constexpr size_t kHeldInstances = 2;
+// Captures bound to a caller's input addresses, and how many calls back an address set counts as
+// seen again.
+constexpr size_t kBoundInstances = 2;
+constexpr size_t kRecentCalls = 4;
+constexpr size_t kRebindsAllowed = 8;
+
+// The first byte of every tensor input (a graph's inputs are all tensors: cuda_graph_refusal).
+std::vector<const char*> addresses(std::span<const ir::Slot> in) {
+  std::vector<const char*> a;
+  for (const ir::Slot& s : in) a.push_back(s.tensor.defined() ? first_byte(s.tensor) : nullptr);
+  return a;
+}
 
 struct GraphReplay {
   std::shared_ptr<const passes::KernelProgram> program;
@@ -54,18 +83,85 @@ struct GraphReplay {
   std::vector<Tensor> shared;    // the buffers every instance shares (its outputs are its own)
   std::vector<std::unique_ptr<Instance>> held;  // instances whose outputs go to the caller
   std::unique_ptr<Instance> own;  // the instance whose outputs are copied out, once needed
+  std::vector<std::unique_ptr<Instance>> bound;      // captures over callers' input addresses
+  std::vector<std::vector<const char*>> recent;      // the last calls' input addresses
+  size_t rebinds = 0, bound_replays = 0;
+  bool binds = true;              // whether calls may replay captures bound to their inputs
   bool hands_out = true;          // whether outputs can be handed out (each is an output buffer)
   bool started = false;           // whether the first call (which captures) has run
   std::string failed;  // why a capture failed: the program then runs without a graph
 
-  std::unique_ptr<Instance> capture(const passes::ProgramRunner& runner) {
+  // A capture over the fixed inputs, or with `call` over the caller's inputs where they are
+  // (references to them are dropped after it: the graph keeps their addresses only); over new
+  // output buffers, or `outputs` (a recapture's, which keep their addresses).
+  std::unique_ptr<Instance> capture(const passes::ProgramRunner& runner, std::span<const ir::Slot> call = {},
+                                    const std::vector<Tensor>* outputs = nullptr) {
     auto in = std::make_unique<Instance>();
     in->buffers = shared;
-    for (const passes::Buffer& b : program->buffers)  // (allocated before the capture: nothing allocates inside it)
+    for (const passes::Buffer& b : program->buffers) {  // (allocated before the capture: nothing allocates inside it)
       if (b.kind == passes::BufferKind::Output)
-        in->buffers[size_t(b.id)] = empty_strided(b.sizes, b.strides, TensorOptions(b.dtype).device(device));
-    in->graph = std::make_unique<cuda::Graph>([&] { runner.run_on(in->buffers, inputs); }, device.index);
+        in->buffers[size_t(b.id)] = outputs ? (*outputs)[size_t(b.id)]
+                                            : empty_strided(b.sizes, b.strides, TensorOptions(b.dtype).device(device));
+      if (b.kind == passes::BufferKind::Input && !call.empty()) in->buffers[size_t(b.id)] = call[size_t(b.input)].tensor;
+    }
+    const std::span<const ir::Slot> reads = call.empty() ? std::span<const ir::Slot>(inputs) : call;
+    in->graph = std::make_unique<cuda::Graph>([&] { runner.run_on(in->buffers, reads); }, device.index);
+    if (!call.empty()) {
+      in->bound = addresses(call);
+      for (const passes::Buffer& b : program->buffers)
+        if (b.kind == passes::BufferKind::Input) in->buffers[size_t(b.id)] = Tensor();
+    }
     return in;
+  }
+
+  // A capture bound to the call's input addresses, when the caller has called with them lately:
+  // one bound to them already, or a new or recaptured one. nullptr: copy into the fixed inputs.
+  Instance* pick_bound(const passes::ProgramRunner& runner, std::span<const ir::Slot> call) {
+    const std::vector<const char*> now = addresses(call);
+    bool seen = std::find(recent.begin(), recent.end(), now) != recent.end();
+    if (!seen && !recent.empty()) {
+      seen = true;
+      for (size_t i = 0; i < now.size() && seen; ++i) seen = now[i] == recent.back()[i] || ours(now[i]);
+    }
+    recent.push_back(now);
+    if (recent.size() > kRecentCalls) recent.erase(recent.begin());
+    for (auto& in : bound)
+      if (in->bound == now && unheld(*in)) return ++bound_replays, in.get();
+    if (!seen) return nullptr;
+    if (rebinds >= kRebindsAllowed && rebinds >= bound_replays) {
+      binds = false;  // (the addresses keep moving: copying is cheaper than capturing every call)
+      bound.clear();
+      return nullptr;
+    }
+    ++rebinds;
+    if (bound.size() < kBoundInstances) {
+      bound.push_back(capture(runner, call));
+      return bound.back().get();
+    }
+    for (auto& in : bound)
+      if (unheld(*in)) {
+        std::vector<Tensor> outputs = std::move(in->buffers);
+        in.reset();  // (its graph and memory go before the new capture's)
+        in = capture(runner, call, &outputs);
+        return in.get();
+      }
+    return nullptr;
+  }
+
+  // Whether `at` is the first byte of one of the captures' output buffers.
+  bool ours(const char* at) const {
+    auto has = [&](const Instance* in) {
+      for (const passes::Buffer& b : program->buffers)
+        if (b.kind == passes::BufferKind::Output && in->buffers[size_t(b.id)].defined() &&
+            first_byte(in->buffers[size_t(b.id)]) == at)
+          return true;
+      return false;
+    };
+    for (const auto& in : held)
+      if (has(in.get())) return true;
+    for (const auto& in : bound)
+      if (has(in.get())) return true;
+    return false;
   }
 
   // Whether no one but the instance holds any of its output buffers.
@@ -79,8 +175,10 @@ struct GraphReplay {
 
   // The instance this call replays, and whether its outputs go to the caller as they are;
   // captured here when none is free. {nullptr, false} when a capture fails.
-  std::pair<Instance*, bool> pick(const passes::ProgramRunner& runner) {
+  std::pair<Instance*, bool> pick(const passes::ProgramRunner& runner, std::span<const ir::Slot> call) {
     try {
+      if (hands_out && binds && !call.empty())
+        if (Instance* in = pick_bound(runner, call)) return {in, true};
       if (hands_out) {
         for (auto& in : held)
           if (unheld(*in)) return {in.get(), true};
@@ -98,6 +196,7 @@ struct GraphReplay {
                    failed.c_str());
       held.clear();
       own.reset();
+      bound.clear();
       inputs.clear();
       shared.clear();
       return {nullptr, false};
@@ -127,18 +226,20 @@ struct GraphReplay {
         const passes::BufferKind k = p.buffers[size_t(a.buffer)].kind;
         hands_out = hands_out && (k == passes::BufferKind::Output || k == passes::BufferKind::Input);
       }
-      (void)pick(runner);  // (the first instance now: the second call only replays)
+      (void)pick(runner, {});  // (the first instance now: the second call only replays)
+      recent.push_back(addresses(in));
       return first;
     }
-    auto [instance, handed] = pick(runner);
+    auto [instance, handed] = pick(runner, in);
     if (!instance) return runner.run(in);
-    for (size_t i = 0; i < in.size(); ++i)
+    const bool copies = instance->bound.empty();  // (a bound capture reads and writes the caller's inputs)
+    for (size_t i = 0; i < in.size() && copies; ++i)
       if (size_t n = span_bytes(in[i].tensor))
         cuda::copy_on_device(first_byte(inputs[i].tensor), first_byte(in[i].tensor), n, dev);
     instance->graph->launch();
     // Inputs the program writes (x.mul_(2)) get the fixed copy's bytes back.
     for (const passes::Buffer& b : p.buffers)
-      if (b.kind == passes::BufferKind::Input && runner.written(b.id))
+      if (copies && b.kind == passes::BufferKind::Input && runner.written(b.id))
         if (size_t n = span_bytes(in[size_t(b.input)].tensor))
           cuda::copy_on_device(first_byte(in[size_t(b.input)].tensor), first_byte(inputs[size_t(b.input)].tensor), n, dev);
     // Outputs: views of the instance's buffers, or of fresh copies of them (once per buffer).

@@ -32,7 +32,7 @@ struct DeviceState {
   CUmemoryPool pool = nullptr;
   DeviceInfo info;
   std::atomic<size_t> allocated{0}, peak{0};
-  std::atomic<size_t> to_host{0}, to_device{0};  // bytes copied each way
+  std::atomic<size_t> to_host{0}, to_device{0}, on_device{0};  // bytes copied each way, and within
 };
 
 std::array<DeviceState, kMaxDevices>& states() {
@@ -156,11 +156,12 @@ void copy_to_host(void* dst, const void* src, size_t n, int device) {
 }
 HostTransfers host_transfers(int device) {
   DeviceState& s = state(device, "host_transfers");
-  return {s.to_host.load(), s.to_device.load()};
+  return {s.to_host.load(), s.to_device.load(), s.on_device.load()};
 }
 void copy_on_device(void* dst, const void* src, size_t n, int device) {
   if (n == 0) return;
   DeviceState& s = state(device, "copy_");
+  s.on_device += n;
   driver().check("cuMemcpyDtoDAsync",
                  driver().cuMemcpyDtoDAsync_v2(CUdeviceptr(uintptr_t(dst)), CUdeviceptr(uintptr_t(src)), n, s.stream));
 }

@@ -56,9 +56,10 @@ void copy_to_device(void* dst, const void* src, size_t n, int device = 0);
 void copy_to_host(void* dst, const void* src, size_t n, int device = 0);
 void copy_on_device(void* dst, const void* src, size_t n, int device = 0);
 // Bytes copied between the host and the device since the process started: what shows whether
-// a program kept its work on the GPU (a status word read back is 8 bytes).
+// a program kept its work on the GPU (a status word read back is 8 bytes); and bytes copied
+// within the device by copy_on_device (a CUDA graph's inputs copied into its fixed buffers).
 struct HostTransfers {
-  size_t to_host = 0, to_device = 0;
+  size_t to_host = 0, to_device = 0, on_device = 0;
 };
 HostTransfers host_transfers(int device = 0);
 void fill_bytes(void* dst, unsigned char value, size_t n, int device = 0);

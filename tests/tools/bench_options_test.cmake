@@ -7,7 +7,8 @@
 # workload with its own sizes included, and its table; on a GPU (DEVICE=cuda: the emulated
 # driver in CI, where the CUDA backend reads the variables) a variable out of range fails it.
 # compare.py and sweep.py rewrite their tables from their records (--summarize), and compare.py
-# fails a run that left a workload without a kiln compiled record.
+# fails a run that left a workload without a kiln compiled record. peers.py --serve and
+# compare.py --one-peers-process: one peers process for several workloads.
 cmake_minimum_required(VERSION 3.25)
 
 function(fail)
@@ -118,6 +119,33 @@ execute_process(
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(rc STREQUAL "0" OR NOT out MATCHES "no kiln compiled record for poly")
   fail("compare.py: status ${rc} for a workload with no record\n${out}\n${err}")
+endif()
+
+# peers.py --serve answers one request per line in one process (a bad line too), and compare.py
+# --one-peers-process asks it for each workload in turn (peers that are not installed are skipped:
+# what is tested is the one process's protocol, with whichever peers this Python has)
+execute_process(COMMAND "${PYTHON}" -c "import numpy" RESULT_VARIABLE no_numpy OUTPUT_QUIET ERROR_QUIET)
+if(no_numpy)
+  message(STATUS "peers.py --serve: skipped (this Python has no NumPy)")
+else()
+  file(WRITE "${WORK}/requests.txt" "poly ${WORK}/serve-poly.json\nnosuch ${WORK}/serve-x.json\nsoftmax ${WORK}/serve-softmax.json\n")
+  file(REMOVE "${WORK}/serve-poly.json" "${WORK}/serve-softmax.json")
+  execute_process(
+    COMMAND "${PYTHON}" "${bench_dir}/peers.py" --serve --tier small --peers numexpr --reps 2 --min-time 0
+    INPUT_FILE "${WORK}/requests.txt" OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc STREQUAL "0" OR NOT out MATCHES "done 0\n.*done 2\n.*done 0\n" OR NOT EXISTS "${WORK}/serve-poly.json"
+     OR NOT EXISTS "${WORK}/serve-softmax.json")
+    fail("peers.py --serve: status ${rc}, expected done 0, done 2, done 0 and two record files\n${out}\n${err}")
+  endif()
+  file(REMOVE_RECURSE "${WORK}/compare-one")
+  execute_process(
+    COMMAND "${PYTHON}" "${compare}" --kiln-bench "${KILN_BENCH}" --tier small --filter poly,softmax --peers numexpr
+            --one-peers-process --no-compile-time --reps 2 --min-time 0 --out "${WORK}/compare-one"
+    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc STREQUAL "0" OR NOT out MATCHES "\\[2/2\\] softmax: kiln-bench [0-9.]+ s, peers [0-9.]+ s \\(request 2 of one process\\)"
+     OR out MATCHES "peers.py answered")
+    fail("compare.py --one-peers-process: status ${rc}\n${out}\n${err}")
+  endif()
 endif()
 
 if(NOT DEVICE STREQUAL "cuda")

@@ -7,7 +7,8 @@ the workloads of kiln's registry, workload by workload, so that machine drift hi
                                    [--tier bench] [--filter a,b] [--out bench-out]
 
 For each workload in turn it runs `kiln-bench --filter W --json ...` and then
-`peers.py --filter W --json ...` (fresh processes), merges their records, and at the end prints
+`peers.py --filter W --json ...` (fresh processes; with --one-peers-process one `peers.py
+--serve` for all the workloads, asked for each in turn), merges their records, and at the end prints
 one table (median ms per implementation and its ratio to kiln compiled), a table of first-call
 (compile) times, and writes DIR/bench.json (every record; machine records carry the workload of
 their run), DIR/table.txt and DIR/bench.svg (speedup over kiln eager). Every child runs with
@@ -50,6 +51,46 @@ def run_child(cmd, env, label):
             if line.strip().startswith(("FAILED", "note:")):
                 print(f"  {label}: {line.strip()}")
     return wall
+
+
+class PeersProcess:
+    """One `peers.py --serve` for every workload (--one-peers-process): Python, PyTorch and
+    torch.compile's workers start once instead of once per workload. Started at its first use,
+    it waits on its stdin while kiln-bench runs."""
+
+    def __init__(self, cmd, env):
+        self.cmd, self.env, self.p, self.requests = cmd, env, None, 0
+
+    def run(self, w, path):
+        t0 = time.monotonic()
+        if self.p is None:
+            self.p = subprocess.Popen(self.cmd + ["--serve"], env=self.env, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            self.requests = 0
+        self.requests += 1
+        try:
+            self.p.stdin.write(f"{w} {path}\n")
+            self.p.stdin.flush()
+        except OSError:
+            pass  # (it ended: reported below)
+        tail = []
+        for line in self.p.stdout:
+            s = line.strip()
+            if s.startswith("done"):
+                if s not in ("done 0", "done 1"):  # 1: a check failed; the records say which
+                    print(f"  peers.py answered '{s}' for {w}:\n" + "\n".join(tail))
+                return time.monotonic() - t0
+            tail = (tail + [s])[-15:]
+            if s.startswith(("FAILED", "note:")):
+                print(f"  peers.py: {s}")
+        print(f"  peers.py ended with status {self.p.wait()}:\n" + "\n".join(tail))
+        self.p = None  # (the next workload starts a new one)
+        return time.monotonic() - t0
+
+    def close(self):
+        if self.p is not None:
+            self.p.stdin.close()
+            self.p.wait()
 
 
 def read_records(path):
@@ -197,6 +238,9 @@ def main():
     ap.add_argument("--peers", default="torch,torch.compile,jax,numexpr", help="passed to peers.py --peers")
     ap.add_argument("--no-compile-time", action="store_true", help="passed to kiln-bench")
     ap.add_argument("--no-peers", action="store_true", help="kiln-bench only")
+    ap.add_argument("--one-peers-process", action="store_true",
+                    help="one peers.py for all the workloads (started once: saves the imports and "
+                         "torch.compile's start-up per workload; its cold compile times are then in a warm process)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: kiln and PyTorch on the GPU (kiln with and without CUDA graphs; torch eager, "
                          "torch.compile and its reduce-overhead mode)")
@@ -225,6 +269,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     common = ["--tier", args.tier, "--reps", str(args.reps), "--min-time", str(args.min_time), "--device", args.device]
     merged, by = [], {}
+    peers_cmd = [args.python, os.path.join(HERE, "peers.py"), "--threads", str(args.threads), "--peers", args.peers] + common
+    server = PeersProcess(peers_cmd, env) if args.one_peers_process else None
     with tempfile.TemporaryDirectory(prefix="kiln-compare-") as tmp:
         for i, w in enumerate(workloads):
             kjson, pjson = os.path.join(tmp, f"{w}.kiln.json"), os.path.join(tmp, f"{w}.peers.json")
@@ -235,8 +281,10 @@ def main():
             recs = read_records(kjson)
             pt = 0.0
             if not args.no_peers:
-                pt = run_child([args.python, os.path.join(HERE, "peers.py"), "--filter", w, "--json", pjson,
-                                "--threads", str(args.threads), "--peers", args.peers] + common, env, "peers.py")
+                if server:
+                    pt = server.run(w, pjson)
+                else:
+                    pt = run_child(peers_cmd + ["--filter", w, "--json", pjson], env, "peers.py")
                 stream = next((r.get("stream_gbps") for r in recs if r.get("tool") == "machine"), None)
                 for r in read_records(pjson):
                     r["stream_gbps"] = stream  # the STREAM copy kiln-bench measured just before
@@ -247,13 +295,16 @@ def main():
                 else:
                     by[(w, column(r))] = r
                 merged.append(r)
-            print(f"[{i + 1}/{len(workloads)}] {w}: kiln-bench {kt:.1f} s, peers {pt:.1f} s", flush=True)
+            shared = f" (request {server.requests} of one process)" if server and not args.no_peers else ""
+            print(f"[{i + 1}/{len(workloads)}] {w}: kiln-bench {kt:.1f} s, peers {pt:.1f} s{shared}", flush=True)
             medians = [(c, by[(w, c)].get("median_ms")) for c in COLUMNS if (w, c) in by]
             print("    " + ", ".join(f"{c} {m:.4g} ms" for c, m in medians if m), flush=True)
             # the records so far (after the last workload, all of them), so that a run cut short
             # (a lent machine's time limit) keeps what it measured
             with open(os.path.join(args.out, "bench.json"), "w") as f:
                 json.dump(merged, f, indent=1)
+        if server:
+            server.close()
 
     text = tables(workloads, by)
     print()

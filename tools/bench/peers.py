@@ -517,6 +517,10 @@ def main():
                          "numexpr (default: torch, torch.compile, jax, numexpr on the cpu; the torch ones on cuda)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
                     help="cuda: PyTorch's peers on the GPU (each timed call ends with torch.cuda.synchronize())")
+    ap.add_argument("--serve", action="store_true",
+                    help="one process for many requests: read lines 'WORKLOAD JSONFILE' on stdin, run each "
+                         "workload, write its records to JSONFILE and answer 'done STATUS' on stdout "
+                         "(compare.py --one-peers-process: the imports and torch.compile's start-up once)")
     args = ap.parse_args()
     if args.device == "cuda" and args.peers == ap.get_default("peers"):
         args.peers = "torch,torch.compile,torch.compile-ro"
@@ -537,15 +541,40 @@ def main():
         inductor_dir = tempfile.mkdtemp(prefix="kiln-peers-inductor-")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = inductor_dir
     try:
+        if args.serve:
+            return serve(args, wanted)
         return run(args, names, wanted)
     finally:
         if inductor_dir:
             shutil.rmtree(inductor_dir, ignore_errors=True)
 
 
-def run(args, names, wanted):
+def serve(args, wanted):
+    """--serve: a workload per line of stdin, in this one process (its peers imported once)."""
+    state = {}
+    for line in sys.stdin:
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or parts[0] not in WORKLOADS:
+            print(f"peers.py: expected 'WORKLOAD JSONFILE' with a known workload, got '{line.strip()}'")
+            print("done 2", flush=True)
+            continue
+        args.json = parts[1]
+        status = run(args, [parts[0]], wanted, state)
+        print(f"done {status}", flush=True)
+    return 0
+
+
+def run(args, names, wanted, state=None):
+    """The peers on each workload of `names`; `state` (--serve) keeps the imports between calls."""
     notes = []
-    found = load_peers(args.threads, notes)
+    if state is not None and "found" in state:
+        found = state["found"]
+    else:
+        found = load_peers(args.threads, notes)
+        if state is not None:
+            state["found"] = found
     np = found["numpy"]
     tools = [t for t in ("torch", "torch.compile", "torch.compile-ro", "jax", "numexpr") if t in found and t in wanted]
     if args.device == "cuda":
@@ -634,6 +663,10 @@ def run(args, names, wanted):
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=1)
+    if state is not None and args.device == "cuda":
+        import gc
+        gc.collect()
+        found["torch"].cuda.empty_cache()  # (kiln-bench runs next, in its own process)
     return 1 if failed else 0
 
 

@@ -622,6 +622,23 @@ TEST(CudaSource, ReductionPassesOverContiguousRowsReadSixteenBytesPerLoad) {
   EXPECT_NE(h.find("kiln_vec<float, 4> l1"), std::string::npos) << h;
 }
 
+// RowSplit's chunks go by vectors from their start (a multiple of 32 elements) where the row's
+// operands are aligned, the early stores too; else, and past the chunk's whole vectors, element
+// by element from where the vectors end (never before the chunk's start).
+TEST(CudaSource, RowSplitChunksReadSixteenBytesPerLoad) {
+  std::string s = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].sum({1}), v[0] * 3}; },
+                            {randn({3, 40001})});
+  EXPECT_NE(s.find("row-split, 3 rows of 40001 elements in chunks, 4-wide vector accesses"), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned nv0 = kiln_aligned(p0 + (int)row * 40001, 16) && kiln_aligned(s2 + (int)row * 40001, 16) ? "
+                   "hi / 4u : lo / 4u;"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("const unsigned nv0e = nv0 * 4u > lo ? nv0 * 4u : lo;"), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned q = (lo / 4u + (unsigned)threadIdx.x) + qk * (blockDim.x);"), std::string::npos) << s;
+  EXPECT_NE(s.find("*reinterpret_cast<kiln_vec<float, 4>*>(s2 + (int)row * 40001 + base) = w2;"), std::string::npos) << s;
+  EXPECT_NE(s.find("const unsigned e = (nv0e + (unsigned)threadIdx.x) + ek * (blockDim.x);"), std::string::npos) << s;
+}
+
 // Size-generic kernels (eager ops on GPU tensors) read their reduction passes by vectors too,
 // the row's length and its stride read from parameters: one body for rows of 5001 and of 2900.
 // Not over two reduced loops (a slice's, which do not merge into one), whose contiguity

@@ -98,10 +98,8 @@ void Renderer::plan_row_vector(const RowPlan& p) {
   run_.assign(nops(), false);
   const bool warp = out_.strategy == CudaStrategy::WarpRow && cache_iters_;
   const bool row_stores = out_.strategy == CudaStrategy::BlockRow || out_.strategy == CudaStrategy::WarpRow;
-  const bool early_stores = out_.strategy == CudaStrategy::Split;
-  if (out_.strategy == CudaStrategy::ThreadRow || out_.strategy == CudaStrategy::ColumnSplit ||
-      out_.strategy == CudaStrategy::RowSplit)
-    return;
+  const bool early_stores = out_.strategy == CudaStrategy::Split || out_.strategy == CudaStrategy::RowSplit;
+  if (out_.strategy == CudaStrategy::ThreadRow || out_.strategy == CudaStrategy::ColumnSplit) return;
   if (generic_) {
     // A size-generic kernel's reduction passes go by vectors too (eager x.sum(1) on a GPU),
     // when a single loop runs along the row: contiguity is then its unit stride, which is in
@@ -260,19 +258,31 @@ void Renderer::warp_vector_pass(Body&& body) {
 // those it writes are stored after it. In a row loop every pass takes the row's one check
 // (row_nv_), so that each thread visits the same elements in every pass: a BlockRow thread
 // reads back from its shared-memory row cache only what it wrote there.
+//
+// RowSplit's pass over its chunk [lo, hi) of the row (lo a multiple of 32 elements) goes the
+// same way from lo: vectors lo / VEC + t0, + nt, ... up to hi's whole vectors, then the
+// elements past them.
 template <class Body>
 void Renderer::row_pass(const std::string& from, const std::string& step, Body&& body, const std::string& end) {
-  // (vectors are counted from the row's start: a pass over a part of the row goes element by element)
+  const bool chunk = out_.strategy == CudaStrategy::RowSplit;
+  // (vectors are counted from the row's start: a pass over another part of the row goes element by element)
   // (and a WarpRow cache's passes are all vector passes: row_loop)
-  if (row_vec_ < 2 || !end.empty() || cache_iters_) return row_loop(from, step, body, end);
+  if (row_vec_ < 2 || (!end.empty() && !chunk) || cache_iters_) return row_loop(from, step, body, end);
   const int V = row_vec_;
   const std::string Vs = std::to_string(V) + "u";
-  std::string nv = row_nv_;
-  if (nv.empty()) {  // (Split: its one pass checks its own operands, its early stores too)
+  std::string nv = row_nv_, vfrom = from, tail = from;
+  if (chunk) {
+    nv = fresh("nv");
+    line() << "const " << I_ << " " << nv << " = " << row_aligned() << " ? " << end << " / " << Vs << " : lo / " << Vs << ";\n";
+    // (the elements past the vectors start at lo where there are none: an empty last chunk's
+    // lo is the row's length, which its nv may be short of)
+    vfrom = "lo / " + Vs + " + " + t0_, tail = t0_;
+    line() << "const " << I_ << " " << nv << "e = " << nv << " * " << Vs << " > lo ? " << nv << " * " << Vs << " : lo;\n";
+  } else if (nv.empty()) {  // (Split: its one pass checks its own operands, its early stores too)
     nv = fresh("nv");
     line() << "const " << I_ << " " << nv << " = " << row_aligned() << " ? " << row_len() << " / " << Vs << " : 0u;\n";
   }
-  open_counted_loop(I_, "q", from, nv, step);
+  open_counted_loop(I_, "q", vfrom, nv, step);
   line() << "const " << I_ << " base = q * " << Vs << ";\n";
   std::ostringstream lanes;
   std::swap(o_, lanes);
@@ -297,7 +307,7 @@ void Renderer::row_pass(const std::string& from, const std::string& step, Body&&
   for (size_t id : cache_filled_) line() << "*reinterpret_cast<" << ct(id) << "*>(rs" << id << " + base) = c" << id << ";\n";
   close_counted_loop();
   cached_ = cache;  // (the elements past the whole vectors fill the row cache as well)
-  row_loop(nv + " * " + Vs + " + " + from, step, body, end);
+  row_loop((chunk ? nv + "e" : nv + " * " + Vs) + " + " + tail, step, body, end);
 }
 
 // Whether the vector operands' data (loads and stores) at the row's start is aligned.
@@ -591,11 +601,13 @@ void Renderer::row_partial() {
   memo_.assign(code_.code.size(), "");
   RowPlan p = row_plan(k_, code_, true);
   t0_ = "(" + I_ + ")threadIdx.x", nt_ = "blockDim.x";
+  plan_row_vector(p);
   line() << "const " << I_ << " nchunks = (" << I_ << ")nparts, chunk = (" << row_len() << " + nchunks * 32u - 1u) / (nchunks * 32u) * 32u;\n";
   line() << "for (" << I_ << " g = (" << I_ << ")blockIdx.x; g < " << nrows() << " * nchunks; g += (" << I_ << ")gridDim.x) {\n";
   ++indent_;
   line() << "const " << I_ << " row = g / nchunks, part = g % nchunks;\n";
-  line() << "const " << I_ << " lo = part * chunk, hi = lo + chunk < " << row_len() << " ? lo + chunk : " << row_len() << ";\n";
+  line() << "const " << I_ << " lo = part * chunk < " << row_len() << " ? part * chunk : " << row_len() << ", hi = lo + chunk < "
+         << row_len() << " ? lo + chunk : " << row_len() << ";\n";
   decompose("row", 0, rf());
   partial_pass(p, "lo + " + t0_, nt_, "hi");
   for (size_t q = 0; q < p.reduces[1].size(); ++q) {

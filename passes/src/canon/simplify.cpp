@@ -410,11 +410,11 @@ constexpr int64_t kUnrollMax = 4;
 
 // sum(x, dim) and norm(x, dim, p=2) of a fresh elementwise value x over one dim of at most
 // kUnrollMax elements (and any size-1 dims) -> ((0 + f(x_0)) + f(x_1)) + ... over the selects
-// x_k, projected (norm's sqrt)
-// and cast to the result's dtype. Exact: the same steps as eager's kernel (runtime reduce.cpp)
-// for so few elements: from the identity, in index order, in its accumulation dtype (float64
-// for float32 and float64, float32 for 16-bit floats), after sum's dtype= cast. A float64 norm
-// is left alone: eager's `a + x * x` may be contracted into a fused multiply-add there.
+// x_k, projected (norm's sqrt) and cast to the result's dtype. Exact: the same steps as eager's
+// kernel (runtime reduce.cpp) for so few elements: from the identity, in index order, in its
+// accumulation dtype (float64 for float32 and float64, float32 for 16-bit floats), after sum's
+// dtype= cast. A float64 norm is left alone: eager's `a + x * x` may be contracted into a fused
+// multiply-add there.
 Replacement unroll_small_reduction(Walk& w, const ir::Node& n) {
   if (n.op != OpId::Sum && n.op != OpId::Norm) return {};
   const ir::Type& xt = n.inputs[0]->type;

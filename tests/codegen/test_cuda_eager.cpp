@@ -321,7 +321,7 @@ TEST(CudaCompiledFunction, RunsOnTheGpuAndMatchesEager) {
   EXPECT_EQ(f.explain(host).graphs[0].backend.rfind("cpu: ", 0), 0u);
 }
 
-// Reduction passes reading 16 bytes per load (render_rows.cpp's reduce_pass) against cpu eager:
+// Reduction passes reading 16 bytes per load (render_rows.cpp's row_pass) against cpu eager:
 // rows whose length whole vectors do not cover, rows whose start is aligned only every other
 // row (a slice of 2 elements in: the rest read element by element), several reduced loops
 // (contiguous, or a slice's: element by element),

@@ -371,8 +371,11 @@ Tensor add_impl(std::string_view op, const Arg& a, const Arg& b, const Scalar& a
       } else if (unit) {
         cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(M(x) + M(y)); });
       } else {
+        // One fused multiply-add, as PyTorch's vec::fmadd and kiln's compiled kernels (EOp::Fma):
+        // alpha * y is not rounded on its own. Written out, not left to the compiler's
+        // contraction, which GCC does at -O2 and up only.
         M al = alpha.to<M>();
-        cpu::binary_loop<T, T, T>(it, [=](T x, T y) { return T(M(x) + al * M(y)); });
+        cpu::binary_loop<T, T, T>(it, [=](T x, T y) { return T(std::fma(al, M(y), M(x))); });
       }
     });
   }, self);

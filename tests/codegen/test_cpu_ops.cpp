@@ -392,8 +392,9 @@ TEST(CpuOpsEdgeCases, LerpNegativeWeightUsesTheUpperForm) {
         fixed({{1.0f, 0.0f, 2.0f, -1.0f}, {kInf, -kInf, 4.0f, kInf}, {-1.03f, -0.7f, 0.25f, 0.75f}}), exact());
 }
 
-// add/sub with alpha: eager computes a + alpha * b as one multiply-add (GCC contracts it; PyTorch
-// calls vec::fmadd), so alpha * b never overflows on its own: inf - 3 * 3e38 = inf, not NaN.
+// add/sub with alpha: eager computes a + alpha * b as one multiply-add (std::fma, as PyTorch's
+// vec::fmadd), so alpha * b never overflows on its own: inf - 3 * 3e38 = inf, not NaN. (The
+// sanitizer build, at -O1, caught eager leaving the fusion to GCC, which contracts from -O2 on.)
 TEST(CpuOpsEdgeCases, SubWithAlphaDoesNotRoundTheProductFirst) {
   check([](const V& in) { return V{sub(in[0], in[1], 3), add(in[0], in[1], -3)}; },
         fixed({{kInf, -kInf, 1.0f, 2.0f}, {3e38f, -3e38f, 3e38f, 1.0f}}), exact());

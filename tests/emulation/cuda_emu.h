@@ -1,5 +1,5 @@
 // CUDA's built-ins for host C++: what lets the CUDA backend's rendered kernels run on a machine
-// without a GPU (test_cuda_render.cpp compiles them with the host compiler and this header).
+// without a GPU (the emulated driver, driver.cpp, compiles them with the host compiler and this header).
 //
 // A launch runs its blocks one after another; each block's threads are real threads, so that
 // __syncthreads (a barrier over the block) and the warp shuffles (a barrier over the warp and
@@ -8,13 +8,13 @@
 // hang, not only on the GPU. __shared__ variables are function statics: shared by the threads
 // of the block running now. Not emulated: memory ordering between blocks, timing, occupancy.
 #pragma once
-#include <barrier>
+// Only what the kernels use: the threads, barriers and warp lanes live in the driver
+// (emu_runtime.h), which hands them over when it loads a module (kiln_emu_bind); this header is
+// compiled into every module.
 #include <cmath>
 #include <cstring>
-#include <functional>
-#include <memory>
-#include <thread>
-#include <vector>
+
+#include "emu_runtime.h"
 
 struct kiln_emu_dim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -29,55 +29,38 @@ inline thread_local kiln_emu_dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace kiln_emu {
 
-struct Block {
-  std::unique_ptr<std::barrier<>> all;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
-  std::vector<unsigned long long> lanes;  // one shuffle slot per thread
-};
-inline thread_local Block* current = nullptr;
+static const Runtime* runtime = nullptr;    // this module's, set by kiln_emu_bind
+static thread_local void* current = nullptr;  // the block the calling thread is in
 
 // Runs body() as a grid of `grid` blocks of `block` threads (a multiple of 32).
-inline void launch(unsigned grid, unsigned block, const std::function<void()>& body) {
-  for (unsigned b = 0; b < grid; ++b) {
-    Block blk;
-    blk.all = std::make_unique<std::barrier<>>(block);
-    for (unsigned w = 0; w < (block + 31) / 32; ++w)
-      blk.warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w)));
-    blk.lanes.assign(block, 0);
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < block; ++t)
-      threads.emplace_back([&, t] {
-        threadIdx = {t, 0, 0};
-        blockIdx = {b, 0, 0};
-        blockDim = {block, 1, 1};
-        gridDim = {grid, 1, 1};
-        current = &blk;
-        body();
-        // a finished thread no longer holds up the others' barriers
-        blk.all->arrive_and_drop();
-        blk.warps[t / 32]->arrive_and_drop();
-      });
-    for (auto& th : threads) th.join();
-  }
+template <class F>
+void launch(unsigned grid, unsigned block, const F& body) {
+  runtime->launch(grid, block,
+                  [](void* ctx, unsigned g, unsigned bs, unsigned b, unsigned t, void* blk) {
+                    threadIdx = {t, 0, 0};
+                    blockIdx = {b, 0, 0};
+                    blockDim = {bs, 1, 1};
+                    gridDim = {g, 1, 1};
+                    current = blk;
+                    (*static_cast<const F*>(ctx))();
+                  },
+                  const_cast<F*>(&body));
 }
 
 }  // namespace kiln_emu
 
-inline void __syncthreads() { kiln_emu::current->all->arrive_and_wait(); }
+extern "C" void kiln_emu_bind(const kiln_emu::Runtime* r) { kiln_emu::runtime = r; }
+
+inline void __syncthreads() { kiln_emu::runtime->sync(kiln_emu::current); }
 
 template <class T>
 T __shfl_xor_sync(unsigned, T v, int lane_mask) {
   static_assert(sizeof(T) <= 8);
-  kiln_emu::Block& b = *kiln_emu::current;
-  const unsigned t = threadIdx.x, warp = t / 32;
   unsigned long long bits = 0;
   std::memcpy(&bits, &v, sizeof(T));
-  b.lanes[t] = bits;
-  b.warps[warp]->arrive_and_wait();
-  unsigned long long other = b.lanes[(t & ~31u) | ((t & 31u) ^ unsigned(lane_mask))];
-  b.warps[warp]->arrive_and_wait();  // every lane has read before any writes again
+  bits = kiln_emu::runtime->shfl_xor(kiln_emu::current, threadIdx.x, bits, unsigned(lane_mask));
   T r;
-  std::memcpy(&r, &other, sizeof(T));
+  std::memcpy(&r, &bits, sizeof(T));
   return r;
 }
 

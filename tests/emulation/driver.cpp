@@ -8,10 +8,10 @@
 // unwritten shows. Work runs when enqueued: streams and events order nothing. A module image is
 // CUDA C++ source (kiln checks for the exported kilnEmulatedDriver and hands over the source
 // instead of a CUBIN): it is compiled with the host compiler against cuda_emu.h, and a launch
-// calls the kernel's NAME_emu entry point, which runs the grid on host threads. While kiln's
-// stream is captured, work is recorded for the graph instead of run (copies to or from the host
-// and synchronisation are refused), and allocations become graph memory that must be freed
-// within the capture.
+// calls the kernel's NAME_emu entry point, which runs the grid on this library's host threads
+// (emu_runtime.h, handed to the module when it loads). While kiln's stream is captured, work is
+// recorded for the graph instead of run (copies to or from the host and synchronisation are
+// refused), and allocations become graph memory that must be freed within the capture.
 //
 // Under AddressSanitizer (and UBSan) the kernels are compiled with them and device allocations
 // are bounded exactly (see flags() below): the sanitizer build of the tests is memcheck for
@@ -23,6 +23,8 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -36,6 +38,10 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include "emu_runtime.h"
 
 // The emulator runs a grid's blocks one after another, each block's threads as host threads:
 // kiln's default grid of one block per step of work (KILN_CUDA_GRID_PER_SM=0) would start a
@@ -118,15 +124,60 @@ void free_device_block(void* m, size_t n) {
   std::free(m);
 }
 
-// What a compiled module depends on besides its source: the header's text and the flags.
+// What a compiled module depends on besides its source: the headers' text and the flags.
 const std::string& header_tag() {
   static const std::string tag = [] {
-    std::ifstream in(KILN_EMULATION_DIR "/cuda_emu.h");
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string text;
+    for (const char* h : {KILN_EMULATION_DIR "/cuda_emu.h", KILN_EMULATION_DIR "/emu_runtime.h"}) {
+      std::ifstream in(h);
+      text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
     return std::to_string(std::hash<std::string>{}(text + flags() + KILN_EMULATION_CXX));
   }();
   return tag;
 }
+
+// ---- the threads of a launch (emu_runtime.h), handed to each module as it loads
+
+// One block: its barrier, one per warp, and a shuffle slot per thread.
+struct Block {
+  std::unique_ptr<std::barrier<>> all;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  std::vector<unsigned long long> lanes;
+};
+
+void launch_grid(unsigned grid, unsigned block, kiln_emu::Runtime::Thread thread, void* ctx) {
+  for (unsigned b = 0; b < grid; ++b) {
+    Block blk;
+    blk.all = std::make_unique<std::barrier<>>(block);
+    for (unsigned w = 0; w < (block + 31) / 32; ++w)
+      blk.warps.push_back(std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w)));
+    blk.lanes.assign(block, 0);
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < block; ++t)
+      threads.emplace_back([&, t] {
+        thread(ctx, grid, block, b, t, &blk);
+        // a finished thread no longer holds up the others' barriers
+        blk.all->arrive_and_drop();
+        blk.warps[t / 32]->arrive_and_drop();
+      });
+    for (auto& th : threads) th.join();
+  }
+}
+
+void sync_block(void* blk) { static_cast<Block*>(blk)->all->arrive_and_wait(); }
+
+unsigned long long shuffle_xor(void* blk, unsigned t, unsigned long long bits, unsigned lane_mask) {
+  Block& b = *static_cast<Block*>(blk);
+  const unsigned warp = t / 32;
+  b.lanes[t] = bits;
+  b.warps[warp]->arrive_and_wait();
+  unsigned long long other = b.lanes[(t & ~31u) | ((t & 31u) ^ lane_mask)];
+  b.warps[warp]->arrive_and_wait();  // every lane has read before any writes again
+  return other;
+}
+
+const kiln_emu::Runtime kRuntime{launch_grid, sync_block, shuffle_xor};
 
 // Runs a shell command, appending its output to *log; true when it succeeded.
 bool shell(const std::string& cmd, std::string* log) {
@@ -359,6 +410,12 @@ int cuModuleLoadData(void** module, const void* image) {
   }
   void* h = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) return kInvalidImage;
+  auto bind = reinterpret_cast<void (*)(const kiln_emu::Runtime*)>(dlsym(h, "kiln_emu_bind"));
+  if (!bind) {
+    dlclose(h);
+    return kInvalidImage;
+  }
+  bind(&kRuntime);
   *module = h;
   return kSuccess;
 }

@@ -18,12 +18,12 @@
 #                               -DKILN_WITH_LLVM=OFF (CPU kernels on the reference executor) and
 #                               runs the phases (default: all of them but sweep, in this order):
 #                               test (the CUDA suite on the GPU), memcheck, all (the whole suite),
-#                               small (per-call overhead; NVRTC compile vs disk-cache load),
+#                               small[=W,...] (per-call overhead; NVRTC compile vs disk-cache load),
 #                               bench[=W,...] (the gpu tier against PyTorch eager and torch.compile),
 #                               dump (the rendered CUDA); sweep[=N] (kiln compiled under settings of
 #                               the backend's tuning variables). Each phase fits one ten-minute call
 #                               of a lent machine. `run $OUT lease` alone is the plan for one call of
-#                               a 15-minute lease: test, sweep and bench under a 540 s deadline
+#                               a 15-minute lease: test, sweep, small=W and bench under a 540 s deadline
 #                               (KILN_GPU_DEADLINE). Logs and results go to OUTDIR, a summary last.
 #
 # The libraries are Debian 12's (glibc 2.36): they load on any x86-64 Linux with that glibc or newer.
@@ -218,7 +218,13 @@ phase_sweep() {  # kiln compiled alone under each setting, side by side (N: only
 }
 phase_small() {  # tiny tensors: the per-call host overhead; and NVRTC compile vs disk-cache load
                  # (the cold and warm first calls in child processes); a new size of a GPU op
-                 # (NVRTC per size vs size-generic kernels)
+                 # (NVRTC per size vs size-generic kernels). FILTER (a comma list): the per-call
+                 # overhead of those workloads alone (plain launches and CUDA graphs), in seconds
+  if [[ -n ${1:-} ]]; then
+    timeout "$(limit 60)" $build/tools/kiln-bench --device cuda --tier small --filter "$1" --no-compile-time \
+      --min-time 0.2 --json "$out/bench-small.json" >"$out/bench-small.log" 2>&1
+    return
+  fi
   timeout "$(limit 480)" $build/tools/kiln-bench --device cuda --tier small --json "$out/bench-small.json" \
     >"$out/bench-small.log" 2>&1 || return 1
   timeout "$(limit 60)" $build/tools/kiln-compile-overhead --cuda-new-sizes --sizes 8 >"$out/new-sizes.log" 2>&1
@@ -239,13 +245,14 @@ run() {
   [[ ${#phases[@]} -gt 0 ]] || phases=(test memcheck all small bench dump)
   if [[ ${phases[*]} == lease ]]; then
     # One call of a lent machine (a session has 15 minutes of device time, the machine's start
-    # included, and one command runs at most ten): a shorter correctness run, the sweep, then
-    # the workloads against PyTorch most wanted first, for as long as the deadline allows.
+    # included, and one command runs at most ten): a shorter correctness run, the sweep, the
+    # per-call overhead on tiny tensors (a few seconds), then the workloads against PyTorch most
+    # wanted first, for as long as the deadline allows.
     export KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-100} KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-30}
     export KILN_GPU_TEST_JOBS=${KILN_GPU_TEST_JOBS:-12} KILN_GPU_TEST_TIMEOUT=${KILN_GPU_TEST_TIMEOUT:-150}
     export KILN_GPU_SWEEP_TIMEOUT=${KILN_GPU_SWEEP_TIMEOUT:-150} KILN_GPU_SWEEP_ROUNDS=${KILN_GPU_SWEEP_ROUNDS:-2}
     KILN_GPU_DEADLINE=${KILN_GPU_DEADLINE:-540}
-    phases=(test sweep "bench=${KILN_GPU_LEASE_BENCH:-nbody_forces,branch_sign,transpose_add,add_sin_cos_bf16,softmax,layernorm,broadcast_bias,gelu_tanh,bias_relu,poly,where_scale,unrolled_loop,add_sin_cos}")
+    phases=(test sweep "small=${KILN_GPU_LEASE_SMALL:-add_sin_cos,softmax,layernorm,attention_scores}" "bench=${KILN_GPU_LEASE_BENCH:-nbody_forces,branch_sign,transpose_add,add_sin_cos_bf16,softmax,layernorm,broadcast_bias,gelu_tanh,bias_relu,poly,where_scale,unrolled_loop,add_sin_cos}")
   fi
   [[ -z ${KILN_GPU_DEADLINE:-} ]] || deadline=$(( SECONDS + KILN_GPU_DEADLINE ))
   prepare "$out"
@@ -253,7 +260,7 @@ run() {
   for p in "${phases[@]}"; do
     local name=${p%%=*} arg=
     [[ $p == *=* ]] && arg=${p#*=}
-    declare -F "phase_$name" >/dev/null || { echo "[gpu] no phase '$name' (test memcheck all small bench[=W,...] sweep[=N] dump, or lease alone)" >&2; exit 2; }
+    declare -F "phase_$name" >/dev/null || { echo "[gpu] no phase '$name' (test memcheck all small[=W,...] bench[=W,...] sweep[=N] dump, or lease alone)" >&2; exit 2; }
     if [[ -n $deadline ]] && (( deadline - SECONDS < 20 )); then
       echo "$p: skipped (deadline)" | tee -a "$out/summary.txt"
       continue

@@ -63,8 +63,9 @@ CheckResult compare_outputs(const std::vector<Tensor>& want, const std::vector<T
 // A STREAM-like copy b[i] = a[i] over two float32 arrays of 128 MiB each with `threads`
 // OpenMP threads, warmed first; the median of `reps` runs in GB/s (bytes read + written).
 double stream_copy_gbps(int threads, int reps = 10);
-// The same on the GPU: a device-to-device copy timed with CUDA events (GB/s read + written).
-double cuda_copy_gbps(int reps = 10);
+// The same on the GPU: a device-to-device copy of `bytes` timed with CUDA events (GB/s read +
+// written).
+double cuda_copy_gbps(size_t bytes, int reps = 10);
 std::string cpu_model();  // /proc/cpuinfo's first "model name"
 // The malloc this process runs under: "glibc malloc", or LD_PRELOAD's library (and MALLOC_CONF).
 std::string malloc_name();

@@ -160,9 +160,8 @@ CheckResult compare_outputs(const std::vector<Tensor>& want, const std::vector<T
 
 // ---------------------------------------------------------------- the machine
 
-double cuda_copy_gbps(int reps) {
-  // The GPU's STREAM-like copy: device to device, 2 x 512 MiB, bytes read + written per second.
-  const size_t bytes = size_t(512) << 20;
+double cuda_copy_gbps(size_t bytes, int reps) {
+  // The GPU's STREAM-like copy: device to device, bytes read + written per second.
   void* a = cuda::allocate(bytes);
   void* b = cuda::allocate(bytes);
   cuda::fill_bytes(a, 1, bytes);

@@ -253,13 +253,18 @@ Tensor sign(const Tensor& x) {
     else return T((T(0) < v) - (v < T(0)));
   });
 }
+// max(v, 0); a bool is never below 0 (and `v < 0` on one is a warning).
+constexpr auto relu_value = [](auto v) {
+  if constexpr (std::is_same_v<decltype(v), bool>) return v;
+  else return v < 0 ? decltype(v)(0) : v;
+};
 Tensor relu(const Tensor& x) {
   KILN_TRACE(Relu, (x), (), relu(x))
-  return same_unary("relu", x, false, [](auto v) { return v < 0 ? decltype(v)(0) : v; });
+  return same_unary("relu", x, false, relu_value);
 }
 Tensor& relu_(Tensor& x) {
   KILN_TRACE_INPLACE(x, Relu, (x), (), relu_(x))
-  same_unary("relu_", x, false, [](auto v) { return v < 0 ? decltype(v)(0) : v; }, &x);
+  same_unary("relu_", x, false, relu_value, &x);
   return x;
 }
 

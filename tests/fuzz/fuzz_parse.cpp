@@ -1,8 +1,7 @@
 // libFuzzer target for the IR text parser (built with -DKILN_FUZZ=ON and clang; see
 // tests/fuzz/CMakeLists.txt), and the fuzz body it shares with the corpus runner.
 //
-//   build-fuzz/tests/fuzz/fuzz_parse -dict=tests/fuzz/ir.dict -max_total_time=60 \
-//       fuzz-corpus tests/fuzz/corpus
+//   build-fuzz/tests/fuzz/fuzz_parse -dict=tests/fuzz/ir.dict -max_total_time=60 fuzz-corpus tests/fuzz/corpus
 #include "fuzz_parse.h"
 
 #include <kiln/ir/graph.h>

@@ -481,8 +481,11 @@ TEST(CanonSimplify, ReductionsOverAFewElementsBecomeElementwise) {
   ir::Graph g = ir::parse(check_pass("simplify", nbody));
   EXPECT_EQ(count_op(g, "norm"), 0u);
   EXPECT_EQ(count_op(g, "sqrt"), 1u);
-  for (const auto& n : g.nodes())  // (every select reads an input's view, not the difference)
-    if (n->op == OpId::Select) EXPECT_EQ(n->inputs[0]->producer->op, OpId::Unsqueeze) << ir::print(g);
+  for (const auto& n : g.nodes()) {  // (every select reads an input's view, not the difference)
+    if (n->op == OpId::Select) {
+      EXPECT_EQ(n->inputs[0]->producer->op, OpId::Unsqueeze) << ir::print(g);
+    }
+  }
   Module m = optimize(ir::parse(nbody), {});
   EXPECT_EQ(m.program->kernels.size(), 1u);
 

@@ -1067,6 +1067,19 @@ TEST(CudaNvrtc, PtxAndTheMemoryCache) {
   EXPECT_EQ(int(codegen::cuda_cubin(*rendered[0].kernel, 90).from), int(codegen::CudaBinary::From::Memory));
 }
 
+// A bfloat16 store: one cvt.rn.bf16.f32 per element on sm_80 and later; before sm_80, which has
+// no such instruction, the rounding by hand (no cvt to bf16 in the PTX).
+TEST(CudaNvrtc, Bfloat16StoresConvertInOneInstructionFromSm80) {
+  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  auto graphs = trace([](const std::vector<Tensor>& v) { return std::vector{sin(v[0]) + v[1]}; },
+                      {{randn({1000}).to(kBFloat16), randn({1000}).to(kBFloat16)}});
+  passes::Module m = passes::optimize(graphs[0], {});
+  std::string sm90 = codegen::emit_cuda(*m.program, codegen::CudaEmit::Ptx, 90);
+  EXPECT_NE(sm90.find("cvt.rn.bf16.f32"), std::string::npos) << sm90.substr(0, 3000);
+  std::string sm75 = codegen::emit_cuda(*m.program, codegen::CudaEmit::Ptx, 75);
+  EXPECT_NE(sm75.find(".target sm_75"), std::string::npos) << sm75.substr(0, 2000);
+  EXPECT_EQ(sm75.find("cvt.rn.bf16"), std::string::npos) << sm75.substr(0, 3000);
+}
 
 // ---- CUBINs on disk, across processes ----
 

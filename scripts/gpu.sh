@@ -158,9 +158,10 @@ limit() {  # limit N: N seconds, or the time left before the deadline if that is
   echo "$n"
 }
 phase_test() {  # the CUDA suite on the real GPU, fresh device memory poisoned (NaN / -1), 300 random
-                # programs, 100 random graphs at small and at larger shapes
+                # programs, 100 random graphs at small and at larger shapes (KILN_GPU_TEST_REGEX:
+                # only the tests it matches)
   KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-300} \
-    KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-100} timeout "$(limit "${KILN_GPU_TEST_TIMEOUT:-540}")" ctest --test-dir $build -j"${KILN_GPU_TEST_JOBS:-4}" -R 'Cuda|cuda' \
+    KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-100} timeout "$(limit "${KILN_GPU_TEST_TIMEOUT:-540}")" ctest --test-dir $build -j"${KILN_GPU_TEST_JOBS:-4}" -R "${KILN_GPU_TEST_REGEX:-Cuda|cuda}" \
     -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin|golden' --output-on-failure >"$out/ctest-cuda.log" 2>&1
 }
 phase_memcheck() {  # compute-sanitizer's memcheck over the GPU suite, where the toolkit has it
@@ -198,6 +199,7 @@ phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torc
 sweeps=(
   "transpose_add|defaults|KILN_CUDA_TILE=64"
   "transpose_add,softmax/x=16384x4096,row_sum,add_sin_cos_bf16|defaults|KILN_CUDA_GRID_PER_SM=8"
+  "nbody_forces|defaults|KILN_CUDA_ROW_GROUPS=0"
 )
 phase_sweep() {  # kiln compiled alone under each setting, side by side (N: only the N-th sweep)
   local end=$(( SECONDS + $(limit "${KILN_GPU_SWEEP_TIMEOUT:-300}") )) rc=0 n=0 group

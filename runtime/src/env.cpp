@@ -52,4 +52,6 @@ int cuda_tile() {
   KILN_CHECK(t == 32 || t == 64, "env", "KILN_CUDA_TILE=", t, ": the tile's side is 32 or 64");
   return t;
 }
+
+bool cuda_row_groups() { return read_setting("KILN_CUDA_ROW_GROUPS", 1, 0, 1) == 1; }
 }  // namespace kiln::env

@@ -531,6 +531,37 @@ TEST(CudaEager, RowSplitReductionsMatchTheCpu) {
   expect_eager_cases_match_cpu(row_split_cases());
 }
 
+// Row groups: the rows of a short outermost loop (2 to 4) in one block or warp, what does not
+// vary along it computed once for them all. A shared quotient over three rows of 2049, a block
+// per group (every fourth row starts on a 16-byte line: vectors, then one element; the others
+// element by element); a maximum with a NaN in one of the copies only, a warp per group. On a GPU (not on
+// the emulated driver, which runs a block's threads as host threads: minutes at these sizes),
+// n-body's forces in two and three dimensions: the distance, its square root and the masses'
+// product shared.
+std::vector<CompiledCase> row_group_cases() {
+  Tensor with_nan = randn({2, 4096, 100});
+  with_nan.index({1, 17, 42}) = NAN;
+  auto quotient = [](const V& v) { return V{(v[0] / (v[1] * v[1] + 1)).sum({2})}; };
+  std::vector<CompiledCase> cases{
+      {"three rows of 2049", quotient, {randn({3, 512, 2049}), randn({512, 2049})}},
+      {"a maximum with a NaN, by warps", [](const V& v) { return V{(v[0] + v[1] * 3).amax({2})}; },
+       {with_nan, randn({4096, 100})}},
+  };
+  if (!cuda::emulated()) {
+    const wl::Workload& nbody = *wl::find_workload("nbody_forces");
+    auto forces = [&nbody](const V& v) { return nbody.run(v); };
+    cases.push_back({"n-body in 2-d", forces, {randn({2, 2100}), rand({2100}) + 0.1}});
+    cases.push_back({"n-body in 3-d", forces, {randn({3, 2100}), rand({2100}) + 0.1}});
+  }
+  return cases;
+}
+
+TEST(CudaCompiledFunction, RowGroupsMatchCpuEager) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  manual_seed(38);
+  expect_compiled_cases_match_cpu_eager(row_group_cases());
+}
+
 // Broadcast operands read per run of the innermost loop (a bias over rows as vectors, a column
 // one element per vector), where the runs hold whole vectors and stay aligned, and otherwise
 // element by element: rows of 128 and 130 floats, 64 float16s; a weight over a batch whose rows

@@ -900,6 +900,60 @@ TEST(CudaSource, BlockRowsKeepTheirRowInSharedMemoryAcrossPasses) {
   EXPECT_EQ(wide.find("row cache"), std::string::npos) << wide;
 }
 
+// Row groups: n-body's forces over [2, N, N] summed over the last dim go to one block per body
+// i for both components, the square root of the distance and the masses' product computed
+// once for them (once in the vector pass, once past it), each component with its own vector of
+// positions, accumulator and store. Warps take groups too. None where nothing along the row is
+// shared, where the outer loop is longer than four, or where too few groups would be left to
+// fill the GPU (512 blocks, 4096 warps); none with KILN_CUDA_ROW_GROUPS=0.
+TEST(CudaSource, RowGroupsComputeWhatTheirRowsShareOnce) {
+  const wl::Workload& nbody = *wl::find_workload("nbody_forces");
+  auto forces = [&nbody](const std::vector<Tensor>& v) { return nbody.run(v); };
+  std::string s = source_of(forces, {randn({2, 3000}), rand({3000}) + 0.1});
+  EXPECT_NE(s.find("block-per-row, 3000 groups of 2 rows, 4-wide vector accesses"), std::string::npos) << s;
+  EXPECT_NE(s.find("for (unsigned row = (unsigned)blockIdx.x; row < 3000u; row += (unsigned)gridDim.x) {"), std::string::npos) << s;
+  EXPECT_EQ(count_of(s, "= sqrt("), 2u) << s;
+  EXPECT_EQ(count_of(s, " / v21;"), 2u) << s;  // (the masses over the squared distance)
+  EXPECT_NE(s.find("const kiln_vec<float, 4> l0_0 = *reinterpret_cast<const kiln_vec<float, 4>*>(p0 + 0 + base);"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.find("const kiln_vec<float, 4> l0_1 = *reinterpret_cast<const kiln_vec<float, 4>*>(p0 + (int)1u * 3000 + base);"),
+            std::string::npos)
+      << s;
+  for (const char* want : {"double acc32_0 = (double)0;", "double acc32_1 = (double)0;", "s8[(int)row] = v33_0;",
+                           "s8[(int)1u * 3000 + (int)row] = v33_1;"})
+    EXPECT_NE(s.find(want), std::string::npos) << want << "\n" << s;
+  {
+    kiln::testing::ScopedEnv off("KILN_CUDA_ROW_GROUPS", "0");
+    std::string one = source_of(forces, {randn({2, 3000}), rand({3000}) + 0.1});
+    EXPECT_NE(one.find("block-per-row, 6000 rows, 4-wide vector accesses"), std::string::npos) << one;
+    kiln::testing::ScopedEnv bad("KILN_CUDA_ROW_GROUPS", "2");
+    EXPECT_THROW(source_of(forces, {randn({2, 3000}), rand({3000}) + 0.1}), Error);
+  }
+  std::string three = source_of(forces, {randn({3, 3000}), rand({3000}) + 0.1});
+  EXPECT_NE(three.find("block-per-row, 3000 groups of 3 rows"), std::string::npos) << three;
+  EXPECT_EQ(count_of(three, "= sqrt("), 2u) << three;
+
+  std::string plain = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].sum({2})}; }, {randn({2, 1100, 2100})});
+  EXPECT_NE(plain.find("block-per-row, 2200 rows"), std::string::npos) << plain;
+  // (arithmetic, which fusion recomputes over a broadcast: an exponential it would not)
+  auto shared_div = [](const std::vector<Tensor>& v) { return std::vector{(v[0] / (v[1] * v[1] + 1)).sum({2})}; };
+  std::string divs = source_of(shared_div, {randn({4, 1024, 2100}), randn({1024, 2100})});
+  EXPECT_NE(divs.find("block-per-row, 1024 groups of 4 rows"), std::string::npos) << divs;
+  EXPECT_EQ(count_of(divs, " * v"), 2u) << divs;  // (v1 * v1: once in the vector pass, once past it)
+  std::string five = source_of(shared_div, {randn({5, 1100, 2100}), randn({1100, 2100})});
+  EXPECT_NE(five.find("block-per-row, 5500 rows"), std::string::npos) << five;
+  std::string few = source_of(shared_div, {randn({2, 500, 2100}), randn({500, 2100})});
+  EXPECT_NE(few.find("block-per-row, 1000 rows"), std::string::npos) << few;
+  std::string warps = source_of(shared_div, {randn({2, 4096, 100}), randn({4096, 100})});
+  EXPECT_NE(warps.find("warp-per-row, 4096 groups of 2 rows"), std::string::npos) << warps;
+  std::string few_warps = source_of(shared_div, {randn({2, 4000, 100}), randn({4000, 100})});
+  EXPECT_NE(few_warps.find("warp-per-row, 8000 rows"), std::string::npos) << few_warps;
+  std::string nothing_shared = source_of([](const std::vector<Tensor>& v) { return std::vector{(v[0] * v[1]).sum({2})}; },
+                                         {randn({2, 1100, 2100}), randn({1100, 2100})});
+  EXPECT_NE(nothing_shared.find("block-per-row, 2200 rows"), std::string::npos) << nothing_shared;
+}
+
 TEST(CudaSource, IndicesPastTwoToThe31UseSixtyFourBits) {
   // Rendering needs no memory: a graph with 3e9 elements is only typed.
   ir::Graph g = ir::parse("graph @big(%x: f32[3000000000]{1}) {\n  %0 = mul(%x, %x) : f32[3000000000]{1}\n  return %0\n}\n");

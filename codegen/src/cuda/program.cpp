@@ -173,7 +173,8 @@ std::string emit_cuda(const passes::KernelProgram& p, CudaEmit what, int arch, b
       << ck.items
       << (ck.strategy == CudaStrategy::Elementwise || ck.strategy == CudaStrategy::Split ? " elements"
           : ck.strategy == CudaStrategy::Tiled ? " tiles of " + std::to_string(ck.tile) + " x " + std::to_string(ck.tile)
-                                                                                          : " rows")
+          : ck.group > 1                       ? " groups of " + std::to_string(ck.group) + " rows"
+                                               : " rows")
       << (ck.strategy == CudaStrategy::ColumnSplit || ck.strategy == CudaStrategy::RowSplit
               ? " of " + std::to_string(ck.row_len) + " elements in chunks"
               : "")

@@ -129,6 +129,7 @@ void Renderer::plan() {
   } else {
     out_.strategy = row_len_ <= kWarpRowMax ? CudaStrategy::WarpRow : CudaStrategy::BlockRow;
   }
+  if (out_.strategy == CudaStrategy::BlockRow || out_.strategy == CudaStrategy::WarpRow) plan_groups();
   out_.items = out_.strategy == CudaStrategy::Split ? row_len_ : rows_;
   out_.row_len = row_len_;
 }
@@ -447,8 +448,10 @@ std::string Renderer::narrow(const std::string& v, DType t) {
 std::string Renderer::load(int j, DType to, const std::string& flat) {
   const passes::Access& a = k_.loads[size_t(j)];
   if (a.buffer < 0) return convert("a" + std::to_string(j), is_floating(a.dtype) ? DType::Float64 : DType::Int64, to);
-  if (vec_ && linear_[size_t(j)]) vec_used_.insert(size_t(j));
-  std::string raw = vec_ && (linear_[size_t(j)] || run_[size_t(j)]) ? "l" + std::to_string(j) + ".v[u]"
+  // (a row group's copies each load their own vector of an operand that moves along loop 0)
+  const std::string copy = copy_suffix(moves(a, 0));
+  if (vec_ && linear_[size_t(j)]) vec_used_.insert({size_t(j), copy.empty() ? -1 : copy_});
+  std::string raw = vec_ && (linear_[size_t(j)] || run_[size_t(j)]) ? "l" + std::to_string(j) + copy + ".v[u]"
                     : from_tiles_ && staged_[size_t(j)] ? "tile" + std::to_string(j) + "[" + lane() + "][k]"
                     : from_tiles_                       ? "ld" + std::to_string(j) + "[" + slot() + "]"
                                                         : element(size_t(j), flat);
@@ -478,7 +481,7 @@ void Renderer::store(size_t j, const std::string& flat) {
   int id = code_.stores[j];
   std::string v = narrow(convert(value(id, flat), code_.code[size_t(id)].type, a.dtype), a.dtype);
   if (vec_ && linear_[op]) {
-    vec_used_.insert(op);
+    vec_used_.insert({op, -1});  // (a row group's stores are per row: not vectors)
     line() << "w" << op << ".v[u] = " << v << ";\n";
   } else {
     line() << (live_.empty() ? "" : "if (" + live_ + ") ") << element(op, flat) << " = " << v << ";\n";
@@ -590,7 +593,7 @@ std::string Renderer::value(int id, const std::string& flat) {
       break;
     }
   }
-  std::string v = "v" + std::to_string(id);
+  std::string v = "v" + std::to_string(id) + copy_suffix(copy_ >= 0 && along0_[size_t(id)]);
   line() << "const " << T << " " << v << " = " << e << ";\n";
   if (!cached_.empty() && cached_[size_t(id)] == 1) {
     line() << cache_slot(id, true) << " = " << v << ";\n";
@@ -602,7 +605,10 @@ std::string Renderer::value(int id, const std::string& flat) {
 
 void Renderer::forget_rows() {
   for (size_t i = 0; i < memo_.size(); ++i)
-    if (code_.code[i].row) memo_[i].clear();
+    if (code_.code[i].row) {
+      memo_[i].clear();
+      for (auto& m : copy_memo_) m[i].clear();
+    }
 }
 
 // Opens `for (var = from; var < end; var += step)` with its count computed on entry, so that

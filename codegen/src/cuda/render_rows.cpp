@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/runtime/env.h"
 #include "renderer.h"
 
 namespace kiln::codegen::cuda_render {
@@ -235,13 +236,13 @@ void Renderer::warp_vector_pass(Body&& body) {
   live_.clear();
   std::swap(o_, lanes);
   auto vt = [&](size_t j) { return vec_type(operand(j).dtype, V); };
-  for (size_t j : vec_used_)
+  for (const auto& [j, g] : vec_used_)  // (no row groups here: g is -1)
     if (j < k_.loads.size())
       line() << "const " << vt(j) << " l" << j << " = live ? *reinterpret_cast<const " << vt(j) << "*>(rp" << j << " + b) : "
              << vt(j) << "{};\n";
     else line() << vt(j) << " w" << j << ";\n";
   o_ << lanes.str();
-  for (size_t j : vec_used_)
+  for (const auto& [j, g] : vec_used_)
     if (j >= k_.loads.size()) line() << "if (live) *reinterpret_cast<" << vt(j) << "*>(rp" << j << " + b) = w" << j << ";\n";
   --indent_;
   line() << "}\n";
@@ -291,19 +292,28 @@ void Renderer::row_pass(const std::string& from, const std::string& step, Body&&
   const std::vector<int> cache = cached_;
   vector_lanes("base", body);
   std::swap(o_, lanes);
-  auto at = [&](size_t j) { return (j < k_.loads.size() ? "p" : "s") + std::to_string(j) + " + " + row_start(j) + " + base"; };
+  // (a row group's copy g reads its own vector of an operand that moves along loop 0: l<j>_<g>)
+  auto at = [&](size_t j, int g) {
+    const std::string c0 = coord_.empty() ? "" : coord_[0];
+    if (g >= 0) coord_[0] = copy_coord(g);
+    std::string a = (j < k_.loads.size() ? "p" : "s") + std::to_string(j) + " + " + row_start(j) + " + base";
+    if (g >= 0) coord_[0] = c0;
+    return a;
+  };
   auto vt = [&](size_t j) { return vec_type(operand(j).dtype, V); };
   auto ct = [&](size_t id) { return "kiln_vec<" + std::string(ctype(code_.code[id].type)) + ", " + std::to_string(V) + ">"; };
-  for (size_t j : vec_used_)
-    if (j < k_.loads.size()) line() << "const " << vt(j) << " l" << j << " = *reinterpret_cast<const " << vt(j) << "*>(" << at(j) << ");\n";
+  for (const auto& [j, g] : vec_used_)
+    if (j < k_.loads.size())
+      line() << "const " << vt(j) << " l" << j << (g >= 0 ? "_" + std::to_string(g) : "") << " = *reinterpret_cast<const "
+             << vt(j) << "*>(" << at(j, g) << ");\n";
     else line() << vt(j) << " w" << j << ";\n";
   // (a BlockRow row cache's vector, in or out of shared memory in one access)
   for (size_t id : cache_read_)
     line() << "const " << ct(id) << " c" << id << " = *reinterpret_cast<const " << ct(id) << "*>(rs" << id << " + base);\n";
   for (size_t id : cache_filled_) line() << ct(id) << " c" << id << ";\n";
   o_ << lanes.str();
-  for (size_t j : vec_used_)
-    if (j >= k_.loads.size()) line() << "*reinterpret_cast<" << vt(j) << "*>(" << at(j) << ") = w" << j << ";\n";
+  for (const auto& [j, g] : vec_used_)
+    if (j >= k_.loads.size()) line() << "*reinterpret_cast<" << vt(j) << "*>(" << at(j, g) << ") = w" << j << ";\n";
   for (size_t id : cache_filled_) line() << "*reinterpret_cast<" << ct(id) << "*>(rs" << id << " + base) = c" << id << ";\n";
   close_counted_loop();
   cached_ = cache;  // (the elements past the whole vectors fill the row cache as well)
@@ -311,10 +321,13 @@ void Renderer::row_pass(const std::string& from, const std::string& step, Body&&
 }
 
 // Whether the vector operands' data (loads and stores) at the row's start is aligned.
+// (In a row group's later copies, only the operands that move along loop 0: the others are
+// the first copy's.)
 std::string Renderer::row_aligned() {
   std::string all;
   for (size_t j = 0; j < nops(); ++j)
-    if (linear_[j]) all += std::string(all.empty() ? "" : " && ") + aligned(j, row_start(j), row_vec_);
+    if (linear_[j] && (copy_ <= 0 || moves(operand(j), 0)))
+      all += std::string(all.empty() ? "" : " && ") + aligned(j, row_start(j), row_vec_);
   return all;
 }
 
@@ -422,11 +435,71 @@ void Renderer::rows() {
   line() << "}\n";
 }
 
+// Row groups (BlockRow, WarpRow). A reduction over a broadcast, n-body's forces summed over j
+// for each component c of [2, N, N], computes per element much that does not depend on c
+// (the distance, its square root, the masses' product): a block or warp per row would compute
+// it once per component. When the outermost row loop is short (at most kGroupMax), a block or
+// warp takes its rows together instead, and renders each instruction that varies along loop
+// 0 once per copy (v<id>_<g>, with loop 0's coordinate the constant g) and the others once
+// for all; each copy has its own accumulators and stores. Only where that sharing exists
+// (some arithmetic along the row that does not vary along loop 0), the rows are read in one
+// pass and stored once each (no row cache, no stores along the row), and enough groups
+// remain to fill the GPU (kBlockGroupsMin, kWarpGroupsMin). Specialised kernels only;
+// KILN_CUDA_ROW_GROUPS=0 turns groups off (a sweep's baseline).
+void Renderer::plan_groups() {
+  group_ = 1;
+  const int64_t g = rank() > 0 ? k_.loops[0] : 1;
+  const int64_t least = out_.strategy == CudaStrategy::BlockRow ? kBlockGroupsMin : kWarpGroupsMin;
+  if (generic_ || rf() < 2 || g < 2 || g > kGroupMax || rows_ / g < least || code_.depth != 1 || !env::cuda_row_groups())
+    return;
+  if (!row_plan(k_, code_).in_row.empty()) return;
+  std::vector<bool> along(code_.code.size(), false);
+  bool shares = false;
+  for (size_t id = 0; id < code_.code.size(); ++id) {
+    const Instr& in = code_.code[id];
+    bool a = in.op == EOp::Reduce || in.op == EOp::Scan;  // (each copy's own accumulators)
+    if (in.op == EOp::Load) a = moves(k_.loads[size_t(in.index)], 0);
+    for (int x : in.args) a = a || along[size_t(x)];
+    along[id] = a;
+    shares |= in.row && !a && in.op != EOp::Load && in.op != EOp::Const;
+  }
+  if (!shares) return;
+  group_ = out_.group = int(g);
+  rows_ /= g;  // (the row loop's count: the groups)
+  along0_ = std::move(along);
+}
+
+// Switches the rendering to row group copy g (-1: none): the variables of the instructions
+// that vary along loop 0 become that copy's, and loop 0's coordinate its constant.
+void Renderer::use_copy(int g) {
+  if (copy_ == g) return;
+  for (size_t id = 0; id < along0_.size(); ++id) {
+    if (!along0_[id]) continue;
+    if (copy_ >= 0) copy_memo_[size_t(copy_)][id] = memo_[id];
+    memo_[id] = g >= 0 ? copy_memo_[size_t(g)][id] : "";
+  }
+  copy_ = g;
+  if (rank() > 0) coord_[0] = g >= 0 ? copy_coord(g) : "";
+}
+
+// `body` once per copy of a row group (once, with no groups).
+template <class Body>
+void Renderer::each_copy(Body&& body) {
+  if (group_ == 1) return body();
+  for (int g = 0; g < int(group_); ++g) {
+    use_copy(g);
+    body();
+  }
+  use_copy(-1);
+}
+
 // The loop over the rows: per row, one pass per reduction depth, then the stores.
 void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
   coord_.assign(size_t(rank()), "");
   memo_.assign(code_.code.size(), "");
   scans_declared_.clear();
+  copy_ = -1;
+  copy_memo_.assign(size_t(group_ > 1 ? group_ : 0), std::vector<std::string>(code_.code.size()));
   // Where the row's vectors end, for every pass over it (row_pass): checked per row, or with a
   // BlockRow row cache once per kernel, so that every row splits the same way between the
   // vectors and the elements after them and each thread owns the same cache slots row after
@@ -439,10 +512,12 @@ void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
   }
   line() << loop;
   ++indent_;
-  decompose("row", 0, rf());
+  decompose("row", group_ > 1 ? 1 : 0, rf());  // (a row group's loop 0: each copy's constant)
   if (vectors && !cache_row_) {
     row_nv_ = "nvr";
-    line() << "const " << I_ << " nvr = " << row_aligned() << " ? " << row_len() << " / " << row_vec_ << "u : 0u;\n";
+    std::string all;
+    each_copy([&] { all += (all.empty() ? "" : " && ") + row_aligned(); });
+    line() << "const " << I_ << " nvr = " << all << " ? " << row_len() << " / " << row_vec_ << "u : 0u;\n";
   }
   if (cache_iters_ && row_vec_ > 1)
     for (size_t j = 0; j < nops(); ++j) {  // the vector operands at the row's start
@@ -462,36 +537,46 @@ void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
     }
     else line() << ctype(code_.code[id].type) << " rc" << id << "[" << cache_iters_ << "];  // row cache\n";
   }
+  // (a row group's accumulators and results: acc<id>_<g>, v<id>_<g>)
+  auto acc = [&](int r) { return "acc" + std::to_string(r) + copy_suffix(true); };
   for (int depth = 1; depth <= code_.depth; ++depth) {
     const std::vector<int>& need = p.needs[size_t(depth - 1)];
-    for (int id : need)
-      if (!code_.code[size_t(id)].row) value(id);
-    for (int r : p.reduces[size_t(depth)]) {
-      const Instr& in = code_.code[size_t(r)];
-      line() << ctype(in.type) << " acc" << r << " = " << identity(in) << ";\n";
-    }
+    each_copy([&] {
+      for (int id : need)
+        if (!code_.code[size_t(id)].row) value(id);
+    });
+    each_copy([&] {
+      for (int r : p.reduces[size_t(depth)]) line() << ctype(code_.code[size_t(r)].type) << " " << acc(r) << " = " << identity(code_.code[size_t(r)]) << ";\n";
+    });
     declare_scans(need);
     row_pass(t0_, nt_, [&] {
-      for (int id : need)
-        if (code_.code[size_t(id)].row) value(id);
+      each_copy([&] {
+        for (int id : need)
+          if (code_.code[size_t(id)].row) value(id);
+        for (int r : p.reduces[size_t(depth)]) {
+          const Instr& in = code_.code[size_t(r)];
+          accumulate(in, acc(r), value(in.args[0]));
+        }
+      });
+    });
+    each_copy([&] {
       for (int r : p.reduces[size_t(depth)]) {
         const Instr& in = code_.code[size_t(r)];
-        accumulate(in, "acc" + std::to_string(r), value(in.args[0]));
+        const std::string v = "v" + std::to_string(r) + copy_suffix(true);
+        line() << "const " << ctype(in.type) << " " << v << " = " << group_reduce(in, acc(r)) << ";\n";
+        memo_[size_t(r)] = v;
       }
     });
-    for (int r : p.reduces[size_t(depth)]) {
-      const Instr& in = code_.code[size_t(r)];
-      line() << "const " << ctype(in.type) << " v" << r << " = " << group_reduce(in, "acc" + std::to_string(r)) << ";\n";
-      memo_[size_t(r)] = "v" + std::to_string(r);
-    }
   }
   if (!p.per_row.empty()) {
     // every thread of the group holds the row's values; its first thread stores them
     line() << "if (" << t0_ << " == 0u) {\n";
     ++indent_;
     auto saved = memo_;
-    store_all(p.per_row, "");
+    auto saved_copies = copy_memo_;
+    each_copy([&] { store_all(p.per_row, ""); });
     memo_ = saved;  // (values declared inside the if are out of scope after it)
+    copy_memo_ = saved_copies;
     --indent_;
     line() << "}\n";
   }

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../expr.h"
@@ -60,6 +61,13 @@ inline constexpr int64_t kRowCacheMax = 64;
 // BlockRow: the same in shared memory, a whole row per cached load, at most this many bytes
 // per block (all cached loads together; 7 such blocks fit in an H100 SM's shared memory).
 inline constexpr int64_t kBlockRowCacheBytes = 32768;
+// Row groups (plan_groups): the rows of an outermost loop of at most this many elements go
+// to one block (BlockRow) or warp (WarpRow) together, when that leaves enough groups to fill
+// an H100 alone: 132 SMs hold about 4 blocks of 256 threads each, or 32 warps, at these
+// kernels' register counts.
+inline constexpr int64_t kGroupMax = 4;
+inline constexpr int64_t kBlockGroupsMin = 512;
+inline constexpr int64_t kWarpGroupsMin = 4096;
 
 // Renders one kernel into `out` (its strategy, launch needs and body).
 class Renderer {
@@ -90,13 +98,22 @@ class Renderer {
   bool from_tiles_ = false;           // inside the Tiled compute loop: staged loads read the tiles
   int row_vec_ = 1;                   // BlockRow/Split/WarpRow passes: elements per vector
   std::string row_nv_;                // BlockRow/WarpRow without a cache: the row's whole vectors ("" in Split)
-  std::set<size_t> vec_used_;         // WarpRow vector pass: the operands its body reads or writes by lanes
+  // Vector passes: the operands the body reads or writes by lanes, with the row group's copy
+  // (-1: the same vector in every copy, or no groups)
+  std::set<std::pair<size_t, int>> vec_used_;
   int64_t cache_iters_ = 0;           // WarpRow with a row cache: row elements per lane (0: none)
   int64_t cache_row_ = 0;             // BlockRow with a row cache: elements per cached row (0: none)
   std::vector<int> cached_;           // per instruction: 0, or cached: 1 to fill, 3 filling (this pass), 2 filled
   std::string live_;                  // WarpRow's unrolled passes: whether the element is in the row ("" outside them)
   int tmp_ = 0;
   int64_t rows_ = 1, row_len_ = 1;
+  // Row groups: the rows of loop 0 a block or warp takes together (1: none), per instruction
+  // whether it varies along loop 0 (computed once per copy, the others once for all), the
+  // copy being rendered (-1: none) and each copy's variables of such instructions.
+  int64_t group_ = 1;
+  std::vector<bool> along0_;
+  int copy_ = -1;
+  std::vector<std::vector<std::string>> copy_memo_;
   int rank() const { return int(k_.loops.size()); }
   bool two_step() const {
     return out_.strategy == CudaStrategy::Split || out_.strategy == CudaStrategy::ColumnSplit ||
@@ -227,6 +244,12 @@ class Renderer {
   void declare_scans(const std::vector<int>& need);
   void rows();
   void row_loop_body(const RowPlan& p, const std::string& loop);
+  void plan_groups();
+  void use_copy(int g);
+  std::string copy_suffix(bool along0) const { return copy_ >= 0 && along0 ? "_" + std::to_string(copy_) : ""; }
+  static std::string copy_coord(int g) { return g == 0 ? "" : std::to_string(g) + "u"; }  // ("": loop 0 at 0)
+  template <class Body>
+  void each_copy(Body&& body);
 
   // ---- Split: a full reduction over blocks, then one block combining their slots ----
 

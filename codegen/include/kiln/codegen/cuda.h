@@ -75,6 +75,7 @@ struct CudaKernel {
   int64_t items = 0;  // what the grid spreads over: elements (Elementwise, Split), tiles (Tiled), rows (others)
   int64_t row_len = 0;  // the row strategies: elements per row (ColumnSplit cuts it into chunks)
   int tile = 0;       // Tiled: the side of its square tiles
+  int group = 1;      // BlockRow, WarpRow: rows of the outermost loop a block or warp takes together (items: the groups)
   int vector = 1;     // elements per vector access on the fast path (1: none): Elementwise's
                       // loads and stores, BlockRow's and Split's loads in reduction passes
   // Elementwise over operands that are all contiguous (or read at one element): the element

@@ -17,4 +17,7 @@ size_t cpu_cache_limit_bytes();
 int cuda_grid_per_sm();
 // KILN_CUDA_TILE: the side of the Tiled strategy's tiles, 32 (default) or 64.
 int cuda_tile();
+// KILN_CUDA_ROW_GROUPS: 1 (default): row kernels take the rows of a short outer loop together
+// where they share work (docs/codegen.md); 0: a block or warp per row.
+bool cuda_row_groups();
 }  // namespace kiln::env

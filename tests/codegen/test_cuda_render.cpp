@@ -914,6 +914,11 @@ TEST(CudaSource, RowGroupsComputeWhatTheirRowsShareOnce) {
   EXPECT_NE(s.find("for (unsigned row = (unsigned)blockIdx.x; row < 3000u; row += (unsigned)gridDim.x) {"), std::string::npos) << s;
   EXPECT_EQ(count_of(s, "= sqrt("), 2u) << s;
   EXPECT_EQ(count_of(s, " / v21;"), 2u) << s;  // (the masses over the squared distance)
+  // (the row's vectors only where every copy's row starts on a 16-byte line)
+  EXPECT_NE(s.find("const unsigned nvr = kiln_aligned(p0 + 0, 16) && kiln_aligned(p2 + 0, 16) && kiln_aligned(p4 + 0, 16) && "
+                   "kiln_aligned(p7 + 0, 16) && kiln_aligned(p0 + (int)1u * 3000, 16) ? 3000u / 4u : 0u;"),
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("const kiln_vec<float, 4> l0_0 = *reinterpret_cast<const kiln_vec<float, 4>*>(p0 + 0 + base);"),
             std::string::npos)
       << s;

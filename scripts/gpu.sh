@@ -21,10 +21,12 @@
 #                               small[=W,...] (per-call overhead; NVRTC compile vs disk-cache load),
 #                               bench[=W,...] (the gpu tier against PyTorch eager and torch.compile),
 #                               dump (the rendered CUDA); sweep[=N] (kiln compiled under settings of
-#                               the backend's tuning variables). Each phase fits one ten-minute call
-#                               of a lent machine. `run $OUT lease` alone is the plan for one call of
-#                               a 15-minute lease: test, sweep, small=W and bench under a 540 s deadline
-#                               (KILN_GPU_DEADLINE). Logs and results go to OUTDIR, a summary last.
+#                               the backend's tuning variables) and kernels[=W,...] (each kernel
+#                               alone, under Nsight Compute) only by name. Each phase fits one
+#                               ten-minute call of a lent machine. `run $OUT lease` alone is the plan
+#                               for one call of a 15-minute lease: test, sweep=1, small=W, kernels and
+#                               bench under a 540 s deadline (KILN_GPU_DEADLINE). Logs and results go
+#                               to OUTDIR, a summary last.
 #
 # The libraries are Debian 12's (glibc 2.36): they load on any x86-64 Linux with that glibc or newer.
 set -euo pipefail
@@ -233,6 +235,22 @@ phase_small() {  # tiny tensors: the per-call host overhead; and NVRTC compile v
     >"$out/bench-small.log" 2>&1 || return 1
   timeout "$(limit 60)" $build/tools/kiln-compile-overhead --cuda-new-sizes --sizes 8 >"$out/new-sizes.log" 2>&1
 }
+phase_kernels() {  # each kernel alone, where the machine has Nsight Compute (ncu): its time and
+                   # DRAM bytes per launch, without the host's work around it (branch_sign's guard
+                   # reads the sum back every call), kiln compiled at the gpu tier (FILTER: a comma
+                   # list; default branch_sign); the table in OUTDIR/kernels.txt
+  command -v ncu >/dev/null || { echo "no ncu" >"$out/kernels.txt"; return 0; }
+  local rc copy
+  timeout "$(limit 150)" ncu --csv --print-units base --clock-control none \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+    $build/tools/kiln-bench --device cuda --tier gpu --filter "${1:-branch_sign}" --variants compiled --no-check \
+    --no-compile-time --warmup 1 --reps 3 --min-time 0 >"$out/kernels-ncu.csv" 2>"$out/kernels-ncu.log"
+  rc=$?
+  # (the device-to-device copy kiln-bench measures first, which ncu does not profile: not a kernel)
+  copy=$(sed -n 's/.*CUDA events): \([0-9.]*\) GB\/s.*/\1/p' "$out/kernels-ncu.csv" | head -1)
+  python3 tools/bench/ncu_summary.py "$out/kernels-ncu.csv" ${copy:+--copy-gbps "$copy"} >"$out/kernels.txt" 2>&1 || rc=1
+  return $rc
+}
 phase_dump() {  # the rendered CUDA of a few workloads at the gpu tier
   local w
   for w in add_sin_cos softmax layernorm sum_f64 transpose_add; do
@@ -250,13 +268,14 @@ run() {
   if [[ ${phases[*]} == lease ]]; then
     # One call of a lent machine (a session has 15 minutes of device time, the machine's start
     # included, and one command runs at most ten): a shorter correctness run, the row-group sweep,
-    # the per-call overhead on tiny tensors (a few seconds), then the workloads against PyTorch,
+    # the per-call overhead on tiny tensors (a few seconds), branch_sign's kernels alone (its
+    # time includes a read back to the host each call), then the workloads against PyTorch,
     # those timed longest ago first (session 28 timed the last 13), for as long as the deadline allows.
     export KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-100} KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-30}
     export KILN_GPU_TEST_JOBS=${KILN_GPU_TEST_JOBS:-12} KILN_GPU_TEST_TIMEOUT=${KILN_GPU_TEST_TIMEOUT:-150}
     export KILN_GPU_SWEEP_TIMEOUT=${KILN_GPU_SWEEP_TIMEOUT:-150} KILN_GPU_SWEEP_ROUNDS=${KILN_GPU_SWEEP_ROUNDS:-2}
     KILN_GPU_DEADLINE=${KILN_GPU_DEADLINE:-540}
-    phases=(test sweep=1 "small=${KILN_GPU_LEASE_SMALL:-add_sin_cos,softmax,layernorm,attention_scores}" "bench=${KILN_GPU_LEASE_BENCH:-attention_scores,inplace_chain,log_softmax,row_sum,sum_f64,branch_sign,nbody_forces,transpose_add,add_sin_cos_bf16,softmax,layernorm,broadcast_bias,gelu_tanh,bias_relu,poly,where_scale,unrolled_loop,add_sin_cos}")
+    phases=(test sweep=1 "small=${KILN_GPU_LEASE_SMALL:-add_sin_cos,softmax,layernorm,attention_scores}" kernels=branch_sign "bench=${KILN_GPU_LEASE_BENCH:-attention_scores,inplace_chain,log_softmax,row_sum,sum_f64,branch_sign,nbody_forces,transpose_add,add_sin_cos_bf16,softmax,layernorm,broadcast_bias,gelu_tanh,bias_relu,poly,where_scale,unrolled_loop,add_sin_cos}")
   fi
   [[ -z ${KILN_GPU_DEADLINE:-} ]] || deadline=$(( SECONDS + KILN_GPU_DEADLINE ))
   prepare "$out"
@@ -264,7 +283,7 @@ run() {
   for p in "${phases[@]}"; do
     local name=${p%%=*} arg=
     [[ $p == *=* ]] && arg=${p#*=}
-    declare -F "phase_$name" >/dev/null || { echo "[gpu] no phase '$name' (test memcheck all small[=W,...] bench[=W,...] sweep[=N] dump, or lease alone)" >&2; exit 2; }
+    declare -F "phase_$name" >/dev/null || { echo "[gpu] no phase '$name' (test memcheck all small[=W,...] kernels[=W,...] bench[=W,...] sweep[=N] dump, or lease alone)" >&2; exit 2; }
     if [[ -n $deadline ]] && (( deadline - SECONDS < 20 )); then
       echo "$p: skipped (deadline)" | tee -a "$out/summary.txt"
       continue
@@ -279,7 +298,7 @@ run() {
   done
   # the short story last: what the reply of a lent machine's call carries
   grep -h -E "tests passed|tests failed|ERROR SUMMARY" "$out"/ctest-*.log "$out"/memcheck.log 2>/dev/null || true
-  for f in "$out"/sweep-*/sweep.txt "$out"/bench-gpu-*/table.txt; do [[ -f $f ]] && cat "$f"; done
+  for f in "$out"/sweep-*/sweep.txt "$out"/kernels.txt "$out"/bench-gpu-*/table.txt; do [[ -f $f ]] && cat "$f"; done
   echo "[gpu] results in $out (status $status)"
   return $status
 }
@@ -289,7 +308,7 @@ case "${1:-}" in
   ship) ship ;;
   run) shift && run "$@" ;;
   *)
-    echo "usage: scripts/gpu.sh gather | ship | run OUTDIR [lease | test | memcheck | all | small | bench[=W,...] | sweep[=N] | dump ...]" >&2
+    echo "usage: scripts/gpu.sh gather | ship | run OUTDIR [lease | test | memcheck | all | small | kernels[=W,...] | bench[=W,...] | sweep[=N] | dump ...]" >&2
     exit 2
     ;;
 esac

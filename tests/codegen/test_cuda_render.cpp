@@ -954,6 +954,13 @@ TEST(CudaSource, RowGroupsComputeWhatTheirRowsShareOnce) {
   EXPECT_NE(warps.find("warp-per-row, 4096 groups of 2 rows"), std::string::npos) << warps;
   std::string few_warps = source_of(shared_div, {randn({2, 4000, 100}), randn({4000, 100})});
   EXPECT_NE(few_warps.find("warp-per-row, 8000 rows"), std::string::npos) << few_warps;
+  // a per-row scale that moves along loop 0 beside a row shared by every copy: the only
+  // vector operand is the first copy's, so the later copies add nothing to the alignment check
+  std::string scale = source_of([](const std::vector<Tensor>& v) { return std::vector{(v[0] * (v[1] * v[1])).sum({2})}; },
+                                {randn({2, 1024, 1}), randn({1024, 2100})});
+  EXPECT_NE(scale.find("block-per-row, 1024 groups of 2 rows, 4-wide vector accesses"), std::string::npos) << scale;
+  EXPECT_NE(scale.find("const unsigned nvr = kiln_aligned(p0 + (int)row * 2100, 16) ? 2100u / 4u : 0u;"), std::string::npos)
+      << scale;
   std::string nothing_shared = source_of([](const std::vector<Tensor>& v) { return std::vector{(v[0] * v[1]).sum({2})}; },
                                          {randn({2, 1100, 2100}), randn({1100, 2100})});
   EXPECT_NE(nothing_shared.find("block-per-row, 2200 rows"), std::string::npos) << nothing_shared;
@@ -1086,6 +1093,30 @@ TEST(CudaNvrtc, EveryWorkloadsKernelsCompileForSm90) {
 TEST(CudaNvrtc, EveryWorkloadsSizeGenericKernelsCompileForSm90) {
   if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
   expect_every_kernel_compiles_for_sm90(true);
+}
+
+// Row groups compile: n-body's kernel in two and three dimensions, and a per-row scale beside a
+// row every copy shares (the later copies with no vector operand of their own), by blocks and
+// by warps.
+TEST(CudaNvrtc, RowGroupsCompileForSm90) {
+  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  const wl::Workload& nbody = *wl::find_workload("nbody_forces");
+  auto forces = [&nbody](const std::vector<Tensor>& v) { return nbody.run(v); };
+  auto scaled = [](const std::vector<Tensor>& v) { return std::vector{(v[0] * (v[1] * v[1])).sum({2})}; };
+  const std::vector<std::pair<Fn, std::vector<Tensor>>> cases{
+      {forces, {randn({2, 3000}), rand({3000}) + 0.1}},
+      {forces, {randn({3, 3000}), rand({3000}) + 0.1}},
+      {scaled, {randn({2, 1024, 1}), randn({1024, 2100})}},
+      {scaled, {randn({4, 4096, 1}), randn({4096, 100})}},
+  };
+  for (const auto& [fn, in] : cases) {
+    auto graphs = trace(fn, {in});
+    passes::Module m = passes::optimize(graphs[0], {});
+    ASSERT_NE(codegen::emit_cuda(*m.program, codegen::CudaEmit::Source).find(" groups of "), std::string::npos);
+    std::string ptx;
+    ASSERT_NO_THROW(ptx = codegen::emit_cuda(*m.program, codegen::CudaEmit::Ptx, 90));
+    EXPECT_NE(ptx.find(".target sm_90"), std::string::npos) << ptx.substr(0, 2000);
+  }
 }
 
 // The gather kernel of gather and index_select (codegen/src/cuda/library.cpp) is written by

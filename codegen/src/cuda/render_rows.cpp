@@ -461,7 +461,9 @@ void Renderer::plan_groups() {
     if (in.op == EOp::Load) a = moves(k_.loads[size_t(in.index)], 0);
     for (int x : in.args) a = a || along[size_t(x)];
     along[id] = a;
-    shares |= in.row && !a && in.op != EOp::Load && in.op != EOp::Const;
+    // (work: not a load, a constant, a host number or the position in the row)
+    shares |= in.row && !a && in.op != EOp::Load && in.op != EOp::Const && in.op != EOp::Arg && in.op != EOp::RowIndex &&
+              in.op != EOp::RowCount;
   }
   if (!shares) return;
   group_ = out_.group = int(g);
@@ -516,7 +518,9 @@ void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
   if (vectors && !cache_row_) {
     row_nv_ = "nvr";
     std::string all;
-    each_copy([&] { all += (all.empty() ? "" : " && ") + row_aligned(); });
+    each_copy([&] {  // (a later copy may have no vector operand of its own: nothing to add)
+      if (std::string a = row_aligned(); !a.empty()) all += (all.empty() ? "" : " && ") + a;
+    });
     line() << "const " << I_ << " nvr = " << all << " ? " << row_len() << " / " << row_vec_ << "u : 0u;\n";
   }
   if (cache_iters_ && row_vec_ > 1)

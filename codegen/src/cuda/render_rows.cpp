@@ -550,7 +550,8 @@ void Renderer::row_loop_body(const RowPlan& p, const std::string& loop) {
         if (!code_.code[size_t(id)].row) value(id);
     });
     each_copy([&] {
-      for (int r : p.reduces[size_t(depth)]) line() << ctype(code_.code[size_t(r)].type) << " " << acc(r) << " = " << identity(code_.code[size_t(r)]) << ";\n";
+      for (int r : p.reduces[size_t(depth)])
+        line() << ctype(code_.code[size_t(r)].type) << " " << acc(r) << " = " << identity(code_.code[size_t(r)]) << ";\n";
     });
     declare_scans(need);
     row_pass(t0_, nt_, [&] {

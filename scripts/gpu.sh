@@ -241,7 +241,8 @@ phase_kernels() {  # each kernel alone, where the machine has Nsight Compute (nc
                    # list; default branch_sign); the table in OUTDIR/kernels.txt
   command -v ncu >/dev/null || { echo "no ncu" >"$out/kernels.txt"; return 0; }
   local rc copy
-  timeout "$(limit 150)" ncu --csv --print-units base --clock-control none \
+  # (LC_ALL=C: numbers with a decimal point, whatever the machine's locale)
+  LC_ALL=C timeout "$(limit 150)" ncu --csv --print-units base --clock-control none \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
     $build/tools/kiln-bench --device cuda --tier gpu --filter "${1:-branch_sign}" --variants compiled --no-check \
     --no-compile-time --warmup 1 --reps 3 --min-time 0 >"$out/kernels-ncu.csv" 2>"$out/kernels-ncu.log"

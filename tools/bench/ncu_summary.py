@@ -24,23 +24,26 @@ DURATION, READ, WRITE = 'gpu__time_duration.sum', 'dram__bytes_read.sum', 'dram_
 
 
 def number(text):
-    return float(text.replace(',', ''))  # (thousands separators)
+    return float(text.replace(',', ''))  # (thousands separators; gpu.sh runs ncu under LC_ALL=C)
 
 
 def launches(lines):
-    """{launch id: (kernel name, {metric: value in seconds or bytes})} from the CSV rows."""
+    """{(process, launch id): (kernel name, {metric: value in seconds or bytes})} from the CSV
+    rows. Other metrics, and values ncu could not read ("n/a"), are left out."""
     rows = [line for line in lines if line.startswith('"')]
     out = {}
     for r in csv.DictReader(rows):
-        if 'Metric Name' not in r or 'Kernel Name' not in r:
+        if r.get('Metric Name') not in (DURATION, READ, WRITE) or 'Kernel Name' not in r:
             continue
-        metric, unit = r['Metric Name'], (r.get('Metric Unit') or '').strip()
+        metric, unit, value = r['Metric Name'], (r.get('Metric Unit') or '').strip(), r.get('Metric Value', '').strip()
+        if value in ('', 'n/a'):
+            continue
         scale = TIME.get(unit) if metric == DURATION else BYTES.get(unit)
         if scale is None:
             sys.exit(f"ncu_summary: unknown unit '{unit}' of {metric}")
-        name = r['Kernel Name'].split('(')[0].strip()
-        launch = out.setdefault(r['ID'], (name, {}))
-        launch[1][metric] = number(r['Metric Value']) * scale
+        name = r['Kernel Name'].split('(')[0].strip()  # (a demangled name may carry its parameters)
+        launch = out.setdefault((r.get('Process ID'), r['ID']), (name, {}))
+        launch[1][metric] = number(value) * scale
     return out
 
 

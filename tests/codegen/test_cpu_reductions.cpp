@@ -438,6 +438,31 @@ TEST(CpuOpsReductionEdgeCases, FullReductionsSplitAcrossThreads) {
   }
 }
 
+// Kernels whose outermost loop is short (a leading dim of 2 or 3 that broadcasting keeps from
+// merging with the next) run the leading loops flattened as one range, which the threads split
+// (emit.h's thread_loops): 3 rows of [3, R, C] on 2 threads were one thread's work twice over.
+// Row reductions over [3, 67, 509] and [2, 3, 37, 331] with broadcast operands, with 2, 3 and
+// 4 threads, sizes that divide into nothing, against eager.
+TEST(CpuOpsReductionEdgeCases, ShortLeadingLoopsSplitAcrossThreadsFlattened) {
+  for (const char* threads : {"2", "3", "4"}) {
+    kiln::testing::ScopedEnv env("KILN_NUM_THREADS", threads);
+    for (DType dt : {kFloat32, kInt64}) {
+      SCOPED_TRACE(std::string(threads) + " threads, " + std::string(name(dt)));
+      Inputs inputs = [dt](int call) {
+        return V{make(dt, {3, 67, 509}, Layout::Contiguous, 1201 + uint64_t(call), Values::Any, Specials::None),
+                 make(dt, {67, 509}, Layout::Contiguous, 1301 + uint64_t(call), Values::Any, Specials::None),
+                 make(dt, {2, 3, 37, 331}, Layout::Contiguous, 1401 + uint64_t(call), Values::Any, Specials::None),
+                 make(dt, {3, 37, 331}, Layout::Contiguous, 1501 + uint64_t(call), Values::Any, Specials::None)};
+      };
+      Fn fn = [](const V& in) {
+        const Tensor &x = in[0], &w = in[1], &y = in[2], &b = in[3];
+        return V{(x * w + w).sum({2}), (x - w).amax({2}), (y * b).sum({3})};
+      };
+      check(fn, inputs, Expect{});
+    }
+  }
+}
+
 // Horizontal fusion puts elementwise siblings (x * 2 beside x.sum()) in the reduction's kernel;
 // the stores that need no reduction are written by the first pass over the row (expr.h,
 // RowPlan::early), so a full reduction with such stores still splits across threads, each

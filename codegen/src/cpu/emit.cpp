@@ -88,6 +88,7 @@ class Emitter : ScalarBuilder {
     }
     iv_.assign(k_.loops.size(), nullptr);
     read_sizes();
+    flat_ = thread_loops(k_, generic_);
     tile_ = wants_tiles();
     prefetch_ = wants_prefetch();
     plan_streams();
@@ -163,6 +164,7 @@ class Emitter : ScalarBuilder {
   llvm::Type* idx_ = nullptr;
   std::vector<int> in_place_;  // per load: the store operand whose pointer it reads through, or -1
   std::vector<Value*> iv_;     // per loop: the current index (null: not inside that loop)
+  int flat_ = 1;               // the leading loops [begin, end) runs over, flattened (thread_loops)
   std::vector<Value*> memo_;   // per instruction: its value where the builder is now
   std::vector<llvm::AllocaInst*> acc_;
   std::vector<llvm::AllocaInst*> nan_;  // per float max/min reduction: the row met a NaN
@@ -254,11 +256,25 @@ class Emitter : ScalarBuilder {
     B.SetInsertPoint(exit);
   }
 
-  // The outer loops [d, reduce_from): the outermost runs [begin, end). When the last two are
-  // tiled (tile_), they run as blocks of kTileRows x kTileCols.
+  // The outer loops [d, reduce_from): the outermost runs [begin, end), or with thread_loops() > 1
+  // the leading loops flattened do, each index split into their coordinates. When the last two
+  // are tiled (tile_), they run as blocks of kTileRows x kTileCols.
   void outer(int d, Value* begin, Value* end) {
     if (d == reduce_from()) {
       outer_body();
+      return;
+    }
+    if (d == 0 && flat_ > 1) {
+      loop(begin, end, "outer.flat", [&](Value* f) {
+        Value* r = f;
+        for (int e = flat_ - 1; e > 0; --e) {
+          iv_[size_t(e)] = B.CreateURem(r, extent_[size_t(e)]);
+          r = B.CreateUDiv(r, extent_[size_t(e)]);
+        }
+        iv_[0] = r;
+        outer(flat_, begin, end);
+        for (int e = 0; e < flat_; ++e) iv_[size_t(e)] = nullptr;
+      });
       return;
     }
     Value* lo = d == 0 ? begin : llvm::ConstantInt::get(idx_, 0);
@@ -1032,6 +1048,16 @@ class Emitter : ScalarBuilder {
 };
 
 }  // namespace
+
+int thread_loops(const passes::Kernel& k, bool generic) {
+  const int rank = int(k.loops.size()), rf = std::min(k.reduce_from, rank);
+  if (rf == 0) return 0;
+  if (generic) return 1;
+  const int most = rf < rank ? rf : std::max(1, rank - 2);
+  int n = 1;
+  for (int64_t rows = k.loops[0]; n < most && rows < kThreadRowsMin; ++n) rows *= k.loops[size_t(n)];
+  return n;
+}
 
 void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code, bool generic) {
   Emitter(m, k, code, ReductionPart::Whole, generic).emit(name);

@@ -18,7 +18,8 @@ namespace kiln::codegen::cpu {
 // `operands` holds the address of each load's and then each store's element 0 (the access's
 // offset already applied); `args` holds host numbers (doubles as their bits) for the loads that
 // read one, by load index; [begin, end) is the part of the outermost loop this call runs (the
-// whole loop for a kernel that is not split). A full reduction (no outer loop) ignores them.
+// whole loop for a kernel that is not split), or with thread_loops(k) > 1 of the leading loops
+// flattened into one range. A full reduction (no outer loop) ignores them.
 // `status` is the caller's word for errors a kernel cannot raise itself (it is machine code: it
 // cannot throw): bit k set means check k of its kernel code failed (KernelCode::checks, e.g. an
 // integer division by zero). A kernel ors its bits in atomically (the threads of a split kernel
@@ -42,6 +43,16 @@ inline constexpr const char* kFinishSuffix = ".finish";
 // It computes with 64-bit indices, keeps no row stash, and runs for any kernel of the same
 // structure (generic_text in program.cpp says what that is), whatever its sizes and strides.
 std::vector<int64_t> generic_args(const passes::Kernel& k);
+
+// How many leading loops [begin, end) runs over, flattened row-major (0: none, a full
+// reduction). The threads split the outermost loop, so a short one (n-body's 2 components, an
+// image's 3 channels) left them idle or unbalanced: 3 rows on 2 threads is one thread's work
+// twice over. The loops after it join the range while their product is under
+// kThreadRowsMin, up to the reduction loops, and in an elementwise kernel short of its last two
+// loops (which tiles and chunks take). Size-generic kernels keep loop 0 alone: their sizes
+// change, their code does not.
+inline constexpr int64_t kThreadRowsMin = 64;
+int thread_loops(const passes::Kernel& k, bool generic);
 
 // Adds `name` (external, with the signature above) computing kernel `k` from its lowered code,
 // and for a reduction that splits_reduction(), `name.partial` and `name.finish`; size-generic

@@ -19,7 +19,8 @@
 #                               runs the phases (default: all of them but sweep, in this order):
 #                               test (the CUDA suite on the GPU), memcheck, all (the whole suite),
 #                               small[=W,...] (per-call overhead; NVRTC compile vs disk-cache load),
-#                               bench[=W,...] (the gpu tier against PyTorch eager and torch.compile),
+#                               bench[=W,...] (the gpu tier against PyTorch eager and torch.compile,
+#                               and each compiled kernel alone: kiln-bench --profile),
 #                               dump (the rendered CUDA); sweep[=N] (kiln compiled under settings of
 #                               the backend's tuning variables) and kernels[=W,...] (each kernel
 #                               alone, under Nsight Compute) only by name. Each phase fits one
@@ -178,7 +179,8 @@ phase_all() {  # everything else (the emulated CUDA tests included)
   timeout "$(limit 540)" ctest --test-dir $build -j16 --output-on-failure >"$out/ctest-all.log" 2>&1
 }
 phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torch.compile and its
-                 # reduce-overhead mode at the gpu tier, workload by workload (FILTER: a comma list)
+                 # reduce-overhead mode at the gpu tier, workload by workload (FILTER: a comma list),
+                 # and each compiled kernel alone (kiln-bench --profile: CUDA events around it)
   local filter=${1:-} tag=${1:-all}
   tag=${tag//,/-}
   (( ${#tag} <= 60 )) || tag="${filter%%,*}-and-more"
@@ -187,7 +189,7 @@ phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torc
   # (one peers process for every workload: PyTorch's import and torch.compile's start-up once, 9-12 s
   # per workload otherwise, measured on a CPU host; docs/bench.md)
   timeout "$(limit "${KILN_GPU_BENCH_TIMEOUT:-560}")" python3 tools/bench/compare.py --kiln-bench $build/tools/kiln-bench --python python3 --device cuda \
-    --threads "$(nproc)" --tier gpu --no-compile-time --one-peers-process ${filter:+--filter "$filter"} ${KILN_GPU_PEERS:+--peers "$KILN_GPU_PEERS"} --out "$dir" \
+    --threads "$(nproc)" --tier gpu --no-compile-time --profile --one-peers-process ${filter:+--filter "$filter"} ${KILN_GPU_PEERS:+--peers "$KILN_GPU_PEERS"} --out "$dir" \
     >"$dir.log" 2>&1
   local rc=$?
   # cut short by its limit: the table of the workloads it finished

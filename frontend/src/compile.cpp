@@ -212,6 +212,17 @@ static std::shared_ptr<codegen::CompiledProgram> compile_graph(const ir::Graph& 
                        : codegen::compile_cpu(m.program, std::move(types));
 }
 
+// A traced graph's name in the kernel profile (kiln/runtime/profile.h): the function's name, the
+// graph's as explain() prints it, and its hash, which tells a guard's paths apart.
+static std::string graph_tag(const TreeNode& n) {
+  char hash[16];
+  std::snprintf(hash, sizeof hash, "%08x", unsigned(n.hash & 0xffffffffu));
+  return "@" + n.graph.name() + " " + hash;
+}
+static std::string node_label(const CompileOptions& opts, const TreeNode& n) {
+  return (opts.name.empty() ? "compiled function" : opts.name) + " " + graph_tag(n);
+}
+
 // Optimizes a traced graph and compiles its kernel program for its device. Never throws: a graph
 // the optimizer or the backend fails on runs on the reference executor, with a warning.
 static void compile_node(TreeNode& n, const CompileOptions& opts) {
@@ -226,6 +237,8 @@ static void compile_node(TreeNode& n, const CompileOptions& opts) {
   try {
     const Device dev = graph_device(n.graph);
     n.compiled = compile_graph(n.graph, opts);
+    n.label = node_label(opts, n);
+    n.compiled->set_label(n.label);
     n.variant_graphs = dev.is_cuda() && cuda_options(opts).graphs;
     const codegen::CompileStats& st = n.compiled->stats();
     n.backend_note = dev.str() + ": " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
@@ -315,6 +328,7 @@ static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>
                                                           {.graphs = n.variant_graphs && graphs < TreeNode::kMaxGraphVariants,
                                                            .generic = true})
                                   : codegen::compile_cpu(m.program, std::move(types), {.generic = true});
+          variant->set_label(n.label + " (size variant)");
         }
       } catch (const Error&) {
         variant.reset();
@@ -548,7 +562,11 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
     if (opts.speculate && opts.backend == CompileOptions::Backend::Compiled)
       for (TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get())
         if (n->exit != Exit::Return)
-          n->speculations.push_back(speculate(*n, 0, [&](const ir::Graph& g) { return compile_graph(g, opts); }));
+          n->speculations.push_back(speculate(*n, 0, [&](const ir::Graph& g) {
+            auto c = compile_graph(g, opts);
+            c->set_label(node_label(opts, *n) + " speculating " + graph_tag(*n->children[0].second));
+            return c;
+          }));
   }
 
   std::unique_lock lock(mu);

@@ -87,6 +87,7 @@ struct TreeNode {
   // strides (null: the reference executor `exe` runs it). `backend_note` says which and why.
   std::shared_ptr<codegen::CompiledProgram> compiled;
   std::string backend_note;
+  std::string label;  // its name in the kernel profile (kiln/runtime/profile.h)
   // Programs for other input sizes (a dynamic dim's sizes), by the inputs' sizes and strides,
   // built from size-generic kernels; null: that size runs on the reference executor. The last
   // kMaxVariants sizes are kept (a program costs the passes' time to rebuild, no compiling).

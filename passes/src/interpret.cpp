@@ -5,6 +5,7 @@
 
 #include "kiln/passes/kernel.h"
 #include "kiln/runtime/factories.h"
+#include "kiln/runtime/profile.h"
 #include "kiln/runtime/storage.h"
 
 namespace kiln::passes {
@@ -16,6 +17,9 @@ struct ProgramRunner::Impl {
   std::vector<KernelImpl> impls;  // per kernel: a backend's compiled form, or empty
   Device device;
   std::vector<Tensor> constants;  // per buffer: a Constant's data on the device
+  std::string label;               // the program's name in the kernel profile
+  std::vector<std::string> names;  // per kernel: its name there
+  std::vector<int64_t> traffic;    // per kernel: traffic_bytes, for the profile's GB/s
 };
 
 Tensor access_view(const Tensor& buffer, const Access& a) {
@@ -24,20 +28,31 @@ Tensor access_view(const Tensor& buffer, const Access& a) {
 }
 
 ProgramRunner::ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> impls, Device device)
-    : impl_(std::make_unique<Impl>(Impl{p, {}, {}, std::move(impls), device, {}})) {
+    : impl_(std::make_unique<Impl>(Impl{p, {}, {}, std::move(impls), device, {}, {}, {}, {}})) {
   impl_->impls.resize(p.kernels.size());
   impl_->written.assign(p.buffers.size(), false);
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
     impl_->bodies.push_back(impl_->impls[i] ? nullptr : std::make_unique<ir::Executable>(k.body));
+    impl_->traffic.push_back(traffic_bytes(p, k));
     for (const Access& a : k.stores)
       if (a.buffer >= 0) impl_->written[size_t(a.buffer)] = true;
   }
   impl_->constants.resize(p.buffers.size());
   for (const Buffer& b : p.buffers)
     if (b.kind == BufferKind::Constant) impl_->constants[size_t(b.id)] = b.constant.to(device);
+  set_label("");
 }
 ProgramRunner::~ProgramRunner() = default;
+
+void ProgramRunner::set_label(const std::string& label) {
+  impl_->label = label;
+  impl_->names.clear();
+  for (size_t i = 0; i < impl_->p.kernels.size(); ++i)
+    impl_->names.push_back((label.empty() ? "" : label + ": ") + "k" + std::to_string(i) + " " +
+                           kernel_summary(impl_->p.kernels[i]));
+}
+const std::string& ProgramRunner::label() const { return impl_->label; }
 ProgramRunner::ProgramRunner(ProgramRunner&&) noexcept = default;
 
 std::vector<Tensor> ProgramRunner::run(std::span<const Tensor> inputs) const {
@@ -126,12 +141,9 @@ std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buffers, std::
   // The view an access names: offsets count from the buffer's first element (or its storage).
   auto view = [&](const Access& a) { return access_view(buf[size_t(a.buffer)], a); };
   std::unordered_set<const Storage*> adopted;  // the storage of every tensor adopted as a buffer
-  for (size_t i = 0; i < p.kernels.size(); ++i) {
+  // A kernel the backend left to the runner: its body on the eager ops over views of the buffers.
+  auto interpret = [&](size_t i) {
     const Kernel& k = p.kernels[i];
-    if (impl_->impls[i]) {
-      impl_->impls[i](buf, inputs);
-      continue;
-    }
     std::vector<ir::Slot> in(k.loads.size());
     for (size_t j = 0; j < k.loads.size(); ++j) {
       const Access& a = k.loads[j];
@@ -171,6 +183,14 @@ std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buffers, std::
           if (dst.size(d) == 1 && v.size(d) > 1) v = v.narrow(d, 0, 1);
       dst.copy_(v);
     }
+  };
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    profile::Span span = profile::begin(impl_->device);  // (a no-op unless a profiler records)
+    if (impl_->impls[i])
+      impl_->impls[i](buf, inputs);
+    else
+      interpret(i);
+    if (span.on) profile::end(span, impl_->names[i], impl_->traffic[i]);
   }
   std::vector<Tensor> results;
   for (const Access& a : p.outputs) {

@@ -113,6 +113,42 @@ std::string print(const KernelProgram& p) {
   return os.str();
 }
 
+int64_t traffic_bytes(const KernelProgram& p, const Kernel& k) {
+  auto side = [&](const std::vector<Access>& accs) {
+    std::vector<int64_t> per_buffer(p.buffers.size(), 0);  // distinct elements, summed over accesses
+    for (const Access& a : accs) {
+      if (a.buffer < 0) continue;
+      int64_t n = 1;
+      for (size_t d = 0; d < a.sizes.size(); ++d)
+        if (a.strides[d] != 0) n *= a.sizes[d];
+      for (size_t d = 0; d < a.sizes.size(); ++d) n = a.sizes[d] == 0 ? 0 : n;  // (an empty loop reads nothing)
+      per_buffer[size_t(a.buffer)] += n * int64_t(itemsize(a.dtype));
+    }
+    int64_t total = 0;
+    for (size_t b = 0; b < per_buffer.size(); ++b) {
+      const int64_t whole = p.buffers[b].bytes();
+      total += whole > 0 ? std::min(per_buffer[b], whole) : per_buffer[b];
+    }
+    return total;
+  };
+  return side(k.loads) + side(k.stores);
+}
+
+std::string kernel_summary(const Kernel& k) {
+  std::string s = std::string(kernel_kind_name(k.kind)) + " ";
+  std::vector<std::string_view> ops;  // each op once, in the body's order (constants left out)
+  for (const auto& n : k.body.nodes()) {
+    std::string_view name = ir::op_info(n->op).name;
+    if (n->op != OpId::Constant && std::find(ops.begin(), ops.end(), name) == ops.end()) ops.push_back(name);
+  }
+  for (size_t j = 0; j < ops.size(); ++j) s += std::string(j ? "," : "") + std::string(ops[j]);
+  if (ops.empty()) s += "copy";
+  s += " ";
+  for (size_t d = 0; d < k.loops.size(); ++d) s += (d ? "x" : "") + std::to_string(k.loops[d]);
+  if (k.loops.empty()) s += "1";
+  return s;
+}
+
 std::string stats(const KernelProgram& p) {
   std::ostringstream os;
   int64_t r = 0, w = 0;
@@ -120,7 +156,7 @@ std::string stats(const KernelProgram& p) {
   for (size_t i = 0; i < p.kernels.size(); ++i) {
     const Kernel& k = p.kernels[i];
     os << "  k" << i << " " << kernel_kind_name(k.kind) << " " << k.body.nodes().size() << " ops, reads "
-       << k.bytes_read << " B, writes " << k.bytes_written << " B\n";
+       << k.bytes_read << " B, writes " << k.bytes_written << " B, traffic " << traffic_bytes(p, k) << " B\n";
     r += k.bytes_read;
     w += k.bytes_written;
   }

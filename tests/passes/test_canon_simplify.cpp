@@ -487,7 +487,12 @@ TEST(CanonSimplify, ReductionsOverAFewElementsBecomeElementwise) {
     }
   }
   Module m = optimize(ir::parse(nbody), {});
-  EXPECT_EQ(m.program->kernels.size(), 1u);
+  ASSERT_EQ(m.program->kernels.size(), 1u);
+  // Its traffic (the kernel profile's bytes) is each buffer once: p and m read, the forces and
+  // the distances written; the loop nest asks for p's elements once per pair.
+  const passes::Kernel& k = m.program->kernels[0];
+  EXPECT_EQ(passes::traffic_bytes(*m.program, k), (12 + 6 + 12 + 36) * 4) << passes::print(*m.program);
+  EXPECT_GT(k.bytes_read, 2 * 6 * 6 * 4);
 
   // sum with a dtype= cast, in 16-bit floats (accumulated in float32), keepdim, over 3 and 4
   // elements, a size-1 reduced dim beside the long one

@@ -2,7 +2,8 @@
 #   cmake -DKILN_BENCH=<exe> -DSWEEP=<sweep.py> [-DPYTHON=<python3>] [-DDEVICE=cuda] -DWORK=<scratch dir>
 #         -P bench_options_test.cmake
 # kiln-bench --input gives a workload other sizes (recorded in the record's inputs) and
-# --variants compiled times compiled alone (eager: checked "skipped", no median). sweep.py runs
+# --variants compiled times compiled alone (eager: checked "skipped", no median); --profile adds
+# the compiled program's kernels, each with its calls and the bytes one call moves. sweep.py runs
 # it per setting of a tuning variable and writes one record per workload and setting, a
 # workload with its own sizes included, and its table; on a GPU (DEVICE=cuda: the emulated
 # driver in CI, where the CUDA backend reads the variables) a variable out of range fails it.
@@ -24,7 +25,7 @@ set(json_file "${WORK}/bench.json")
 file(REMOVE "${json_file}")
 execute_process(
   COMMAND "${KILN_BENCH}" --device ${DEVICE} --tier small --filter softmax --input x=8x3000 --variants compiled --reps 2 --min-time 0
-          --no-compile-time --json "${json_file}"
+          --no-compile-time --profile --json "${json_file}"
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc STREQUAL "0")
   fail("kiln-bench: exit status '${rc}', expected 0\n${out}\n${err}")
@@ -48,6 +49,24 @@ foreach(i RANGE 0 ${last})
   endif()
   if(variant STREQUAL "compiled" AND (NOT check STREQUAL "ok" OR NOT type STREQUAL "NUMBER"))
     fail("kiln-bench --variants compiled: compiled has check '${check}', median ${type}: ${rec}")
+  endif()
+  if(variant STREQUAL "compiled")
+    # softmax of [8, 3000] float32: one row-wise kernel reading and writing 96000 bytes, run twice
+    string(JSON nk ERROR_VARIABLE kerr LENGTH "${rec}" kernels)
+    if(kerr OR NOT nk EQUAL 1)
+      fail("kiln-bench --profile: expected one kernel in the compiled record: ${rec}")
+    endif()
+    string(JSON kname GET "${rec}" kernels 0 name)
+    string(JSON kcalls GET "${rec}" kernels 0 calls)
+    string(JSON kbytes GET "${rec}" kernels 0 bytes)
+    if(NOT kname MATCHES "^softmax @graph0 [0-9a-f]+: k0 rowwise softmax 8x3000$" OR NOT kcalls EQUAL 2
+       OR NOT kbytes EQUAL 192000)
+      fail("kiln-bench --profile: kernel '${kname}', ${kcalls} calls, ${kbytes} bytes; expected the softmax kernel, "
+           "2 calls, 192000 bytes")
+    endif()
+    if(NOT out MATCHES "\n +2 x +[0-9.]+ us +192000 B +[0-9.]+ GB/s")
+      fail("kiln-bench --profile: no kernel line under the workload's row:\n${out}")
+    endif()
   endif()
   if(variant STREQUAL "eager" AND (NOT check STREQUAL "skipped" OR NOT type STREQUAL "NULL"))
     fail("kiln-bench --variants compiled: eager has check '${check}', median ${type}: ${rec}")

@@ -40,7 +40,7 @@ struct Options {
   std::string filter, tier = "bench", dtype;
   std::vector<std::string> ir_files;
   std::vector<std::string> inputs;  // --input NAME=SIZES[:DTYPE] (every workload must have NAME)
-  bool check = true, compile_time = true, libtorch = true, list = false;
+  bool check = true, compile_time = true, libtorch = true, list = false, profile = false;
   RepPolicy policy;
   uint64_t seed = 12345;
   std::string json_file, svg_file, first_call;
@@ -65,6 +65,7 @@ struct WorkloadResult {
   bool failed = false;
   std::string error;
   std::vector<VariantResult> variants;  // eager first
+  std::vector<KernelProfile> kernels;   // --profile: the compiled variant's kernels, largest total first
   const VariantResult* find(const std::string& variant) const {
     for (const VariantResult& v : variants)
       if (v.variant == variant) return &v;
@@ -265,6 +266,23 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
   time_interleaved(timed, RepPolicy{std::max(o.policy.warmup, paths), o.policy.reps, o.policy.min_time,
                                     o.policy.max_reps});
   for (size_t i = 0; i < timed.size(); ++i) r.variants[timed_results[i]].seconds = timed[i]->seconds;
+  if (o.profile) {
+    // Each kernel alone (kiln/runtime/profile.h): the compiled variant once more, its calls back
+    // to back (on a GPU the queue stays ahead of the kernels, so the events between them time
+    // the kernels rather than their launches), the kernels of this workload's programs kept.
+    // (the call count goes on from the timed calls', so that a program whose paths alternate
+    // keeps its rhythm: a speculation predicted from it stays predicted)
+    Profiler prof;
+    const int calls = std::max(o.policy.reps, 2 * paths);
+    for (int c = comp.calls; c < comp.calls + calls; ++c) {
+      restore(c);
+      comp_out = f(sets[size_t(c % paths)]);
+    }
+    sync();
+    comp_out.clear();
+    for (KernelProfile& k : prof.stop().kernels)
+      if (k.name.rfind(w.name + " @", 0) == 0) r.kernels.push_back(std::move(k));
+  }
   CompileStats st = f.stats();
   r.variants[1].extra["compile_stats"] = {{"calls", st.calls}, {"hits", st.hits}, {"compiles", st.compiles},
                                           {"eager_calls", st.eager_calls}};
@@ -413,6 +431,10 @@ void print_row(const WorkloadResult& r, const Machine& m, bool libtorch_column) 
     std::printf("  %-16s %10s %11s %8s %15s %15s\n", "(CUDA graphs)", "", cell(gm, "%.3f").c_str(), cell(e / gm, "%.2fx").c_str(),
                 "", gbps_cell(r.bytes, gm, m.stream_gbps).c_str());
   }
+  for (const KernelProfile& k : r.kernels)
+    std::printf("  %7lld x %9.2f us %12lld B %8.1f GB/s (%3.0f%% of copy)  %s\n", static_cast<long long>(k.calls),
+                1e3 * k.mean_ms(), static_cast<long long>(k.bytes), k.gbps(), 100 * k.gbps() / m.stream_gbps,
+                k.name.c_str());
   if (!r.error.empty()) std::printf("  %s: %s\n", r.failed ? "FAILED" : "note", r.error.c_str());
   std::fflush(stdout);
 }
@@ -449,6 +471,13 @@ json records(const std::vector<WorkloadResult>& rs, const Machine& m) {
                 {"device", m.device},
                 {"allocator", v.allocator}};
       if (r.failed && !r.error.empty()) j["error"] = r.error;
+      if (kiln && v.variant == "compiled" && !r.kernels.empty()) {
+        json ks = json::array();
+        for (const KernelProfile& k : r.kernels)
+          ks.push_back({{"name", k.name}, {"calls", k.calls}, {"mean_ms", k.mean_ms()}, {"min_ms", k.min_ms},
+                        {"bytes", k.bytes}, {"gbps", k.gbps()}, {"share_of_copy", num_or_null(k.gbps() / m.stream_gbps)}});
+        j["kernels"] = std::move(ks);
+      }
       for (auto& [k, val] : v.extra.items()) j[k] = val;
       out.push_back(std::move(j));
     }
@@ -551,6 +580,8 @@ int main(int argc, char** argv) {
   app.add_option("--variants", o.variants, "the kiln variants to time, of eager, compiled and graphs (CUDA graphs, "
                  "on a GPU); compiled is checked either way")
       ->delimiter(',')->check(CLI::IsMember({"eager", "compiled", "graphs"}));
+  app.add_flag("--profile", o.profile, "time each kernel of the compiled variant alone (kiln::Profiler) in one more "
+               "round of calls, and print them under the workload's row");
   app.add_option("--json", o.json_file, "write the records to this file (a JSON array)");
   app.add_option("--svg", o.svg_file, "write the speedup chart to this file");
   app.add_flag("--list", o.list, "print the workloads and their inputs at --tier, and exit");
@@ -566,6 +597,7 @@ int main(int argc, char** argv) {
 
   try {
     if (!o.first_call.empty()) return first_call_main(o);
+    KILN_CHECK(!(o.profile && kiln::env::profile()), "bench", "--profile and KILN_PROFILE=1 both record kernels: use one");
     std::vector<const kiln::workloads::Workload*> selected;
     const auto& all = kiln::workloads::all_workloads();
     if (o.filter == "all" || (o.filter.empty() && o.ir_files.empty())) {

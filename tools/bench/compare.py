@@ -141,6 +141,15 @@ def tables(workloads, by):
                 cell = "-" if cold is None else f"{cold:.1f}" + (f" / {warm:.1f}" if warm is not None else "")
                 row += f"{cell:>{width}}"
             out.append(row)
+    profiled = [(w, k, by[(w, "kiln compiled")].get("stream_gbps")) for w in workloads
+                for k in (by.get((w, "kiln compiled")) or {}).get("kernels") or []]
+    if profiled:
+        out += ["", "each kernel of kiln compiled alone (kiln-bench --profile: its own time; GB/s over the bytes "
+                "the kernel program reads and writes; copy: the copy bandwidth of the same run)", ""]
+        out.append(f"{'workload':<18}{'calls':>7}{'mean us':>11}{'GB/s':>9}{'of copy':>9}  kernel")
+        for w, k, copy in profiled:
+            share = f"{100 * k['gbps'] / copy:.1f}%" if copy and k.get("gbps") is not None else "-"
+            out.append(f"{w:<18}{k['calls']:>7}{1e3 * k['mean_ms']:>11.2f}{k['gbps']:>9.1f}{share:>9}  {k['name']}")
     return "\n".join(out) + "\n"
 
 
@@ -238,6 +247,8 @@ def main():
     ap.add_argument("--peers", default="torch,torch.compile,jax,numexpr", help="passed to peers.py --peers")
     ap.add_argument("--no-compile-time", action="store_true", help="passed to kiln-bench")
     ap.add_argument("--no-peers", action="store_true", help="kiln-bench only")
+    ap.add_argument("--profile", action="store_true",
+                    help="passed to kiln-bench: each kernel of kiln compiled timed alone, in a third table")
     ap.add_argument("--one-peers-process", action="store_true",
                     help="one peers.py for all the workloads (started once: saves the imports and "
                          "torch.compile's start-up per workload; its cold compile times are then in a warm process)")
@@ -277,6 +288,8 @@ def main():
             cmd = [args.kiln_bench, "--filter", w, "--json", kjson] + common
             if args.no_compile_time:
                 cmd.append("--no-compile-time")
+            if args.profile:
+                cmd.append("--profile")
             kt = run_child(cmd, env, "kiln-bench")
             recs = read_records(kjson)
             pt = 0.0

@@ -92,8 +92,10 @@ std::shared_ptr<CompiledProgram> build(OpId op, std::span<const trace::Operand> 
   g.set_outputs({n->outputs[0]});
   passes::Module m = passes::optimize(g);
   // (size-generic kernels: a new size of an op seen before loads the kernel it already has)
-  return compile_cuda(std::shared_ptr<const passes::KernelProgram>(std::move(m.program)), std::move(types), dev,
-                      {.generic = true});
+  auto compiled = compile_cuda(std::shared_ptr<const passes::KernelProgram>(std::move(m.program)), std::move(types),
+                               dev, {.generic = true});
+  compiled->set_label(std::string("eager ") + std::string(ir::op_info(op).name));
+  return compiled;
 }
 
 struct Programs {

@@ -39,6 +39,7 @@
 #include "kiln/runtime/cuda.h"
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/factories.h"
+#include "kiln/runtime/profile.h"
 
 namespace kiln::codegen {
 
@@ -236,7 +237,14 @@ struct GraphReplay {
     for (size_t i = 0; i < in.size() && copies; ++i)
       if (size_t n = span_bytes(in[i].tensor))
         cuda::copy_on_device(first_byte(inputs[i].tensor), first_byte(in[i].tensor), n, dev);
+    profile::Span span = profile::begin(device);  // (the graph's kernels as one record)
     instance->graph->launch();
+    if (span.on) {
+      int64_t bytes = 0;
+      for (const passes::Kernel& k : p.kernels) bytes += passes::traffic_bytes(p, k);
+      profile::end(span, (runner.label().empty() ? "" : runner.label() + ": ") + "CUDA graph of " +
+                             std::to_string(p.kernels.size()) + " kernel" + (p.kernels.size() == 1 ? "" : "s"), bytes);
+    }
     // Inputs the program writes (x.mul_(2)) get the fixed copy's bytes back.
     for (const passes::Buffer& b : p.buffers)
       if (copies && b.kind == passes::BufferKind::Input && runner.written(b.id))

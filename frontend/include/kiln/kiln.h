@@ -5,6 +5,7 @@
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/ops.h"
+#include "kiln/runtime/profile.h"
 #include "kiln/runtime/scalar.h"
 #include "kiln/runtime/storage.h"
 #include "kiln/runtime/tensor.h"

@@ -15,6 +15,7 @@
 #include "driver.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/runtime/error.h"
+#include "kiln/runtime/profile.h"
 
 namespace kiln::cuda {
 
@@ -210,6 +211,7 @@ Graph::Graph(const std::function<void()>& record, int device) : device_(device) 
   const Driver& d = driver();
   d.check("cuStreamBeginCapture", d.cuStreamBeginCapture_v2(s.stream, kCaptureThreadLocal));
   try {
+    profile::Pause captured;  // (the kernels' work is captured here, not run: nothing to time)
     record();
   } catch (...) {
     // End the capture whatever happened, so that the stream takes work again.

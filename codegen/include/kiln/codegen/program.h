@@ -51,6 +51,8 @@ class CompiledProgram {
   std::optional<std::vector<Tensor>> try_run(std::span<const ir::Slot> inputs) const;
   const passes::KernelProgram& program() const { return *program_; }
   const CompileStats& stats() const { return stats_; }
+  // The program's name in the kernel profile (kiln/runtime/profile.h); set before the first run.
+  void set_label(const std::string& label) { runner_.set_label(label); }
   Device device() const { return device_; }
 
   // A backend that replays the program its own way (a CUDA graph over fixed buffers) installs

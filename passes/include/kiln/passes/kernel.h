@@ -105,7 +105,17 @@ struct KernelProgram {
 
 // The program as text (what dump-ir prints after the kernel passes).
 std::string print(const KernelProgram& p);
-// One line per kernel with the bytes it reads and writes, then the totals and the peak.
+// A kernel in a few words, for the kernel profile (kiln/runtime/profile.h): its kind, its ops
+// (each once, in order) and its loops: "rowwise max,sub,exp,sum,div 16384x4096".
+std::string kernel_summary(const Kernel& k);
+// The bytes kernel `k` of `p` must move at least: per buffer, the distinct elements its loads
+// read plus those its stores write (a broadcast operand once, not once per use; at most the
+// buffer's own bytes each way). bytes_read and bytes_written count what the loop nest asks
+// for, a broadcast operand once per element of the loop space: that is the kernel's work, this
+// its compulsory traffic, what a share of the copy bandwidth is taken of (the kernel profile).
+int64_t traffic_bytes(const KernelProgram& p, const Kernel& k);
+// One line per kernel with the bytes it reads and writes and its traffic, then the totals and
+// the peak.
 std::string stats(const KernelProgram& p);
 
 // Structural checks: operand indices in range, loads and stores matching the body's inputs and
@@ -148,6 +158,11 @@ class ProgramRunner {
   std::vector<Tensor> buffers(std::span<const ir::Slot> inputs) const;
   std::vector<Tensor> run_on(std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) const;
   bool written(int buffer) const;  // some kernel stores into it
+
+  // The program's name in the kernel profile (kiln/runtime/profile.h), where each kernel the
+  // runner runs is "<label>: k<i> <kernel_summary>". Set it before the first run.
+  void set_label(const std::string& label);
+  const std::string& label() const;
 
  private:
   struct Impl;

@@ -20,4 +20,8 @@ int cuda_tile();
 // KILN_CUDA_ROW_GROUPS: 1 (default): row kernels take the rows of a short outer loop together
 // where they share work (docs/codegen.md); 0: a block or warp per row.
 bool cuda_row_groups();
+
+// KILN_PROFILE: 1 records every kernel of the process and prints the kernel profile's table
+// on stderr at exit (kiln/runtime/profile.h); 0 (default): only a kiln::Profiler records.
+bool profile();
 }  // namespace kiln::env

@@ -1,0 +1,96 @@
+// The kernel profiler: the time each kernel of a compiled program takes, per kernel, on the
+// device it runs on, as torch.profiler's kernel table gives it.
+//
+//   kiln::Profiler prof;                  // records from here
+//   for (...) f(x);                       // compiled calls, eager ops on GPU tensors
+//   std::cout << prof.stop().table();     // per kernel: calls, time, bytes, GB/s
+//
+// What is recorded: every kernel a compiled program runs (kiln::compile's graphs, and eager ops
+// on GPU tensors, which are single-op programs), under its program's label and its place in the
+// program ("k0 reduction sum,gt,mul [1048576]"); a program replayed as a CUDA graph is one
+// record for the whole graph. Eager ops on CPU tensors are not kernels of a program and are not
+// recorded.
+//
+// How it is timed: on the CPU the wall time of the kernel's call (its threads join before it
+// returns); on a GPU the time between two events recorded on the device's stream around the
+// kernel's launches, read when stop() waits for them, so profiling adds no synchronize between
+// kernels. An event starts when the stream reaches it: on an idle GPU that is before the
+// kernel's launch arrives, so a kernel launched onto an empty queue also counts the launch's
+// latency (a few microseconds). Kernels inside a CUDA graph's capture are not timed apart.
+//
+// KILN_PROFILE=1 profiles the whole process and prints the table on stderr when it exits.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/device.h"
+
+namespace kiln {
+
+struct KernelProfile {
+  std::string name;    // "<program label>: k0 reduction sum,gt,mul [1048576]"
+  std::string device;  // "cpu", "cuda:0"
+  int64_t calls = 0;
+  double total_ms = 0, min_ms = 0, max_ms = 0;
+  int64_t bytes = 0;  // read and written per call: the kernel's compulsory traffic (passes::traffic_bytes)
+  double mean_ms() const { return calls > 0 ? total_ms / double(calls) : 0; }
+  // bytes per call over the mean time per call (0 when nothing was timed)
+  double gbps() const;
+};
+
+struct ProfileReport {
+  std::vector<KernelProfile> kernels;  // the largest total time first
+  double total_ms() const;
+  // One line per kernel (the first `rows`; 0: all): total and share, calls, mean and min per
+  // call, bytes per call and GB/s over the mean.
+  std::string table(size_t rows = 0) const;
+};
+
+// Records kernels from construction until stop() (or destruction). One at a time per process:
+// a second one while another records raises kiln::Error. Thread-safe: kernels run on any thread
+// are recorded.
+class Profiler {
+ public:
+  Profiler();
+  ~Profiler();
+  Profiler(const Profiler&) = delete;
+  Profiler& operator=(const Profiler&) = delete;
+  // Stops recording, waits for the GPU work it timed, and returns the records.
+  ProfileReport stop();
+
+ private:
+  bool stopped_ = false;
+};
+
+namespace profile {
+
+// Whether a profiler is recording (one relaxed atomic load: what the runner checks per kernel).
+bool active();
+
+// One timed span, as the kernel program runner and the CUDA graph replay take them:
+//   profile::Span s = profile::begin(device);   // (inactive: a no-op span)
+//   ...enqueue or run the kernel...
+//   profile::end(s, name, bytes);
+struct Span {
+  bool on = false;
+  Device device = Device::cpu();
+  int64_t t0_ns = 0;    // the CPU's start
+  void* start = nullptr;  // a GPU's start event
+};
+Span begin(Device device);
+void end(Span& s, const std::string& name, int64_t bytes);
+
+// While one lives on a thread, spans begun on that thread are not timed: work enqueued during a
+// CUDA graph's capture is captured, not run, and an event recorded in it would belong to the
+// graph.
+struct Pause {
+  Pause();
+  ~Pause();
+  Pause(const Pause&) = delete;
+  Pause& operator=(const Pause&) = delete;
+};
+
+}  // namespace profile
+}  // namespace kiln

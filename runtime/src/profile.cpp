@@ -1,0 +1,267 @@
+// The kernel profiler (kiln/runtime/profile.h): spans on the CPU clock or between CUDA events,
+// summed per kernel name and device.
+#include "kiln/runtime/profile.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <sstream>
+
+#include "kiln/runtime/cuda.h"
+#include "kiln/runtime/env.h"
+#include "kiln/runtime/error.h"
+
+namespace kiln {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// GPU spans whose events have not been read yet.
+struct Pending {
+  size_t record;
+  int device;
+  cuda::Event* start;
+  cuda::Event* end;
+};
+
+struct Recorder {
+  std::atomic<bool> on{false};
+  bool process_wide = false;  // KILN_PROFILE=1: from the start to the process's exit
+  std::mutex mu;
+  std::map<std::pair<std::string, std::string>, size_t> index;  // (name, device) -> records[i]
+  std::vector<KernelProfile> records;
+  std::vector<Pending> pending;
+  std::vector<std::unique_ptr<cuda::Event>> owned;  // every event made: reused, freed never
+  std::map<int, std::vector<cuda::Event*>> spare;   // per device: those of `owned` not in a span
+
+  // A pending GPU span waits for this many others before the events are read (bounding the
+  // events held; reading them waits for the GPU to reach the oldest, which it mostly has).
+  static constexpr size_t kMaxPending = 4096;
+
+  size_t record_of(const std::string& name, const Device& d, int64_t bytes) {
+    auto key = std::pair{name, d.str()};
+    auto it = index.find(key);
+    if (it != index.end()) return it->second;
+    records.push_back(KernelProfile{name, key.second, 0, 0, 0, 0, bytes});
+    index.emplace(std::move(key), records.size() - 1);
+    return records.size() - 1;
+  }
+  void add(size_t r, double ms) {
+    KernelProfile& k = records[r];
+    k.min_ms = k.calls == 0 ? ms : std::min(k.min_ms, ms);
+    k.max_ms = k.calls == 0 ? ms : std::max(k.max_ms, ms);
+    k.calls++;
+    k.total_ms += ms;
+  }
+  cuda::Event* take_event(int device) {  // (under mu)
+    auto& v = spare[device];
+    if (!v.empty()) {
+      cuda::Event* e = v.back();
+      v.pop_back();
+      return e;
+    }
+    owned.push_back(std::make_unique<cuda::Event>(device));
+    return owned.back().get();
+  }
+  void give_back(int device, cuda::Event* e) { spare[device].push_back(e); }  // (under mu)
+  // Reads every pending span's events (waiting for the GPU to reach them). Under mu.
+  void resolve() {
+    for (Pending& p : pending) {
+      p.end->synchronize();
+      add(p.record, double(p.start->elapsed_ms(*p.end)));
+      give_back(p.device, p.start);
+      give_back(p.device, p.end);
+    }
+    pending.clear();
+  }
+  ProfileReport take() {  // under mu
+    resolve();
+    ProfileReport r;
+    r.kernels = std::move(records);
+    records.clear();
+    index.clear();
+    std::stable_sort(r.kernels.begin(), r.kernels.end(),
+                     [](const KernelProfile& a, const KernelProfile& b) { return a.total_ms > b.total_ms; });
+    return r;
+  }
+};
+
+Recorder& recorder() {
+  // (never destroyed: the exit report and the events' reuse outlive static destruction order)
+  static auto* r = new Recorder();
+  return *r;
+}
+
+thread_local int paused = 0;
+
+// Reads the GPU's pending spans while the driver is still there (see process_wide below).
+void resolve_at_exit() {
+  Recorder& r = recorder();
+  try {
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.resolve();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln: the kernel profile's GPU times could not be read at exit: %s\n", e.what());
+  }
+}
+
+void print_at_exit() {
+  Recorder& r = recorder();
+  std::string text;
+  try {
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.on = false;
+    text = r.take().table();
+  } catch (const std::exception& e) {
+    text = std::string("kiln: the kernel profile could not be read at exit: ") + e.what() + "\n";
+  }
+  std::fputs(text.c_str(), stderr);
+}
+
+// KILN_PROFILE=1: recording from the library's load, the table printed by an exit handler
+// registered then. The GPU's events are read by one more handler, registered when the first GPU
+// span begins: after the driver was loaded, so that it runs before any exit handler the driver
+// registered (exit handlers run in the reverse order of registration).
+const bool process_wide = [] {
+  try {
+    if (!env::profile()) return false;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "kiln: warning: %s (profiling stays off)\n", e.what());
+    return false;
+  }
+  Recorder& r = recorder();
+  r.process_wide = true;
+  r.on = true;
+  std::atexit(print_at_exit);
+  return true;
+}();
+std::once_flag gpu_exit;
+
+}  // namespace
+
+double KernelProfile::gbps() const {
+  const double ms = mean_ms();
+  return ms > 0 ? double(bytes) / (ms * 1e6) : 0;
+}
+
+double ProfileReport::total_ms() const {
+  double t = 0;
+  for (const KernelProfile& k : kernels) t += k.total_ms;
+  return t;
+}
+
+std::string ProfileReport::table(size_t rows) const {
+  std::ostringstream os;
+  const double all = total_ms();
+  os << "kernel profile: " << kernels.size() << " kernel" << (kernels.size() == 1 ? "" : "s") << ", ";
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "%.3f ms in all\n", all);
+  os << buf;
+  if (kernels.empty()) return os.str();
+  std::snprintf(buf, sizeof buf, "%10s %6s %7s %10s %10s %12s %8s  %-7s %s\n", "total ms", "share", "calls", "mean us",
+                "min us", "bytes/call", "GB/s", "device", "kernel");
+  os << buf;
+  const size_t n = rows == 0 ? kernels.size() : std::min(rows, kernels.size());
+  for (size_t i = 0; i < n; ++i) {
+    const KernelProfile& k = kernels[i];
+    std::snprintf(buf, sizeof buf, "%10.3f %5.1f%% %7lld %10.2f %10.2f %12lld %8.1f  %-7s ", k.total_ms,
+                  all > 0 ? 100 * k.total_ms / all : 0.0, static_cast<long long>(k.calls), 1e3 * k.mean_ms(),
+                  1e3 * k.min_ms, static_cast<long long>(k.bytes), k.gbps(), k.device.c_str());
+    os << buf << k.name << "\n";
+  }
+  if (n < kernels.size()) os << "(" << kernels.size() - n << " more)\n";
+  return os.str();
+}
+
+Profiler::Profiler() {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mu);
+  KILN_CHECK(!r.on, "profile", "a profiler is already recording",
+             r.process_wide ? " (KILN_PROFILE=1 records the whole process)" : "", ": one at a time");
+  r.resolve();  // (spans that ended after the last stop)
+  r.records.clear();
+  r.index.clear();
+  r.on = true;
+}
+
+Profiler::~Profiler() {
+  if (stopped_) return;
+  try {
+    (void)stop();
+  } catch (...) {  // (a destructor must not throw; stop() reports the error to a caller who asks)
+  }
+}
+
+ProfileReport Profiler::stop() {
+  KILN_CHECK(!stopped_, "profile", "stop: this profiler has already stopped");
+  stopped_ = true;
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.on = false;
+  return r.take();
+}
+
+namespace profile {
+
+bool active() { return recorder().on.load(std::memory_order_relaxed); }
+
+Span begin(Device device) {
+  Span s;
+  if (!active() || paused > 0) return s;
+  s.on = true;
+  s.device = device;
+  if (device.is_cpu()) {
+    s.t0_ns = now_ns();
+    return s;
+  }
+  Recorder& r = recorder();
+  if (r.process_wide) std::call_once(gpu_exit, [] { std::atexit(resolve_at_exit); });
+  cuda::Event* e = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    e = r.take_event(device.index);
+  }
+  e->record();
+  s.start = e;
+  return s;
+}
+
+void end(Span& s, const std::string& name, int64_t bytes) {
+  if (!s.on) return;
+  s.on = false;
+  Recorder& r = recorder();
+  if (s.device.is_cpu()) {
+    const double ms = double(now_ns() - s.t0_ns) * 1e-6;
+    std::lock_guard<std::mutex> lock(r.mu);
+    if (r.on) r.add(r.record_of(name, s.device, bytes), ms);
+    return;
+  }
+  auto* start = static_cast<cuda::Event*>(s.start);
+  cuda::Event* stop = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    stop = r.take_event(s.device.index);
+  }
+  stop->record();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.on) {  // (the profiler stopped while the kernel ran: the span is dropped)
+    r.give_back(s.device.index, start);
+    r.give_back(s.device.index, stop);
+    return;
+  }
+  r.pending.push_back({r.record_of(name, s.device, bytes), s.device.index, start, stop});
+  if (r.pending.size() >= Recorder::kMaxPending) r.resolve();
+}
+
+Pause::Pause() { ++paused; }
+Pause::~Pause() { --paused; }
+
+}  // namespace profile
+}  // namespace kiln

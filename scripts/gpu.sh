@@ -189,7 +189,7 @@ phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torc
   # (one peers process for every workload: PyTorch's import and torch.compile's start-up once, 9-12 s
   # per workload otherwise, measured on a CPU host; docs/bench.md)
   timeout "$(limit "${KILN_GPU_BENCH_TIMEOUT:-560}")" python3 tools/bench/compare.py --kiln-bench $build/tools/kiln-bench --python python3 --device cuda \
-    --threads "$(nproc)" --tier gpu --no-compile-time --profile --one-peers-process ${filter:+--filter "$filter"} ${KILN_GPU_PEERS:+--peers "$KILN_GPU_PEERS"} --out "$dir" \
+    --threads "$(nproc)" --tier gpu --no-compile-time --profile --trace --one-peers-process ${filter:+--filter "$filter"} ${KILN_GPU_PEERS:+--peers "$KILN_GPU_PEERS"} --out "$dir" \
     >"$dir.log" 2>&1
   local rc=$?
   # cut short by its limit: the table of the workloads it finished

@@ -31,6 +31,18 @@ struct Pending {
   cuda::Event* end;
 };
 
+// A device's timeline anchor: an event recorded at its first span, and the host's time then.
+struct GpuClock {
+  cuda::Event* ref = nullptr;
+  double host_us = 0;
+};
+
+std::atomic<int> next_thread{0};
+int thread_lane() {
+  thread_local int lane = next_thread++;
+  return lane;
+}
+
 struct Recorder {
   std::atomic<bool> on{false};
   bool process_wide = false;  // KILN_PROFILE=1: from the start to the process's exit
@@ -40,6 +52,10 @@ struct Recorder {
   std::vector<Pending> pending;
   std::vector<std::unique_ptr<cuda::Event>> owned;  // every event made: reused, freed never
   std::map<int, std::vector<cuda::Event*>> spare;   // per device: those of `owned` not in a span
+  int64_t t0_ns = now_ns();                         // the timeline's zero
+  std::vector<ProfileEvent> events;                 // (kernel: an index into records until take())
+  size_t dropped = 0;
+  std::map<int, GpuClock> clocks;                   // per device, from its first span
 
   // A pending GPU span waits for this many others before the events are read (bounding the
   // events held; reading them waits for the GPU to reach the oldest, which it mostly has).
@@ -52,6 +68,25 @@ struct Recorder {
     records.push_back(KernelProfile{name, key.second, 0, 0, 0, 0, bytes});
     index.emplace(std::move(key), records.size() - 1);
     return records.size() - 1;
+  }
+  // A fresh session (under mu): no records, no events, the timeline's zero now.
+  void restart() {
+    resolve();
+    records.clear();
+    index.clear();
+    events.clear();
+    dropped = 0;
+    for (auto& [device, c] : clocks) give_back(device, c.ref);
+    clocks.clear();
+    t0_ns = now_ns();
+  }
+  double host_us(int64_t t_ns) const { return double(t_ns - t0_ns) * 1e-3; }
+  void add_event(size_t r, double start_us, double ms, int thread) {
+    if (events.size() >= ProfileReport::kMaxEvents) {
+      dropped++;
+      return;
+    }
+    events.push_back({r, start_us, ms * 1e3, thread});
   }
   void add(size_t r, double ms) {
     KernelProfile& k = records[r];
@@ -75,7 +110,10 @@ struct Recorder {
   void resolve() {
     for (Pending& p : pending) {
       p.end->synchronize();
-      add(p.record, double(p.start->elapsed_ms(*p.end)));
+      const double ms = double(p.start->elapsed_ms(*p.end));
+      add(p.record, ms);
+      const GpuClock& c = clocks.at(p.device);
+      add_event(p.record, c.host_us + 1e3 * double(c.ref->elapsed_ms(*p.start)), ms, -1);
       give_back(p.device, p.start);
       give_back(p.device, p.end);
     }
@@ -84,11 +122,21 @@ struct Recorder {
   ProfileReport take() {  // under mu
     resolve();
     ProfileReport r;
-    r.kernels = std::move(records);
+    std::vector<size_t> order(records.size());  // the records, largest total first
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return records[a].total_ms > records[b].total_ms; });
+    std::vector<size_t> place(records.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      place[order[i]] = i;
+      r.kernels.push_back(std::move(records[order[i]]));
+    }
+    r.events = std::move(events);
+    for (ProfileEvent& e : r.events) e.kernel = place[e.kernel];
+    r.dropped_events = dropped;
     records.clear();
     index.clear();
-    std::stable_sort(r.kernels.begin(), r.kernels.end(),
-                     [](const KernelProfile& a, const KernelProfile& b) { return a.total_ms > b.total_ms; });
+    events.clear();
     return r;
   }
 };
@@ -180,14 +228,60 @@ std::string ProfileReport::table(size_t rows) const {
   return os.str();
 }
 
+namespace {
+void json_string(std::ostringstream& os, const std::string& s) {
+  os << '"';
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      os << '\\' << c;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(c));
+      os << buf;
+    } else {
+      os << c;
+    }
+  }
+  os << '"';
+}
+int process_of(const std::string& device) {  // cpu: 0; cuda:N: N + 1
+  return device.rfind("cuda:", 0) == 0 ? 1 + std::atoi(device.c_str() + 5) : 0;
+}
+}  // namespace
+
+std::string ProfileReport::chrome_trace() const {
+  std::ostringstream os;
+  os.precision(3);
+  os << std::fixed << "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [";
+  std::map<int, std::string> processes;
+  for (const KernelProfile& k : kernels) processes.emplace(process_of(k.device), k.device);
+  bool first = true;
+  for (const auto& [pid, device] : processes) {
+    os << (first ? "\n" : ",\n") << "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " << pid
+       << ", \"args\": {\"name\": ";
+    json_string(os, device);
+    os << "}}";
+    first = false;
+  }
+  for (const ProfileEvent& e : events) {
+    const KernelProfile& k = kernels.at(e.kernel);
+    os << (first ? "\n" : ",\n") << "{\"name\": ";
+    json_string(os, k.name);
+    os << ", \"cat\": \"kernel\", \"ph\": \"X\", \"ts\": " << e.start_us << ", \"dur\": " << e.dur_us
+       << ", \"pid\": " << process_of(k.device) << ", \"tid\": " << std::max(e.thread, 0)
+       << ", \"args\": {\"bytes\": " << k.bytes << "}}";
+    first = false;
+  }
+  os << "\n]}\n";
+  return os.str();
+}
+
 Profiler::Profiler() {
   Recorder& r = recorder();
   std::lock_guard<std::mutex> lock(r.mu);
   KILN_CHECK(!r.on, "profile", "a profiler is already recording",
              r.process_wide ? " (KILN_PROFILE=1 records the whole process)" : "", ": one at a time");
-  r.resolve();  // (spans that ended after the last stop)
-  r.records.clear();
-  r.index.clear();
+  r.restart();  // (dropping spans that ended after the last stop)
   r.on = true;
 }
 
@@ -226,6 +320,12 @@ Span begin(Device device) {
   cuda::Event* e = nullptr;
   {
     std::lock_guard<std::mutex> lock(r.mu);
+    if (!r.clocks.count(device.index)) {  // the device's anchor on the host's clock
+      GpuClock c{r.take_event(device.index), 0};
+      c.ref->record();
+      c.host_us = r.host_us(now_ns());
+      r.clocks.emplace(device.index, c);
+    }
     e = r.take_event(device.index);
   }
   e->record();
@@ -239,8 +339,12 @@ void end(Span& s, const std::string& name, int64_t bytes) {
   Recorder& r = recorder();
   if (s.device.is_cpu()) {
     const double ms = double(now_ns() - s.t0_ns) * 1e-6;
+    const int thread = thread_lane();
     std::lock_guard<std::mutex> lock(r.mu);
-    if (r.on) r.add(r.record_of(name, s.device, bytes), ms);
+    if (!r.on) return;
+    const size_t k = r.record_of(name, s.device, bytes);
+    r.add(k, ms);
+    r.add_event(k, r.host_us(s.t0_ns), ms, thread);
     return;
   }
   auto* start = static_cast<cuda::Event*>(s.start);

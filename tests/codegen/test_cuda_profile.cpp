@@ -35,6 +35,16 @@ TEST(CudaProfiler, TimesEachKernelBetweenEventsOnTheStream) {
   for (int i = 0; i < 4; ++i) out = f(in);  // (no synchronize: stop() waits for the events)
   ProfileReport r = prof.stop();
   kiln::testing::expect_one_kernel(r, "scale_add @graph0", "k0 elementwise mul,add 3000", "cuda:0", 4, 3 * 3000 * 4);
+  // On the timeline: four spans of the GPU (no host thread), in stream order, from after the start.
+  ASSERT_EQ(r.events.size(), 4u);
+  for (size_t i = 0; i < r.events.size(); ++i) {
+    EXPECT_EQ(r.events[i].thread, -1);
+    EXPECT_GE(r.events[i].start_us, 0);
+    if (i > 0) {
+      EXPECT_GE(r.events[i].start_us, r.events[i - 1].start_us);
+    }
+  }
+  EXPECT_NE(r.chrome_trace().find("\"pid\": 1, \"args\": {\"name\": \"cuda:0\"}"), std::string::npos) << r.chrome_trace();
   EXPECT_TRUE(kiln::testing::close(cpu(out[0]), cpu(in[0]) * 2 + cpu(in[1])));
 }
 

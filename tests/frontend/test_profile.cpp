@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,47 @@ TEST(Profiler, RecordsEachCompiledKernelWithItsCallsAndBytes) {
   EXPECT_NE(table.find("kernel profile: 1 kernel,"), std::string::npos) << table;
   EXPECT_NE(table.find(k.name), std::string::npos) << table;
   EXPECT_NE(table.find(" 12000 "), std::string::npos) << table;
+}
+
+// The timeline: one event per call, in order on the one thread that ran them, and the same as a
+// Chrome trace (a name with a quote and a backslash comes back as it was).
+TEST(Profiler, KeepsEveryCallOnATimeline) {
+  auto f = compile(scale_add, CompileOptions{.name = "scale \"add\\"});
+  std::vector<Tensor> in{randn({256}), randn({256})};
+  (void)f(in);
+  Profiler prof;
+  for (int i = 0; i < 4; ++i) (void)f(in);
+  ProfileReport r = prof.stop();
+  ASSERT_EQ(r.kernels.size(), 1u) << profile_names(r);
+  ASSERT_EQ(r.events.size(), 4u);
+  EXPECT_EQ(r.dropped_events, 0u);
+  double sum_us = 0;
+  for (size_t i = 0; i < r.events.size(); ++i) {
+    const ProfileEvent& e = r.events[i];
+    EXPECT_EQ(e.kernel, 0u);
+    EXPECT_GE(e.thread, 0);
+    EXPECT_EQ(e.thread, r.events[0].thread);
+    EXPECT_GE(e.start_us, 0);
+    if (i > 0) {
+      EXPECT_GE(e.start_us, r.events[i - 1].start_us + r.events[i - 1].dur_us);
+    }
+    sum_us += e.dur_us;
+  }
+  EXPECT_NEAR(sum_us, 1e3 * r.kernels[0].total_ms, 1e-6 * std::max(1.0, sum_us));
+  nlohmann::json trace = nlohmann::json::parse(r.chrome_trace());
+  int spans = 0;
+  bool cpu_process = false;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.at("ph") == "M") cpu_process |= e.at("pid") == 0 && e.at("args").at("name") == "cpu";
+    if (e.at("ph") != "X") continue;
+    spans++;
+    EXPECT_EQ(e.at("name").get<std::string>(), r.kernels[0].name);
+    EXPECT_EQ(e.at("name").get<std::string>().rfind("scale \"add\\ @graph0 ", 0), 0u);
+    EXPECT_EQ(e.at("pid"), 0);
+    EXPECT_EQ(e.at("args").at("bytes"), 3 * 256 * 4);
+  }
+  EXPECT_EQ(spans, 4);
+  EXPECT_TRUE(cpu_process) << trace.dump();
 }
 
 TEST(Profiler, RecordsOnlyWhileItRecords) {

@@ -3,7 +3,8 @@
 #         -P bench_options_test.cmake
 # kiln-bench --input gives a workload other sizes (recorded in the record's inputs) and
 # --variants compiled times compiled alone (eager: checked "skipped", no median); --profile adds
-# the compiled program's kernels, each with its calls and the bytes one call moves. sweep.py runs
+# the compiled program's kernels, each with its calls and the bytes one call moves, and --trace
+# their timeline (two spans of the softmax kernel in a Trace Event file). sweep.py runs
 # it per setting of a tuning variable and writes one record per workload and setting, a
 # workload with its own sizes included, and its table; on a GPU (DEVICE=cuda: the emulated
 # driver in CI, where the CUDA backend reads the variables) a variable out of range fails it.
@@ -25,10 +26,18 @@ set(json_file "${WORK}/bench.json")
 file(REMOVE "${json_file}")
 execute_process(
   COMMAND "${KILN_BENCH}" --device ${DEVICE} --tier small --filter softmax --input x=8x3000 --variants compiled --reps 2 --min-time 0
-          --no-compile-time --profile --json "${json_file}"
+          --no-compile-time --profile --trace "${WORK}/traces" --json "${json_file}"
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc STREQUAL "0")
   fail("kiln-bench: exit status '${rc}', expected 0\n${out}\n${err}")
+endif()
+file(READ "${WORK}/traces/softmax.trace.json" trace)
+string(JSON spans LENGTH "${trace}" traceEvents)
+string(REGEX MATCHALL "\"name\": \"softmax @graph0 [0-9a-f]+: k0 rowwise softmax 8x3000\", \"cat\": \"kernel\", \"ph\": \"X\""
+       kernel_spans "${trace}")
+list(LENGTH kernel_spans nspans)
+if(NOT nspans EQUAL 2)
+  fail("kiln-bench --trace: ${nspans} spans of the softmax kernel in softmax.trace.json, expected 2:\n${trace}")
 endif()
 file(READ "${json_file}" doc)
 string(JSON n LENGTH "${doc}")

@@ -44,6 +44,7 @@ struct Options {
   RepPolicy policy;
   uint64_t seed = 12345;
   std::string json_file, svg_file, first_call;
+  std::string trace_dir;  // --trace: each workload's kernel timeline, DIR/<workload>.trace.json
   std::string device = "cpu";  // cpu | cuda
   std::set<std::string> variants = {"eager", "compiled", "graphs"};  // the timed kiln variants
 };
@@ -280,8 +281,15 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
     }
     sync();
     comp_out.clear();
-    for (KernelProfile& k : prof.stop().kernels)
-      if (k.name.rfind(w.name + " @", 0) == 0) r.kernels.push_back(std::move(k));
+    ProfileReport rep = prof.stop();
+    for (const KernelProfile& k : rep.kernels)
+      if (k.name.rfind(w.name + " @", 0) == 0) r.kernels.push_back(k);
+    if (!o.trace_dir.empty()) {
+      std::filesystem::create_directories(o.trace_dir);
+      const std::string file = (std::filesystem::path(o.trace_dir) / (w.name + ".trace.json")).string();
+      std::ofstream(file) << rep.chrome_trace();
+      KILN_CHECK(std::filesystem::file_size(file) > 0, "bench", "cannot write ", file);
+    }
   }
   CompileStats st = f.stats();
   r.variants[1].extra["compile_stats"] = {{"calls", st.calls}, {"hits", st.hits}, {"compiles", st.compiles},
@@ -582,6 +590,8 @@ int main(int argc, char** argv) {
       ->delimiter(',')->check(CLI::IsMember({"eager", "compiled", "graphs"}));
   app.add_flag("--profile", o.profile, "time each kernel of the compiled variant alone (kiln::Profiler) in one more "
                "round of calls, and print them under the workload's row");
+  app.add_option("--trace", o.trace_dir, "write each workload's kernel timeline (as --profile times it) to "
+                 "DIR/<workload>.trace.json (chrome://tracing, Perfetto)");
   app.add_option("--json", o.json_file, "write the records to this file (a JSON array)");
   app.add_option("--svg", o.svg_file, "write the speedup chart to this file");
   app.add_flag("--list", o.list, "print the workloads and their inputs at --tier, and exit");
@@ -591,6 +601,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help: 0; a bad command line: 2
   }
+  o.profile = o.profile || !o.trace_dir.empty();  // (--trace profiles)
   o.policy.warmup = std::max(o.policy.warmup, 0);
   o.policy.reps = std::max(o.policy.reps, 1);
   o.policy.max_reps = std::max(o.policy.max_reps, o.policy.reps);

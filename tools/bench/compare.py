@@ -249,6 +249,8 @@ def main():
     ap.add_argument("--no-peers", action="store_true", help="kiln-bench only")
     ap.add_argument("--profile", action="store_true",
                     help="passed to kiln-bench: each kernel of kiln compiled timed alone, in a third table")
+    ap.add_argument("--trace", action="store_true",
+                    help="with --profile: kiln-bench --trace OUT/traces (each workload's kernel timeline)")
     ap.add_argument("--one-peers-process", action="store_true",
                     help="one peers.py for all the workloads (started once: saves the imports and "
                          "torch.compile's start-up per workload; its cold compile times are then in a warm process)")
@@ -290,6 +292,8 @@ def main():
                 cmd.append("--no-compile-time")
             if args.profile:
                 cmd.append("--profile")
+                if args.trace:
+                    cmd += ["--trace", os.path.join(args.out, "traces")]
             kt = run_child(cmd, env, "kiln-bench")
             recs = read_records(kjson)
             pt = 0.0

@@ -40,12 +40,32 @@ struct KernelProfile {
   double gbps() const;
 };
 
+// One span of the timeline: a kernel's call.
+struct ProfileEvent {
+  size_t kernel = 0;     // index into ProfileReport::kernels
+  double start_us = 0;   // from the profiler's start, on the host's clock (below)
+  double dur_us = 0;
+  int thread = 0;        // the host thread that ran it (0, 1, ... in order of first use); -1 on a GPU
+};
+
 struct ProfileReport {
   std::vector<KernelProfile> kernels;  // the largest total time first
+  // Every span, in the order they ended (GPU spans in the order they were read), the first
+  // kMaxEvents of them; `dropped_events` counts the rest (they are in `kernels` all the same).
+  std::vector<ProfileEvent> events;
+  size_t dropped_events = 0;
+  static constexpr size_t kMaxEvents = size_t(1) << 20;
+
   double total_ms() const;
   // One line per kernel (the first `rows`; 0: all): total and share, calls, mean and min per
   // call, bytes per call and GB/s over the mean.
   std::string table(size_t rows = 0) const;
+  // The timeline in the Trace Event format that chrome://tracing and Perfetto open: one
+  // process per device ("cpu", "cuda:0"), one row per host thread on the CPU. A GPU's spans are
+  // placed on the host's clock by its first span: the moment the stream reached that span's
+  // start is taken as the moment the host enqueued it, so they may sit a little early (by as
+  // long as the GPU was still busy with work from before).
+  std::string chrome_trace() const;
 };
 
 // Records kernels from construction until stop() (or destruction). One at a time per process:

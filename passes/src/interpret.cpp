@@ -185,12 +185,12 @@ std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buffers, std::
     }
   };
   for (size_t i = 0; i < p.kernels.size(); ++i) {
-    profile::Span span = profile::begin(impl_->device);  // (a no-op unless a profiler records)
+    profile::Scope span(impl_->device);  // (off unless a profiler records)
     if (impl_->impls[i])
       impl_->impls[i](buf, inputs);
     else
       interpret(i);
-    if (span.on) profile::end(span, impl_->names[i], impl_->traffic[i]);
+    if (span.on()) span.finish(impl_->names[i], impl_->traffic[i]);
   }
   std::vector<Tensor> results;
   for (const Access& a : p.outputs) {

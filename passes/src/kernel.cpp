@@ -114,6 +114,8 @@ std::string print(const KernelProgram& p) {
 }
 
 int64_t traffic_bytes(const KernelProgram& p, const Kernel& k) {
+  for (int64_t e : k.loops)
+    if (e == 0) return 0;  // (no iteration: nothing read or written, a broadcast operand neither)
   auto side = [&](const std::vector<Access>& accs) {
     std::vector<int64_t> per_buffer(p.buffers.size(), 0);  // distinct elements, summed over accesses
     for (const Access& a : accs) {
@@ -121,13 +123,12 @@ int64_t traffic_bytes(const KernelProgram& p, const Kernel& k) {
       int64_t n = 1;
       for (size_t d = 0; d < a.sizes.size(); ++d)
         if (a.strides[d] != 0) n *= a.sizes[d];
-      for (size_t d = 0; d < a.sizes.size(); ++d) n = a.sizes[d] == 0 ? 0 : n;  // (an empty loop reads nothing)
+      for (int64_t e : a.sizes) n = e == 0 ? 0 : n;  // (an opaque op's empty operand)
       per_buffer[size_t(a.buffer)] += n * int64_t(itemsize(a.dtype));
     }
     int64_t total = 0;
     for (size_t b = 0; b < per_buffer.size(); ++b) {
-      const int64_t whole = p.buffers[b].bytes();
-      total += whole > 0 ? std::min(per_buffer[b], whole) : per_buffer[b];
+      total += std::min(per_buffer[b], std::max<int64_t>(p.buffers[b].bytes(), 0));
     }
     return total;
   };
@@ -146,6 +147,9 @@ std::string kernel_summary(const Kernel& k) {
   s += " ";
   for (size_t d = 0; d < k.loops.size(); ++d) s += (d ? "x" : "") + std::to_string(k.loops[d]);
   if (k.loops.empty()) s += "1";
+  // the dtype it writes (or reads, when it writes nothing): eager ops of one name and size differ by it
+  const std::vector<Access>& typed = k.stores.empty() ? k.loads : k.stores;
+  if (!typed.empty()) s += " " + std::string(ir::short_name(typed[0].dtype));
   return s;
 }
 

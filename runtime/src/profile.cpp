@@ -7,9 +7,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <locale>
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 
 #include "kiln/runtime/cuda.h"
 #include "kiln/runtime/env.h"
@@ -23,7 +25,8 @@ int64_t now_ns() {
       .count();
 }
 
-// GPU spans whose events have not been read yet.
+// GPU spans whose events have not been read yet (all of the current session: a span of an
+// earlier one is dropped when it ends).
 struct Pending {
   size_t record;
   int device;
@@ -43,11 +46,13 @@ int thread_lane() {
   return lane;
 }
 
+// Everything below is guarded by `mu`, but for `on` and `session`, which spans read first.
 struct Recorder {
   std::atomic<bool> on{false};
-  bool process_wide = false;  // KILN_PROFILE=1: from the start to the process's exit
+  std::atomic<uint64_t> session{0};  // one per Profiler (and the process-wide one)
+  bool process_wide = false;         // KILN_PROFILE=1: from the start to the process's exit
   std::mutex mu;
-  std::map<std::pair<std::string, std::string>, size_t> index;  // (name, device) -> records[i]
+  std::map<std::tuple<std::string, std::string, int64_t>, size_t> index;  // (name, device, bytes) -> records[i]
   std::vector<KernelProfile> records;
   std::vector<Pending> pending;
   std::vector<std::unique_ptr<cuda::Event>> owned;  // every event made: reused, freed never
@@ -61,17 +66,22 @@ struct Recorder {
   // events held; reading them waits for the GPU to reach the oldest, which it mostly has).
   static constexpr size_t kMaxPending = 4096;
 
+  // (Bytes are part of the key: an eager op's name does not say its dtype or strides.)
   size_t record_of(const std::string& name, const Device& d, int64_t bytes) {
-    auto key = std::pair{name, d.str()};
+    auto key = std::tuple{name, d.str(), bytes};
     auto it = index.find(key);
     if (it != index.end()) return it->second;
-    records.push_back(KernelProfile{name, key.second, 0, 0, 0, 0, bytes});
+    records.push_back(KernelProfile{name, d.str(), 0, 0, 0, 0, bytes});
     index.emplace(std::move(key), records.size() - 1);
     return records.size() - 1;
   }
-  // A fresh session (under mu): no records, no events, the timeline's zero now.
+  // A fresh session: the spans of the last read, then no records, no events, the timeline's
+  // zero now, a new session number (a span still open is dropped when it ends).
   void restart() {
-    resolve();
+    try {
+      resolve();
+    } catch (const Error&) {  // (the old session's spans: no one reads them any more)
+    }
     records.clear();
     index.clear();
     events.clear();
@@ -79,6 +89,7 @@ struct Recorder {
     for (auto& [device, c] : clocks) give_back(device, c.ref);
     clocks.clear();
     t0_ns = now_ns();
+    session++;
   }
   double host_us(int64_t t_ns) const { return double(t_ns - t0_ns) * 1e-3; }
   void add_event(size_t r, double start_us, double ms, int thread) {
@@ -95,7 +106,7 @@ struct Recorder {
     k.calls++;
     k.total_ms += ms;
   }
-  cuda::Event* take_event(int device) {  // (under mu)
+  cuda::Event* take_event(int device) {
     auto& v = spare[device];
     if (!v.empty()) {
       cuda::Event* e = v.back();
@@ -105,22 +116,39 @@ struct Recorder {
     owned.push_back(std::make_unique<cuda::Event>(device));
     return owned.back().get();
   }
-  void give_back(int device, cuda::Event* e) { spare[device].push_back(e); }  // (under mu)
-  // Reads every pending span's events (waiting for the GPU to reach them). Under mu.
+  void give_back(int device, cuda::Event* e) {
+    if (e) spare[device].push_back(e);
+  }
+  // Reads every pending span's events, waiting for the GPU to reach them. Every span leaves
+  // `pending` and gives its events back whatever happens; a span whose events cannot be read is
+  // left out, and the first such error is raised after.
   void resolve() {
-    for (Pending& p : pending) {
-      p.end->synchronize();
-      const double ms = double(p.start->elapsed_ms(*p.end));
-      add(p.record, ms);
-      const GpuClock& c = clocks.at(p.device);
-      add_event(p.record, c.host_us + 1e3 * double(c.ref->elapsed_ms(*p.start)), ms, -1);
+    std::vector<Pending> work;
+    work.swap(pending);
+    std::string error;
+    for (const Pending& p : work) {
+      try {
+        p.end->synchronize();
+        const double ms = double(p.start->elapsed_ms(*p.end));
+        const GpuClock& c = clocks.at(p.device);
+        const double start_us = c.host_us + 1e3 * double(c.ref->elapsed_ms(*p.start));
+        add(p.record, ms);
+        add_event(p.record, start_us, ms, -1);
+      } catch (const std::exception& e) {
+        if (error.empty()) error = e.what();
+      }
       give_back(p.device, p.start);
       give_back(p.device, p.end);
     }
-    pending.clear();
+    if (!error.empty()) KILN_FAIL("profile", "reading the GPU's events: ", error);
   }
-  ProfileReport take() {  // under mu
-    resolve();
+  ProfileReport take() {
+    std::string error;
+    try {
+      resolve();
+    } catch (const Error& e) {
+      error = e.what();
+    }
     ProfileReport r;
     std::vector<size_t> order(records.size());  // the records, largest total first
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -137,6 +165,7 @@ struct Recorder {
     records.clear();
     index.clear();
     events.clear();
+    if (!error.empty()) throw Error(error);
     return r;
   }
 };
@@ -147,7 +176,8 @@ Recorder& recorder() {
   return *r;
 }
 
-thread_local int paused = 0;
+thread_local int paused = 0;  // profile::Pause
+thread_local int depth = 0;   // open spans on this thread (only the outermost is timed)
 
 // Reads the GPU's pending spans while the driver is still there (see process_wide below).
 void resolve_at_exit() {
@@ -251,6 +281,7 @@ int process_of(const std::string& device) {  // cpu: 0; cuda:N: N + 1
 
 std::string ProfileReport::chrome_trace() const {
   std::ostringstream os;
+  os.imbue(std::locale::classic());  // (a decimal point whatever the program's locale)
   os.precision(3);
   os << std::fixed << "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [";
   std::map<int, std::string> processes;
@@ -281,7 +312,7 @@ Profiler::Profiler() {
   std::lock_guard<std::mutex> lock(r.mu);
   KILN_CHECK(!r.on, "profile", "a profiler is already recording",
              r.process_wide ? " (KILN_PROFILE=1 records the whole process)" : "", ": one at a time");
-  r.restart();  // (dropping spans that ended after the last stop)
+  r.restart();
   r.on = true;
 }
 
@@ -308,60 +339,94 @@ bool active() { return recorder().on.load(std::memory_order_relaxed); }
 
 Span begin(Device device) {
   Span s;
-  if (!active() || paused > 0) return s;
-  s.on = true;
+  if (!active() || paused > 0 || depth > 0) return s;
+  Recorder& r = recorder();
   s.device = device;
   if (device.is_cpu()) {
+    s.session = r.session.load();
     s.t0_ns = now_ns();
-    return s;
-  }
-  Recorder& r = recorder();
-  if (r.process_wide) std::call_once(gpu_exit, [] { std::atexit(resolve_at_exit); });
-  cuda::Event* e = nullptr;
-  {
+  } else {
+    if (r.process_wide) std::call_once(gpu_exit, [] { std::atexit(resolve_at_exit); });
     std::lock_guard<std::mutex> lock(r.mu);
+    s.session = r.session.load();
+    auto record = [&] {  // a spare event recorded on the device's stream now
+      cuda::Event* e = r.take_event(device.index);
+      try {
+        e->record();
+      } catch (...) {
+        r.give_back(device.index, e);
+        throw;
+      }
+      return e;
+    };
     if (!r.clocks.count(device.index)) {  // the device's anchor on the host's clock
-      GpuClock c{r.take_event(device.index), 0};
-      c.ref->record();
-      c.host_us = r.host_us(now_ns());
-      r.clocks.emplace(device.index, c);
+      cuda::Event* ref = record();
+      r.clocks[device.index] = GpuClock{ref, r.host_us(now_ns())};
     }
-    e = r.take_event(device.index);
+    s.start = record();
   }
-  e->record();
-  s.start = e;
+  s.on = true;
+  depth++;
   return s;
+}
+
+void drop(Span& s) noexcept {
+  if (!s.on) return;
+  s.on = false;
+  depth--;
+  if (s.start) {
+    Recorder& r = recorder();
+    std::lock_guard<std::mutex> lock(r.mu);
+    r.give_back(s.device.index, static_cast<cuda::Event*>(s.start));
+    s.start = nullptr;
+  }
 }
 
 void end(Span& s, const std::string& name, int64_t bytes) {
   if (!s.on) return;
-  s.on = false;
   Recorder& r = recorder();
   if (s.device.is_cpu()) {
     const double ms = double(now_ns() - s.t0_ns) * 1e-6;
     const int thread = thread_lane();
+    drop(s);
     std::lock_guard<std::mutex> lock(r.mu);
-    if (!r.on) return;
+    if (!r.on || s.session != r.session.load()) return;
     const size_t k = r.record_of(name, s.device, bytes);
     r.add(k, ms);
     r.add_event(k, r.host_us(s.t0_ns), ms, thread);
     return;
   }
-  auto* start = static_cast<cuda::Event*>(s.start);
   cuda::Event* stop = nullptr;
   {
     std::lock_guard<std::mutex> lock(r.mu);
     stop = r.take_event(s.device.index);
   }
-  stop->record();
+  try {
+    stop->record();
+  } catch (...) {
+    {
+      std::lock_guard<std::mutex> lock(r.mu);
+      r.give_back(s.device.index, stop);
+    }
+    drop(s);  // (gives the start event back: it takes the lock itself)
+    throw;
+  }
+  auto* start = static_cast<cuda::Event*>(s.start);
+  s.start = nullptr;  // (the span owns its events no more)
+  drop(s);
   std::lock_guard<std::mutex> lock(r.mu);
-  if (!r.on) {  // (the profiler stopped while the kernel ran: the span is dropped)
+  if (!r.on || s.session != r.session.load()) {  // (a span of a profiler that stopped: dropped)
     r.give_back(s.device.index, start);
     r.give_back(s.device.index, stop);
     return;
   }
   r.pending.push_back({r.record_of(name, s.device, bytes), s.device.index, start, stop});
-  if (r.pending.size() >= Recorder::kMaxPending) r.resolve();
+  if (r.pending.size() < Recorder::kMaxPending) return;
+  try {
+    r.resolve();
+  } catch (const Error& e) {  // (a kernel's caller is not the place for a profiler's error)
+    std::fprintf(stderr, "kiln: warning: %s (those spans are left out of the profile)\n", e.what());
+  }
 }
 
 Pause::Pause() { ++paused; }

@@ -6,6 +6,7 @@
 #include <kiln/kiln.h>
 #include <kiln/runtime/cuda.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,34 @@ TEST(CudaProfiler, AGraphReplayIsOneRecordAndItsCaptureNone) {
   }
   EXPECT_EQ(replays, calls - 1) << profile_names(r);
   EXPECT_EQ(first, 1) << profile_names(r);
+}
+
+// A span left open when its profiler stops is dropped, events and all (its clock anchor
+// belonged to the old profiler). A cond kernel is one record, whatever its branch runs.
+TEST(CudaProfiler, AStaleSpanIsDroppedAndACondIsOneKernel) {
+  if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
+  auto fn = [](const std::vector<Tensor>& v) {
+    Tensor y = cond(v[0].sum() > 0, [](const Tensor& x) { return x.exp() * 2; }, [](const Tensor& x) { return -x; }, v[0]);
+    return std::vector{y + v[1]};
+  };
+  auto f = compile(fn, CompileOptions{.name = "joined"});
+  std::vector<Tensor> in{(rand({40}) + 0.5).to(kGpu), randn({40}).to(kGpu)};
+  (void)f(in);
+  std::optional<Profiler> first(std::in_place);
+  profile::Span open = profile::begin(kGpu);
+  EXPECT_TRUE(open.on);
+  (void)first->stop();
+  first.reset();
+  Profiler prof;
+  profile::end(open, "left open", 1);
+  for (int i = 0; i < 2; ++i) (void)f(in);
+  ProfileReport r = prof.stop();
+  ASSERT_EQ(r.kernels.size(), 3u) << profile_names(r);  // the sum and its test, the cond, the add
+  for (const KernelProfile& k : r.kernels) {
+    EXPECT_EQ(k.name.rfind("joined @graph0 ", 0), 0u) << profile_names(r);
+    EXPECT_EQ(k.calls, 2) << profile_names(r);
+  }
+  EXPECT_TRUE(kiln::testing::close(cpu(f(in)[0]), fn({cpu(in[0]), cpu(in[1])})[0]));
 }
 
 TEST(CudaProfiler, EagerOpsOnGpuTensorsAreRecordedUnderTheirOp) {

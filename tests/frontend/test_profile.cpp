@@ -4,6 +4,7 @@
 #include <kiln/kiln.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,53 @@ TEST(Profiler, KeepsEveryCallOnATimeline) {
   }
   EXPECT_EQ(spans, 4);
   EXPECT_TRUE(cpu_process) << trace.dump();
+}
+
+// The report sorts its kernels by total time; every event still names its own kernel.
+TEST(Profiler, EventsFollowTheirKernelsIntoTheSortedReport) {
+  auto small = compile(scale_add, CompileOptions{.name = "small"});
+  auto large = compile(scale_add, CompileOptions{.name = "large"});
+  std::vector<Tensor> a{randn({16}), randn({16})}, b{randn({1 << 22}), randn({1 << 22})};
+  (void)small(a), (void)large(b);
+  Profiler prof;
+  for (int i = 0; i < 3; ++i) (void)small(a);  // (recorded first: the first record)
+  for (int i = 0; i < 2; ++i) (void)large(b);
+  ProfileReport r = prof.stop();
+  ASSERT_EQ(r.kernels.size(), 2u) << profile_names(r);
+  EXPECT_EQ(r.kernels[0].name.rfind("large @graph0 ", 0), 0u) << profile_names(r);  // (the larger total)
+  ASSERT_EQ(r.events.size(), 5u);
+  for (size_t i = 0; i < r.events.size(); ++i)
+    EXPECT_EQ(r.kernels.at(r.events[i].kernel).name.rfind(i < 3 ? "small @graph0 " : "large @graph0 ", 0), 0u)
+        << "event " << i << ": " << r.kernels.at(r.events[i].kernel).name;
+}
+
+// A span open while its profiler stops (a kernel on another thread, say) is not recorded by the
+// next profiler; nor is a span inside another (the outer kernel's time holds it).
+TEST(Profiler, SpansBelongToTheirProfilerAndOnlyTheOutermostIsTimed) {
+  std::optional<Profiler> first(std::in_place);
+  profile::Span open = profile::begin(Device::cpu());
+  EXPECT_TRUE(open.on);
+  (void)first->stop();
+  first.reset();
+  Profiler second;
+  profile::end(open, "left open", 1);
+  {
+    profile::Scope outer(Device::cpu());
+    profile::Scope inner(Device::cpu());
+    EXPECT_TRUE(outer.on());
+    EXPECT_FALSE(inner.on());
+    outer.finish("outer", 2);
+  }
+  {
+    profile::Scope dropped(Device::cpu());  // (never finished: an exception, say)
+    EXPECT_TRUE(dropped.on());
+  }
+  profile::Scope after(Device::cpu());  // (the dropped scope closed: spans are timed again)
+  EXPECT_TRUE(after.on());
+  after.finish("after", 3);
+  ProfileReport r = second.stop();
+  ASSERT_EQ(r.kernels.size(), 2u) << profile_names(r);
+  EXPECT_EQ(r.kernels[0].name == "outer" ? r.kernels[1].name : r.kernels[0].name, "after") << profile_names(r);
 }
 
 TEST(Profiler, RecordsOnlyWhileItRecords) {

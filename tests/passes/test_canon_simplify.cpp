@@ -462,6 +462,32 @@ TEST(CanonPipeline, NbodyBroadcastViewIsBypassed) {
             "}\n");
 }
 
+// A kernel's traffic counts each buffer's distinct elements once (at most the buffer) and a
+// loop of no iterations nothing, its broadcast operand included.
+TEST(KernelTraffic, DistinctElementsOncePerBufferAndNoneForAnEmptyLoop) {
+  passes::KernelProgram p;
+  for (int id = 0; id < 3; ++id) {
+    passes::Buffer b;
+    b.id = id;
+    b.numel = id == 0 ? 4 : 12;  // b0: a row of 4 floats; b1: [3, 4]; b2: the [3, 4] result
+    p.buffers.push_back(b);
+  }
+  passes::Kernel k;
+  k.loops = {3, 4};
+  auto access = [](int buffer, std::vector<int64_t> sizes, std::vector<int64_t> strides) {
+    passes::Access a;
+    a.buffer = buffer;
+    a.sizes = std::move(sizes);
+    a.strides = std::move(strides);
+    return a;
+  };
+  k.loads = {access(0, {3, 4}, {0, 1}), access(0, {1, 4}, {0, 1}), access(1, {3, 4}, {4, 1})};
+  k.stores = {access(2, {3, 4}, {4, 1})};
+  EXPECT_EQ(passes::traffic_bytes(p, k), (4 + 12 + 12) * 4);  // (b0 read twice: its 4 floats once)
+  k.loops = {0, 4};
+  EXPECT_EQ(passes::traffic_bytes(p, k), 0);
+}
+
 // n-body's distances: the norm over the two components of a difference becomes the sum of the
 // two slices' squares (selects moved past the difference down to views of the input), and the
 // whole program one kernel, with no [2, N, N] buffer. Bit for bit eager's results

@@ -33,7 +33,7 @@ if(NOT rc STREQUAL "0")
 endif()
 file(READ "${WORK}/traces/softmax.trace.json" trace)
 string(JSON spans LENGTH "${trace}" traceEvents)
-string(REGEX MATCHALL "\"name\": \"softmax @graph0 [0-9a-f]+: k0 rowwise softmax 8x3000\", \"cat\": \"kernel\", \"ph\": \"X\""
+string(REGEX MATCHALL "\"name\": \"softmax @graph0 [0-9a-f]+: k0 rowwise softmax 8x3000 f32\", \"cat\": \"kernel\", \"ph\": \"X\""
        kernel_spans "${trace}")
 list(LENGTH kernel_spans nspans)
 if(NOT nspans EQUAL 2)
@@ -68,7 +68,7 @@ foreach(i RANGE 0 ${last})
     string(JSON kname GET "${rec}" kernels 0 name)
     string(JSON kcalls GET "${rec}" kernels 0 calls)
     string(JSON kbytes GET "${rec}" kernels 0 bytes)
-    if(NOT kname MATCHES "^softmax @graph0 [0-9a-f]+: k0 rowwise softmax 8x3000$" OR NOT kcalls EQUAL 2
+    if(NOT kname MATCHES "^softmax @graph0 [0-9a-f]+: k0 rowwise softmax 8x3000 f32$" OR NOT kcalls EQUAL 2
        OR NOT kbytes EQUAL 192000)
       fail("kiln-bench --profile: kernel '${kname}', ${kcalls} calls, ${kbytes} bytes; expected the softmax kernel, "
            "2 calls, 192000 bytes")

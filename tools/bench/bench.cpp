@@ -608,7 +608,7 @@ int main(int argc, char** argv) {
 
   try {
     if (!o.first_call.empty()) return first_call_main(o);
-    KILN_CHECK(!(o.profile && kiln::env::profile()), "bench", "--profile and KILN_PROFILE=1 both record kernels: use one");
+    KILN_CHECK(!(o.profile && profile::active()), "bench", "--profile and KILN_PROFILE=1 both record kernels: use one");
     std::vector<const kiln::workloads::Workload*> selected;
     const auto& all = kiln::workloads::all_workloads();
     if (o.filter == "all" || (o.filter.empty() && o.ir_files.empty())) {

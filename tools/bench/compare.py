@@ -250,7 +250,7 @@ def main():
     ap.add_argument("--profile", action="store_true",
                     help="passed to kiln-bench: each kernel of kiln compiled timed alone, in a third table")
     ap.add_argument("--trace", action="store_true",
-                    help="with --profile: kiln-bench --trace OUT/traces (each workload's kernel timeline)")
+                    help="kiln-bench --profile --trace OUT/traces (each workload's kernel timeline too)")
     ap.add_argument("--one-peers-process", action="store_true",
                     help="one peers.py for all the workloads (started once: saves the imports and "
                          "torch.compile's start-up per workload; its cold compile times are then in a warm process)")
@@ -290,10 +290,10 @@ def main():
             cmd = [args.kiln_bench, "--filter", w, "--json", kjson] + common
             if args.no_compile_time:
                 cmd.append("--no-compile-time")
-            if args.profile:
+            if args.profile or args.trace:
                 cmd.append("--profile")
-                if args.trace:
-                    cmd += ["--trace", os.path.join(args.out, "traces")]
+            if args.trace:
+                cmd += ["--trace", os.path.join(args.out, "traces")]
             kt = run_child(cmd, env, "kiln-bench")
             recs = read_records(kjson)
             pt = 0.0

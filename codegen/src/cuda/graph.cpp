@@ -91,6 +91,7 @@ struct GraphReplay {
   bool hands_out = true;          // whether outputs can be handed out (each is an output buffer)
   bool started = false;           // whether the first call (which captures) has run
   std::string failed;  // why a capture failed: the program then runs without a graph
+  int64_t traffic = -1;  // the kernels' traffic in all, for the kernel profile (once asked for)
 
   // A capture over the fixed inputs, or with `call` over the caller's inputs where they are
   // (references to them are dropped after it: the graph keeps their addresses only); over new
@@ -237,13 +238,16 @@ struct GraphReplay {
     for (size_t i = 0; i < in.size() && copies; ++i)
       if (size_t n = span_bytes(in[i].tensor))
         cuda::copy_on_device(first_byte(inputs[i].tensor), first_byte(in[i].tensor), n, dev);
-    profile::Span span = profile::begin(device);  // (the graph's kernels as one record)
+    profile::Scope span(device);  // (the graph's kernels as one record)
     instance->graph->launch();
-    if (span.on) {
-      int64_t bytes = 0;
-      for (const passes::Kernel& k : p.kernels) bytes += passes::traffic_bytes(p, k);
-      profile::end(span, (runner.label().empty() ? "" : runner.label() + ": ") + "CUDA graph of " +
-                             std::to_string(p.kernels.size()) + " kernel" + (p.kernels.size() == 1 ? "" : "s"), bytes);
+    if (span.on()) {
+      if (traffic < 0) {
+        traffic = 0;
+        for (const passes::Kernel& k : p.kernels) traffic += passes::traffic_bytes(p, k);
+      }
+      span.finish((runner.label().empty() ? "" : runner.label() + ": ") + "CUDA graph of " +
+                      std::to_string(p.kernels.size()) + " kernel" + (p.kernels.size() == 1 ? "" : "s"),
+                  traffic);
     }
     // Inputs the program writes (x.mul_(2)) get the fixed copy's bytes back.
     for (const passes::Buffer& b : p.buffers)

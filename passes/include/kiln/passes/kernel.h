@@ -106,7 +106,7 @@ struct KernelProgram {
 // The program as text (what dump-ir prints after the kernel passes).
 std::string print(const KernelProgram& p);
 // A kernel in a few words, for the kernel profile (kiln/runtime/profile.h): its kind, its ops
-// (each once, in order) and its loops: "rowwise max,sub,exp,sum,div 16384x4096".
+// (each once, in order), its loops and the dtype it stores: "rowwise softmax 16384x4096 f32".
 std::string kernel_summary(const Kernel& k);
 // The bytes kernel `k` of `p` must move at least: per buffer, the distinct elements its loads
 // read plus those its stores write (a broadcast operand once, not once per use; at most the

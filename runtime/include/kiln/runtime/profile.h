@@ -13,10 +13,13 @@
 //
 // How it is timed: on the CPU the wall time of the kernel's call (its threads join before it
 // returns); on a GPU the time between two events recorded on the device's stream around the
-// kernel's launches, read when stop() waits for them, so profiling adds no synchronize between
-// kernels. An event starts when the stream reaches it: on an idle GPU that is before the
-// kernel's launch arrives, so a kernel launched onto an empty queue also counts the launch's
-// latency (a few microseconds). Kernels inside a CUDA graph's capture are not timed apart.
+// kernel's launches, read when stop() waits for them (and every 4096 spans, when the oldest are
+// read: a wait for the GPU to reach them, holding the profiler's lock), so profiling adds no
+// synchronize between kernels. An event starts when the stream reaches it: on an idle GPU that
+// is before the kernel's launch arrives, so a kernel launched onto an empty queue also counts
+// the launch's latency (a few microseconds); and host threads that share a device's stream
+// time each other's kernels where theirs interleave. Kernels inside a CUDA graph's capture are
+// not timed apart.
 //
 // KILN_PROFILE=1 profiles the whole process and prints the table on stderr when it exits.
 #pragma once
@@ -45,7 +48,8 @@ struct ProfileEvent {
   size_t kernel = 0;     // index into ProfileReport::kernels
   double start_us = 0;   // from the profiler's start, on the host's clock (below)
   double dur_us = 0;
-  int thread = 0;        // the host thread that ran it (0, 1, ... in order of first use); -1 on a GPU
+  int thread = 0;        // the host thread that ran it (numbered in the order threads first ran a
+                         // span in this process); -1 on a GPU
 };
 
 struct ProfileReport {
@@ -90,17 +94,35 @@ namespace profile {
 bool active();
 
 // One timed span, as the kernel program runner and the CUDA graph replay take them:
-//   profile::Span s = profile::begin(device);   // (inactive: a no-op span)
+//   profile::Scope s(device);          // (off unless a profiler records; off inside another span)
 //   ...enqueue or run the kernel...
-//   profile::end(s, name, bytes);
+//   if (s.on()) s.finish(name, bytes);
+// Only the outermost span of a thread is timed: the eager GPU ops a kernel runs inside its own
+// span (a library call's steps, a kernel left to the runner) count as that kernel's time. A span
+// begun under one profiler and ended under another, or after its profiler stopped, is dropped.
 struct Span {
   bool on = false;
   Device device = Device::cpu();
-  int64_t t0_ns = 0;    // the CPU's start
+  uint64_t session = 0;   // the profiler it belongs to
+  int64_t t0_ns = 0;      // the CPU's start
   void* start = nullptr;  // a GPU's start event
 };
 Span begin(Device device);
 void end(Span& s, const std::string& name, int64_t bytes);
+void drop(Span& s) noexcept;  // ends a span without recording it
+
+class Scope {
+ public:
+  explicit Scope(Device device) : span_(begin(device)) {}
+  ~Scope() { drop(span_); }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+  bool on() const { return span_.on; }
+  void finish(const std::string& name, int64_t bytes) { end(span_, name, bytes); }
+
+ private:
+  Span span_;
+};
 
 // While one lives on a thread, spans begun on that thread are not timed: work enqueued during a
 // CUDA graph's capture is captured, not run, and an event recorded in it would belong to the

@@ -13,10 +13,7 @@
 # compare.py --one-peers-process: one peers process for several workloads.
 cmake_minimum_required(VERSION 3.25)
 
-function(fail)
-  string(JOIN "" msg ${ARGN})
-  message(FATAL_ERROR "${msg}")
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/script_util.cmake")
 
 if(NOT DEVICE)
   set(DEVICE cpu)

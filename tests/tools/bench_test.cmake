@@ -9,10 +9,7 @@
 # emulated driver in CI).
 cmake_minimum_required(VERSION 3.25)
 
-function(fail)
-  string(JOIN "" msg ${ARGN})
-  message(FATAL_ERROR "${msg}")
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/script_util.cmake")
 
 file(MAKE_DIRECTORY "${WORK}")
 set(json_file "${WORK}/bench.json")

@@ -7,10 +7,7 @@
 #                                   --list-passes, pipeline errors, --print-after-all, --time-passes
 cmake_minimum_required(VERSION 3.25)
 
-function(fail)
-  string(JOIN "" msg ${ARGN})
-  message(FATAL_ERROR "${msg}")
-endfunction()
+include("${CMAKE_CURRENT_LIST_DIR}/script_util.cmake")
 
 # run(<out-var> <err-var> <rc-var> args...)
 function(run out err rc)

@@ -1,6 +1,7 @@
 // Every environment variable kiln reads is defined here and documented in docs/env_vars.md.
 #pragma once
 #include <cstddef>
+#include <string>
 
 namespace kiln::env {
 // KILN_NUM_THREADS: threads the eager kernels use (default: the OpenMP default, i.e. all cores).
@@ -24,4 +25,7 @@ bool cuda_row_groups();
 // KILN_PROFILE: 1 records every kernel of the process and prints the kernel profile's table
 // on stderr at exit (kiln/runtime/profile.h); 0 (default): only a kiln::Profiler records.
 bool profile();
+// KILN_PROFILE_TRACE: with KILN_PROFILE=1, the file the kernel timeline is written to at exit
+// (ProfileReport::chrome_trace); "" (default): none.
+std::string profile_trace();
 }  // namespace kiln::env

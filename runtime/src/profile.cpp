@@ -199,12 +199,11 @@ void print_at_exit() {
     ProfileReport report = r.take();
     text = report.table();
     if (const std::string path = env::profile_trace(); !path.empty()) {
-      std::FILE* f = std::fopen(path.c_str(), "w");
       const std::string trace = report.chrome_trace();
-      const bool ok = f && std::fwrite(trace.data(), 1, trace.size(), f) == trace.size();
-      if (f && std::fclose(f) != 0) text += "kiln: cannot write the kernel timeline to " + path + "\n";
-      else if (!ok) text += "kiln: cannot write the kernel timeline to " + path + "\n";
-      else text += "kernel timeline: " + path + "\n";
+      std::FILE* f = std::fopen(path.c_str(), "w");
+      bool ok = f && std::fwrite(trace.data(), 1, trace.size(), f) == trace.size();
+      ok = f && std::fclose(f) == 0 && ok;
+      text += ok ? "kernel timeline: " + path + "\n" : "kiln: cannot write the kernel timeline to " + path + "\n";
     }
   } catch (const std::exception& e) {
     text = std::string("kiln: the kernel profile could not be read at exit: ") + e.what() + "\n";

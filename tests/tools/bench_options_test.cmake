@@ -125,7 +125,7 @@ set(compare "${bench_dir}/compare.py")
 file(REMOVE_RECURSE "${WORK}/compare")
 execute_process(
   COMMAND "${PYTHON}" "${compare}" --kiln-bench "${KILN_BENCH}" --tier small --filter poly --no-peers --no-compile-time
-          --reps 2 --min-time 0 --out "${WORK}/compare"
+          --reps 2 --min-time 0 --profile --out "${WORK}/compare"
   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
 if(NOT rc STREQUAL "0")
   fail("compare.py: exit status '${rc}', expected 0\n${out}\n${err}")
@@ -135,6 +135,12 @@ execute_process(COMMAND "${PYTHON}" "${compare}" --summarize "${WORK}/compare" O
 file(READ "${WORK}/compare/table.txt" ctable)
 if(NOT rc STREQUAL "0" OR NOT ctable MATCHES "\npoly +[0-9]")
   fail("compare.py --summarize: status ${rc}, no row for poly:\n${ctable}")
+endif()
+# --profile: poly's one kernel in the third table, and the run against the targets
+if(NOT ctable MATCHES "\npoly +2 +[0-9.]+ +[0-9.]+ +[0-9.]+% +poly @graph0 [0-9a-f]+: k0 elementwise mul,add [0-9]+ f32\n"
+   OR NOT ctable MATCHES "\nkiln compiled against kiln eager: ahead or level on [01] of 1 \\(lowest ratio [0-9.]+x\\)"
+   OR NOT ctable MATCHES "\nkernels at 85% of the copy bandwidth or more: [01] of 1 ")
+  fail("compare.py --profile: no kernel table or no run against the targets:\n${ctable}")
 endif()
 # a workload kiln-bench measured nothing for (no driver to load) fails the run
 execute_process(

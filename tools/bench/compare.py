@@ -144,13 +144,37 @@ def tables(workloads, by):
     profiled = [(w, k, by[(w, "kiln compiled")].get("stream_gbps")) for w in workloads
                 for k in (by.get((w, "kiln compiled")) or {}).get("kernels") or []]
     if profiled:
-        out += ["", "each kernel of kiln compiled alone (kiln-bench --profile: its own time; GB/s over the bytes "
-                "the kernel program reads and writes; copy: the copy bandwidth of the same run)", ""]
+        out += ["", "each kernel of kiln compiled alone (kiln-bench --profile: its own time; GB/s over its traffic, "
+                "each buffer's distinct bytes read and written; copy: the copy bandwidth of the same run)", ""]
         out.append(f"{'workload':<18}{'calls':>7}{'mean us':>11}{'GB/s':>9}{'of copy':>9}  kernel")
         for w, k, copy in profiled:
             share = f"{100 * k['gbps'] / copy:.1f}%" if copy and k.get("gbps") is not None else "-"
             out.append(f"{w:<18}{k['calls']:>7}{1e3 * k['mean_ms']:>11.2f}{k['gbps']:>9.1f}{share:>9}  {k['name']}")
+    out += verdict(workloads, by, profiled)
     return "\n".join(out) + "\n"
+
+
+def verdict(workloads, by, profiled, share=0.85):
+    """The run against the targets the backends are held to: kiln compiled against each peer
+    (ratio = peer median / kiln compiled median; below 1: kiln behind), and the kernels under
+    `share` of the copy bandwidth (with --profile)."""
+    out = []
+    base = {w: (by.get((w, "kiln compiled")) or {}).get("median_ms") for w in workloads}
+    for peer in ("kiln eager", "torch", "torch.compile", "torch.compile-ro", "jax", "libtorch"):
+        ratios = [(w, by[(w, peer)]["median_ms"] / base[w]) for w in workloads
+                  if base[w] and (by.get((w, peer)) or {}).get("median_ms")]
+        if not ratios:
+            continue
+        behind = [f"{w} {r:.2f}x" for w, r in ratios if r < 1]
+        low = min(r for _, r in ratios)
+        out.append(f"kiln compiled against {peer}: ahead or level on {len(ratios) - len(behind)} of {len(ratios)} "
+                   f"(lowest ratio {low:.2f}x)" + (f"; behind on {', '.join(behind)}" if behind else ""))
+    shares = [(w, k, k["gbps"] / copy) for w, k, copy in profiled if copy and k.get("gbps") is not None]
+    if shares:
+        under = [f"{w} {100 * s:.1f}% ({k['name'].split(': ', 1)[-1]})" for w, k, s in shares if s < share]
+        out.append(f"kernels at {100 * share:.0f}% of the copy bandwidth or more: {len(shares) - len(under)} of "
+                   f"{len(shares)} (compute-bound kernels count as under)" + (f"; under: {', '.join(under)}" if under else ""))
+    return ["", "against the targets (ratio = peer median / kiln compiled median)", ""] + out if out else []
 
 
 def svg_escape(s):

@@ -142,8 +142,8 @@ int run_main(int argc, char** argv) {
   app.add_flag("--size-generic", o.size_generic,
                "With --emit: the size-generic kernels kiln compiles once a dim is dynamic, and for eager GPU ops (loop extents and "
                "strides read from the arguments) instead of kernels specialised on the sizes");
-  app.add_flag("--stats", o.stats, "Print the kernel program's statistics: bytes read and written per kernel, "
-                                   "peak memory");
+  app.add_flag("--stats", o.stats, "Print the kernel program's statistics: bytes read and written per kernel "
+                                   "and its traffic (each buffer's distinct bytes), peak memory");
   app.footer(
       "Examples:\n"
       "  dump-ir --list\n"

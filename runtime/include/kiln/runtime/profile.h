@@ -21,7 +21,8 @@
 // time each other's kernels where theirs interleave. Kernels inside a CUDA graph's capture are
 // not timed apart.
 //
-// KILN_PROFILE=1 profiles the whole process and prints the table on stderr when it exits.
+// KILN_PROFILE=1 profiles the whole process and prints the table on stderr when it exits
+// (KILN_PROFILE_TRACE=FILE: and writes the timeline there).
 #pragma once
 #include <cstdint>
 #include <memory>

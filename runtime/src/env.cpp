@@ -54,6 +54,7 @@ int cuda_tile() {
 }
 
 bool cuda_row_groups() { return read_setting("KILN_CUDA_ROW_GROUPS", 1, 0, 1) == 1; }
+bool cpu_row_groups() { return read_setting("KILN_CPU_ROW_GROUPS", 1, 0, 1) == 1; }
 bool profile() { return read_setting("KILN_PROFILE", 0, 0, 1) == 1; }
 std::string profile_trace() {
   const char* v = std::getenv("KILN_PROFILE_TRACE");

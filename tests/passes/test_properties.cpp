@@ -104,6 +104,45 @@ TEST(OptimizerProperties, DefaultPipelineVerifiesAndMatches) {
   }
 }
 
+// Row groups (passes::unroll_outer_loop, which the CPU backend runs): a kernel that unrolls, put
+// in its program's place, keeps the program verifying and computing what the graph does (on the
+// interpreter): n-body in 2-d and 3-d. (None of the random graphs' kernels unrolls: their
+// reductions share no work across a short outer loop; the CPU backend's tests cover more shapes.)
+TEST(OptimizerProperties, UnrolledOuterLoopsVerifyAndMatch) {
+  size_t unrolled = 0;
+  auto check = [&](const ir::Graph& g, uint64_t seed, const std::string& what) {
+    passes::Module m = passes::optimize(g, verified());
+    bool any = false;
+    for (passes::Kernel& k : m.program->kernels)
+      if (std::optional<passes::Kernel> u = passes::unroll_outer_loop(k)) {
+        EXPECT_EQ(u->loops.size() + 1, k.loops.size());
+        k = std::move(*u);
+        any = true;
+      }
+    if (!any) return false;
+    unrolled++;
+    kiln::testing::expect_program_matches(g, *m.program, seed, what + " (outer loops unrolled)");
+    return true;
+  };
+  for (int dims : {2, 3, 5}) {
+    const std::string d = std::to_string(dims);
+    const std::string nbody =
+        "graph @g(%p: f32[" + d + ",37]{37,1}, %m: f32[37]{1}) {\n"
+        "  %0 = unsqueeze(%p) {dim=2} : f32[" + d + ",37,1]{37,1,1}\n"
+        "  %1 = unsqueeze(%p) {dim=1} : f32[" + d + ",1,37]{37,37,1}\n"
+        "  %2 = sub(%1, %0) {alpha=1} : f32[" + d + ",37,37]{1369,37,1}\n"
+        "  %3 = norm(%2) {dims=[0], keepdim=false, p=2.0} : f32[37,37]{37,1}\n"
+        "  %4 = div(%2, %3) {rounding_mode=none} : f32[" + d + ",37,37]{1369,37,1}\n"
+        "  %5 = mul(%4, %m) : f32[" + d + ",37,37]{1369,37,1}\n"
+        "  %6 = nansum(%5) {dims=[2], keepdim=false} : f32[" + d + ",37]{37,1}\n"
+        "  return %6\n"
+        "}\n";
+    // (5 components: a loop longer than a row group takes stays)
+    EXPECT_EQ(check(ir::parse(nbody), 7, "n-body in " + d + "-d"), dims <= 4) << nbody;
+  }
+  EXPECT_EQ(unrolled, 2u);
+}
+
 TEST(OptimizerProperties, UnfusedAndFuseOnlyMatch) {
   for (const Case& c : cases()) {
     if (!c.error.empty()) continue;

@@ -348,8 +348,10 @@ std::optional<std::string> bare_library_op(const passes::Kernel& k) {
   return std::string(ir::op_info(op->op).name);
 }
 
-passes::KernelImpl make_impl(const passes::Kernel& k, KernelFns fn, const KernelCode& code, bool generic) {
-  return [launch = Launch(k, fn, code, generic)](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
+// `owned`: the kernel `k` is, when it is not the program's own (row groups), kept alive with the launch.
+passes::KernelImpl make_impl(const passes::Kernel& k, KernelFns fn, const KernelCode& code, bool generic,
+                             std::shared_ptr<const passes::Kernel> owned = nullptr) {
+  return [launch = Launch(k, fn, code, generic), owned](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
     launch(buffers, inputs);
   };
 }
@@ -382,6 +384,18 @@ passes::KernelImpl make_split_impl(std::shared_ptr<SplitKernel> s, KernelFns fn,
 
 }  // namespace
 #endif  // KILN_WITH_LLVM
+
+namespace {
+// The kernel the CPU runs for `k`: with its short outermost loop unrolled into the body where
+// the copies share work (row groups: n-body's distance once for both components;
+// passes::unroll_outer_loop), else null (the program's own kernel). Not for size-generic kernels,
+// whose loop 0 may be of any size.
+std::shared_ptr<const passes::Kernel> row_groups(const passes::Kernel& k, bool generic) {
+  if (generic || !env::cpu_row_groups()) return nullptr;
+  std::optional<passes::Kernel> u = passes::unroll_outer_loop(k);
+  return u ? std::make_shared<const passes::Kernel>(std::move(*u)) : nullptr;
+}
+}  // namespace
 
 std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram> program,
                                              std::vector<ir::Type> input_types, CpuCompileOptions opts) {
@@ -422,6 +436,14 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
         warn_interpreted(low.why);
       }
     }
+    if (auto grouped = row_groups(k, opts.generic)) {
+      Lowered gl = lower_kernel(*grouped);
+      if (gl.code) {
+        KernelFns fn = compiled(*grouped, *gl.code);
+        impls[i] = make_impl(*grouped, fn, *gl.code, opts.generic, grouped);
+        continue;
+      }
+    }
     Lowered low = lower_kernel(k);
     if (!low.code && k.kind == passes::KernelKind::Opaque && bare_library_op(k)) {
       // (the runner calls the op's eager kernel, OpenBLAS for the float products, and keeps its
@@ -453,7 +475,12 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic)
     std::optional<EpilogueSplit> split;
     if (k.kind == passes::KernelKind::Opaque) split = split_epilogue(k, int(p.buffers.size()));
     if (split) o << comment << " library op " << ir::op_info(split->op.nodes().back()->op).name << ", then its epilogue:\n";
-    const passes::Kernel& kc = split ? split->epilogue : k;
+    std::shared_ptr<const passes::Kernel> grouped = split ? nullptr : row_groups(k, generic);
+    if (grouped && !lower_kernel(*grouped).code) grouped = nullptr;
+    if (grouped)
+      o << comment << " row groups: loop 0 (" << k.loops[0] << ") unrolled into the body, " << grouped->loads.size()
+        << " loads and " << grouped->stores.size() << " stores\n";
+    const passes::Kernel& kc = split ? split->epilogue : grouped ? *grouped : k;
     Lowered low = lower_kernel(kc);
     if (!low.code) {
       o << comment << " not compiled: " << low.why << "\n\n";

@@ -105,6 +105,15 @@ struct KernelProgram {
 
 // The program as text (what dump-ir prints after the kernel passes).
 std::string print(const KernelProgram& p);
+// A reduction kernel whose outermost loop is short (2 to `max_copies` elements, not reduced,
+// followed by at least one more outer loop) with that loop unrolled into its body: the loop is
+// gone, each load and store that moves along it comes once per copy (its offset moved on by the
+// copy's steps), each value that varies along it is computed once per copy, and every other value
+// once for all. n-body's [2, N, N] forces then compute the distance of a pair once for both
+// components. nullopt where the kernel is not such a reduction, where nothing would be shared
+// or nothing computed per copy, or where its body holds a row op (softmax, cumsum).
+std::optional<Kernel> unroll_outer_loop(const Kernel& k, int max_copies = 4);
+
 // A kernel in a few words, for the kernel profile (kiln/runtime/profile.h): its kind, its ops
 // (each once, in order), its loops and the dtype it stores: "rowwise softmax 16384x4096 f32".
 std::string kernel_summary(const Kernel& k);

@@ -22,6 +22,10 @@ int cuda_tile();
 // where they share work (docs/codegen.md); 0: a block or warp per row.
 bool cuda_row_groups();
 
+// KILN_CPU_ROW_GROUPS: 1 (default): the CPU backend unrolls a reduction's short outermost loop
+// into its body where the copies share work (passes::unroll_outer_loop; docs/codegen.md); 0: not.
+bool cpu_row_groups();
+
 // KILN_PROFILE: 1 records every kernel of the process and prints the kernel profile's table
 // on stderr at exit (kiln/runtime/profile.h); 0 (default): only a kiln::Profiler records.
 bool profile();

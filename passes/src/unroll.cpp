@@ -15,11 +15,13 @@ namespace kiln::passes {
 
 namespace {
 
-// The access without loop 0, at copy `c` of it (its offset moved on by c steps of loop 0).
-Access without_loop0(const Access& a, int64_t c) {
+// The access without loop 0, at copy `c` of it (its offset moved on by c steps of loop 0). Its
+// stride class stays: dropping the outermost loop keeps a contiguous or broadcast access so, and
+// leaves a permuted or general one at worst as the class says (a conservative class).
+Access without_loop0(const Access& a, int64_t c, size_t rank) {
   Access out = a;
-  if (a.buffer < 0 || a.sizes.empty()) return out;
-  const int64_t step = a.sizes[0] > 1 ? a.strides[0] : 0;
+  if (a.sizes.size() != rank) return out;  // (a host number's access: no loop space)
+  const int64_t step = a.buffer >= 0 && a.sizes[0] > 1 ? a.strides[0] : 0;
   out.sizes.erase(out.sizes.begin());
   out.strides.erase(out.strides.begin());
   out.offset += c * step;
@@ -59,8 +61,13 @@ std::optional<Kernel> unroll_outer_loop(const Kernel& k, int max_copies) {
   if (copies < 2 || copies > max_copies) return std::nullopt;
   for (const Access& a : k.loads)
     if (a.buffer >= 0 && a.sizes.size() != rank) return std::nullopt;
-  for (const Access& a : k.stores)
+  for (const Access& a : k.stores) {
     if (a.buffer < 0 || a.sizes.size() != rank) return std::nullopt;
+    // A store into a buffer the kernel reads (in place, or reused memory): the copies would read
+    // and write it through different indices, which the program's verifier refuses.
+    for (const Access& l : k.loads)
+      if (l.buffer == a.buffer) return std::nullopt;
+  }
   // A value varies along loop 0 when its size there is the loop's; else it is shared by every copy.
   auto varies = [&](const ir::Value* v) { return !v->type.is_scalar() && !v->type.sizes.empty() && v->type.sizes[0] > 1; };
   auto dropped = [](const ir::Type& t) {
@@ -101,7 +108,7 @@ std::optional<Kernel> unroll_outer_loop(const Kernel& k, int max_copies) {
     const ir::Value* in = k.body.inputs()[j];
     const bool per_copy = varies(in) && k.loads[j].buffer >= 0;
     for (int64_t c = 0; c < (per_copy ? copies : 1); ++c) {
-      u.loads.push_back(without_loop0(k.loads[j], c));
+      u.loads.push_back(without_loop0(k.loads[j], c, rank));
       std::string name = in->name + (per_copy ? "_" + std::to_string(c) : "");
       copy_of[in].push_back(u.body.add_input(std::move(name), dropped(in->type)));
     }
@@ -137,7 +144,7 @@ std::optional<Kernel> unroll_outer_loop(const Kernel& k, int max_copies) {
     const bool per_copy = k.stores[j].sizes[0] > 1;
     if (per_copy != varies(v)) return std::nullopt;  // (a shared value stored along loop 0, or the reverse)
     for (int64_t c = 0; c < (per_copy ? copies : 1); ++c) {
-      u.stores.push_back(without_loop0(k.stores[j], c));
+      u.stores.push_back(without_loop0(k.stores[j], c, rank));
       outs.push_back(at(v, c));
     }
   }

@@ -231,11 +231,14 @@ struct Launch {
   std::vector<int64_t> sizes;  // a size-generic kernel's extents and strides (after the host numbers)
   std::vector<Check> checks;   // what each bit of the status word raises
 
-  Launch(const passes::Kernel& kernel, KernelFns f, const KernelCode& code, bool generic) : k(&kernel), fns(f) {
+  // `copies`: the kernel does that many of its loop space's elements per element (row groups: the
+  // copies of an unrolled loop), which counts when deciding on threads.
+  Launch(const passes::Kernel& kernel, KernelFns f, const KernelCode& code, bool generic, int64_t copies = 1)
+      : k(&kernel), fns(f) {
     if (generic) sizes = cpu::generic_args(kernel);
     checks = code.checks;
     for (const Instr& in : code.code) slots_per_part += in.op == EOp::Reduce;
-    int64_t work = 1;
+    int64_t work = copies;
     for (int64_t e : kernel.loops) work *= e;
     bool has_outer = kernel.reduce_from > 0 && !kernel.loops.empty();
     split = !has_outer && fns.partial && work >= kParallelMinElements;
@@ -349,9 +352,11 @@ std::optional<std::string> bare_library_op(const passes::Kernel& k) {
 }
 
 // `owned`: the kernel `k` is, when it is not the program's own (row groups), kept alive with the launch.
+// (`copies`: as Launch's.)
 passes::KernelImpl make_impl(const passes::Kernel& k, KernelFns fn, const KernelCode& code, bool generic,
-                             std::shared_ptr<const passes::Kernel> owned = nullptr) {
-  return [launch = Launch(k, fn, code, generic), owned](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
+                             std::shared_ptr<const passes::Kernel> owned = nullptr, int64_t copies = 1) {
+  return [launch = Launch(k, fn, code, generic, copies), owned](std::span<const Tensor> buffers,
+                                                                std::span<const ir::Slot> inputs) {
     launch(buffers, inputs);
   };
 }
@@ -440,7 +445,7 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
       Lowered gl = lower_kernel(*grouped);
       if (gl.code) {
         KernelFns fn = compiled(*grouped, *gl.code);
-        impls[i] = make_impl(*grouped, fn, *gl.code, opts.generic, grouped);
+        impls[i] = make_impl(*grouped, fn, *gl.code, opts.generic, grouped, k.loops[0]);
         continue;
       }
     }

@@ -111,7 +111,8 @@ std::string print(const KernelProgram& p);
 // copy's steps), each value that varies along it is computed once per copy, and every other value
 // once for all. n-body's [2, N, N] forces then compute the distance of a pair once for both
 // components. nullopt where the kernel is not such a reduction, where nothing would be shared
-// or nothing computed per copy, or where its body holds a row op (softmax, cumsum).
+// or nothing computed per copy, where its body holds a row op (softmax, cumsum), or where it
+// stores into a buffer it reads.
 std::optional<Kernel> unroll_outer_loop(const Kernel& k, int max_copies = 4);
 
 // A kernel in a few words, for the kernel profile (kiln/runtime/profile.h): its kind, its ops

@@ -481,12 +481,14 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic)
     if (k.kind == passes::KernelKind::Opaque) split = split_epilogue(k, int(p.buffers.size()));
     if (split) o << comment << " library op " << ir::op_info(split->op.nodes().back()->op).name << ", then its epilogue:\n";
     std::shared_ptr<const passes::Kernel> grouped = split ? nullptr : row_groups(k, generic);
-    if (grouped && !lower_kernel(*grouped).code) grouped = nullptr;
-    if (grouped)
+    Lowered low = grouped ? lower_kernel(*grouped) : Lowered{};
+    if (grouped && low.code)
       o << comment << " row groups: loop 0 (" << k.loops[0] << ") unrolled into the body, " << grouped->loads.size()
         << " loads and " << grouped->stores.size() << " stores\n";
+    else
+      grouped = nullptr;  // (as compile_cpu: the program's own kernel when the grouped one does not lower)
     const passes::Kernel& kc = split ? split->epilogue : grouped ? *grouped : k;
-    Lowered low = lower_kernel(kc);
+    if (!grouped) low = lower_kernel(kc);
     if (!low.code) {
       o << comment << " not compiled: " << low.why << "\n\n";
       continue;

@@ -15,6 +15,7 @@ packages=(
   libopenblas-dev                  # matmul / mm / bmm for float32 and float64
   libopenblas-openmp-dev           # OpenBLAS's OpenMP build, which kiln links when present
                                    # (its threads are kiln's OpenMP team: runtime/src/linalg.cpp)
+  libdnnl-dev                      # oneDNN: float32 products at the CPU's own vector width
   libfmt-dev                       # formatting (printing, error messages)
   libcli11-dev                     # command-line parsing for tools
   libgomp1                         # OpenMP runtime: parallel-for in the eager kernels

@@ -197,6 +197,11 @@ WORKLOADS = {
     "op_softmax_attn": (_unary(lambda: torch.randn(32, 8, 100, 100), lambda s: torch.softmax(s, -1)),
                         2 * B_ATT * Q_ATT * Q_ATT * F4, 2 * B_ATT * Q_ATT * Q_ATT * F4, 0, True),
 }
+# float32 products, the second operand transposed (kiln-eager-bench's op_mm_<n>)
+for _n in (16, 64, 128, 256, 1024):
+    WORKLOADS[f"op_mm_{_n}"] = (_unary(lambda n=_n: (torch.randn(n, n), torch.randn(n, n)),
+                                       lambda ab: torch.mm(ab[0], ab[1].t())),
+                                3.0 * _n * _n * F4, 3.0 * _n * _n * F4, 2.0 * _n ** 3, True)
 
 
 def reps_for(args, warm_seconds):

@@ -231,6 +231,16 @@ std::vector<Workload> workloads() {
       Tensor q = randn({32, 8, 100, 64}), k = randn({32, 8, 100, 64});
       return Prepared{[=] { return einsum("bhqd,bhkd->bhqk", {q, k}); }, nullptr};
     }});
+    // float32 products from 16^3 to 1024^3, the second operand transposed as einsum's is: the
+    // sizes around which OpenBLAS and oneDNN trade places (KILN_CPU_BLAS; docs/perf.md, session 30)
+    for (int64_t n : {16, 64, 128, 256, 1024}) {
+      const double nn = double(n) * double(n);
+      w.push_back({"op_mm_" + std::to_string(n), "mm(a, b.t()), a, b: [" + std::to_string(n) + ", " + std::to_string(n) + "]",
+                   3 * nn * f4, 3 * nn * f4, 2 * nn * double(n), true, [=] {
+        Tensor a = randn({n, n}), b = randn({n, n});
+        return Prepared{[=] { return mm(a, b.t()); }, nullptr};
+      }});
+    }
     w.push_back({"op_softmax_attn", "softmax(s, -1), s: [32, 8, 100, 100]", 2 * B * Q * Q * f4, 2 * B * Q * Q * f4, 0,
                  true, [=] {
       Tensor sc = randn({32, 8, 100, 100});

@@ -54,6 +54,16 @@ int cuda_tile() {
 }
 
 bool cuda_row_groups() { return read_setting("KILN_CUDA_ROW_GROUPS", 1, 0, 1) == 1; }
+CpuBlas cpu_blas() {
+  const char* v = std::getenv("KILN_CPU_BLAS");
+  if (!v || !*v) return CpuBlas::Auto;
+  const std::string s = v;
+  if (s == "auto") return CpuBlas::Auto;
+  if (s == "onednn") return CpuBlas::OneDnn;
+  if (s == "openblas") return CpuBlas::OpenBlas;
+  KILN_FAIL("env", "KILN_CPU_BLAS=", s, ": expected auto, onednn or openblas");
+}
+
 bool cpu_row_groups() { return read_setting("KILN_CPU_ROW_GROUPS", 1, 0, 1) == 1; }
 bool profile() { return read_setting("KILN_PROFILE", 0, 0, 1) == 1; }
 std::string profile_trace() {

@@ -1,5 +1,6 @@
-// Matrix products: mm, bmm, matmul (every rank case PyTorch has), addmm. On the CPU float32/
-// float64 go through OpenBLAS, 16-bit floats through float32 OpenBLAS, integers through a
+// Matrix products: mm, bmm, matmul (every rank case PyTorch has), addmm. On the CPU float32
+// goes through oneDNN's sgemm where kiln was built with it (KILN_CPU_BLAS, below) or OpenBLAS,
+// float64 through OpenBLAS, 16-bit floats through the float32 product, integers through a
 // blocked loop. On a GPU the floating types go through cuBLAS (one strided-batched call per
 // product); integers run on the host's loop.
 //
@@ -8,12 +9,16 @@
 // calls them for the opaque kernels of its programs (device_ops::run_library).
 #include <cblas.h>
 #include <omp.h>
+#ifdef KILN_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
 
 #include <algorithm>
 #include <mutex>
 #include <optional>
 
 #include "cuda/blas.h"
+#include "kiln/runtime/env.h"
 #include "ops_common.h"
 
 namespace kiln {
@@ -141,7 +146,12 @@ class BlasOnCallers {
 };
 
 // Below this many multiply-adds a product runs on one thread (waking the others costs more).
-constexpr int64_t kGemmParallelWork = int64_t(1) << 18;
+// Held there: both libraries would thread a call on kiln's team by their own rules (oneDNN even
+// 64^3). kiln-eager-bench on the Zen 5 host of session 30, oneDNN, 2 threads, OpenMP's default
+// wait policy: 64^3 threaded 4 us against 3 on one thread; 128^3 (2^21) 11 against 18 us.
+// Waking sleeping threads costs about 45 us there (OMP_WAIT_POLICY=PASSIVE), which moves the
+// break-even past 256^3; that setting is the caller's choice, so the threshold is the default's.
+constexpr int64_t kGemmParallelWork = int64_t(1) << 20;
 // With OpenBLAS's OpenMP build, a product of at least this many columns runs as one call that
 // OpenBLAS threads; narrower ones split by rows (or columns) across kiln's threads, one call
 // each. relu(x @ W + b) compiled, an interleaved A/B (session 15, docs/perf.md), threaded
@@ -150,22 +160,82 @@ constexpr int64_t kGemmParallelWork = int64_t(1) << 18;
 // 0.87, [1024,1024]x[1024,64] 0.64 / 0.52, [8192,512]x[512,512] 14.8 / 14.5.
 constexpr int64_t kBlasThreadedMinCols = 1024;
 
+// Float32 products of at least this many multiply-adds go to oneDNN under KILN_CPU_BLAS=auto.
+// oneDNN's sgemm JIT-compiles its kernels for the CPU's own vector width (AVX-512 where it has
+// it), while OpenBLAS may run narrower ones: the environment can pin its core type (an old
+// OpenBLAS's kernels for a newer core can be wrong), and a build older than the core does not
+// know it. On a Zen 5 host with OpenBLAS 0.3.21 on Haswell kernels, 2 threads: 1024^3 4.4 ms
+// against 8.6, 64^3 2.9 us against 4.9, but 16^3 0.30 us against 0.15 (docs/perf.md, session
+// 30): below the threshold a call's own cost decides. oneDNN's first product in a process also
+// generates its kernels, about 25 ms once.
+constexpr int64_t kOneDnnMinWork = int64_t(1) << 15;
+
+#ifdef KILN_HAVE_ONEDNN
+constexpr bool kHaveOneDnn = true;
+#else
+constexpr bool kHaveOneDnn = false;
+#endif
+
+// Whether float32 products of `work` multiply-adds (per call) run on oneDNN under `setting`.
+bool sgemm_on_onednn(env::CpuBlas setting, int64_t work) {
+  switch (setting) {
+    case env::CpuBlas::OpenBlas: return false;
+    case env::CpuBlas::OneDnn:
+      KILN_CHECK(kHaveOneDnn, "matmul", "KILN_CPU_BLAS=onednn: this kiln was built without oneDNN (KILN_WITH_ONEDNN)");
+      return true;
+    case env::CpuBlas::Auto: break;
+  }
+  return kHaveOneDnn && work >= kOneDnnMinWork;
+}
+
+// A BLAS call on its caller's thread alone: both libraries' OpenMP builds thread a call over the
+// caller's OpenMP thread count (and none inside a parallel region), so outside one that count is
+// set to 1 for the call and put back after (it is the calling thread's own setting).
+class OneThread {
+ public:
+  explicit OneThread(bool on) : was_(omp_get_max_threads()), on_(on && was_ != 1 && !omp_in_parallel()) {
+    if (on_) omp_set_num_threads(1);
+  }
+  ~OneThread() {
+    if (on_) omp_set_num_threads(was_);
+  }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int was_;
+  bool on_;
+};
+
 // Rows [i0, i1) and columns [j0, j1) of product `batch_index` of a float32/float64 batch (out
-// points at that product), through one BLAS call.
+// points at that product), through one BLAS call (`onednn`: float32 on oneDNN; on the caller's
+// thread alone where `one_thread`).
 template <typename T>
 void blas_block(const BlasMat& A, const BlasMat& B, T* out, int64_t m, int64_t k, int64_t batch_index,
-                int64_t i0, int64_t i1, int64_t j0, int64_t j1, T alpha, T beta) {
+                int64_t i0, int64_t i1, int64_t j0, int64_t j1, T alpha, T beta, bool onednn, bool one_thread) {
   // Row i of op(A) starts at i * ld (row-major) or at column i (transposed); likewise column j of op(B).
   const T* a = A.t.data_ptr<T>() + batch_index * A.batch_stride() + (A.trans ? i0 : i0 * A.ld);
   const T* b = B.t.data_ptr<T>() + batch_index * B.batch_stride() + (B.trans ? j0 * B.ld : j0);
   T* o = out + i0 * m + j0;
   auto ta = A.trans ? CblasTrans : CblasNoTrans, tb = B.trans ? CblasTrans : CblasNoTrans;
-  if constexpr (std::is_same_v<T, float>)
+  OneThread narrow(one_thread);
+  if constexpr (std::is_same_v<T, float>) {
+#ifdef KILN_HAVE_ONEDNN
+    if (onednn) {
+      dnnl_status_t st = dnnl_sgemm(A.trans ? 'T' : 'N', B.trans ? 'T' : 'N', i1 - i0, j1 - j0, k, alpha, a, A.ld, b,
+                                    B.ld, beta, o, m);
+      KILN_CHECK(st == dnnl_success, "matmul", "oneDNN's sgemm of [", i1 - i0, ", ", k, "] x [", k, ", ", j1 - j0,
+                 "] failed with status ", int(st));
+      return;
+    }
+#endif
     cblas_sgemm(CblasRowMajor, ta, tb, int(i1 - i0), int(j1 - j0), int(k), alpha, a, int(A.ld), b, int(B.ld), beta,
                 o, int(m));
-  else
+  } else {
     cblas_dgemm(CblasRowMajor, ta, tb, int(i1 - i0), int(j1 - j0), int(k), alpha, a, int(A.ld), b, int(B.ld), beta,
                 o, int(m));
+  }
+  (void)onednn;
 }
 
 // Every matrix of the batch: split across kiln's threads by whole matrices when there are enough
@@ -178,31 +248,37 @@ void blas_products(const Tensor& a, const Tensor& b, Tensor& out, T alpha, T bet
   BlasMat A = blas_view(a), B = blas_view(b);
   T* o = out.data_ptr<T>();
   const int64_t threads = cpu::num_threads();
-  const bool team = blas_on_kiln_team(threads);
+  // (oneDNN threads itself over kiln's OpenMP team as OpenBLAS's OpenMP build does: its calls
+  // follow the same split; the decision is per product, by one matrix's work)
+  const env::CpuBlas setting = env::cpu_blas();  // (read for every product: a bad value is reported)
+  const bool onednn = std::is_same_v<T, float> && sgemm_on_onednn(setting, n * m * k);
+  const bool team = blas_on_kiln_team(threads) || (onednn && threads == omp_get_max_threads());
   std::optional<BlasOnCallers> on_callers;
   if (!team) on_callers.emplace();
+  // (a call on kiln's team threads itself; elsewhere kiln splits the work, or it is too small)
+  auto block = [&](int64_t i, int64_t i0, int64_t i1, int64_t j0, int64_t j1, bool threaded = false) {
+    blas_block<T>(A, B, o + i * n * m, m, k, i, i0, i1, j0, j1, alpha, beta, onednn, !(team && threaded));
+  };
   if (batch * n * m * k < kGemmParallelWork || threads <= 1) {
-    // (on kiln's team OpenBLAS keeps products this small on their caller by itself: its
-    // threshold is the same 2^18 multiply-adds)
-    for (int64_t i = 0; i < batch; ++i) blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, 0, m, alpha, beta);
+    for (int64_t i = 0; i < batch; ++i) block(i, 0, n, 0, m);
     return;
   }
   if (batch >= 2 * threads || batch % threads == 0) {
     cpu::parallel_for(batch, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t i = b0; i < b1; ++i) blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, 0, m, alpha, beta);
+      for (int64_t i = b0; i < b1; ++i) block(i, 0, n, 0, m);
     });
     return;
   }
   if (team && m >= kBlasThreadedMinCols && !omp_in_parallel()) {
-    for (int64_t i = 0; i < batch; ++i) blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, 0, m, alpha, beta);
+    for (int64_t i = 0; i < batch; ++i) block(i, 0, n, 0, m, true);
     return;
   }
   const bool by_rows = n >= m || n >= 16 * threads;
   const int64_t extent = by_rows ? n : m;
   for (int64_t i = 0; i < batch; ++i)
     cpu::parallel_for(extent, 8, [&](int64_t s0, int64_t s1) {
-      if (by_rows) blas_block<T>(A, B, o + i * n * m, m, k, i, s0, s1, 0, m, alpha, beta);
-      else blas_block<T>(A, B, o + i * n * m, m, k, i, 0, n, s0, s1, alpha, beta);
+      if (by_rows) block(i, s0, s1, 0, m);
+      else block(i, 0, n, s0, s1);
     });
 }
 
@@ -255,7 +331,26 @@ void gemm_on_host(const Tensor& a, const Tensor& b, Tensor& out, double alpha, d
 
 std::string blas_library() {
   const int p = openblas_get_parallel();
-  return std::string(openblas_get_config()) + (p == 2 ? " (OpenMP build)" : p == 1 ? " (pthread build)" : " (sequential build)");
+  std::string s = std::string(openblas_get_config()) +
+                  (p == 2 ? " (OpenMP build)" : p == 1 ? " (pthread build)" : " (sequential build)");
+#ifdef KILN_HAVE_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  const char* isa = "";
+  switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_avx512_core: isa = ", AVX-512"; break;
+    case dnnl_cpu_isa_avx512_core_vnni: isa = ", AVX-512 VNNI"; break;
+    case dnnl_cpu_isa_avx512_core_bf16: isa = ", AVX-512 BF16"; break;
+    case dnnl_cpu_isa_avx512_core_amx: isa = ", AVX-512 AMX"; break;
+    case dnnl_cpu_isa_avx2: isa = ", AVX2"; break;
+    case dnnl_cpu_isa_avx2_vnni: isa = ", AVX2 VNNI"; break;
+    default: break;
+  }
+  s += "; float32 products of at least 2^15 multiply-adds: oneDNN " + std::to_string(v->major) + "." +
+       std::to_string(v->minor) + "." + std::to_string(v->patch) + isa;
+  const env::CpuBlas c = env::cpu_blas();
+  if (c != env::CpuBlas::Auto) s += c == env::CpuBlas::OneDnn ? " (KILN_CPU_BLAS=onednn: all of them)" : " (KILN_CPU_BLAS=openblas: none)";
+#endif
+  return s;
 }
 
 namespace {

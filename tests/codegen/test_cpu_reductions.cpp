@@ -466,6 +466,15 @@ TEST(CpuOpsReductionEdgeCases, ShortLeadingLoopsSplitAcrossThreadsFlattened) {
   }
 }
 
+// The workload's n-body forces (tools/workloads): pos [c, N], mass [N].
+V nbody_forces(const V& in) {
+  const Tensor &pos = in[0], &mass = in[1];
+  Tensor diff = pos.unsqueeze(1) - pos.unsqueeze(2);
+  Tensor dist = diff.norm(2, {0});
+  Tensor forces = 6.67e-11 * mass.unsqueeze(1) * mass.unsqueeze(0) / pow(dist, 2);
+  return V{(diff / dist * forces.unsqueeze(0)).nansum({2})};
+}
+
 // Row groups (passes::unroll_outer_loop): a reduction whose outermost loop is 2 to 4 long and
 // whose copies share work runs that loop unrolled into its body, the shared work once for all.
 // n-body in 2-d (300 bodies: the grouped kernel's [300, 300] is split across threads) and 3-d
@@ -476,13 +485,7 @@ TEST(CpuOpsReductionEdgeCases, ShortLeadingLoopsSplitAcrossThreadsFlattened) {
 // threads, with row groups on and off (each matching eager), and each case checked to be
 // compiled grouped (`emit_cpu` says so).
 TEST(CpuOpsReductionEdgeCases, RowGroupsShareWorkAcrossAShortOuterLoop) {
-  auto nbody = [](const V& in) {
-    const Tensor &pos = in[0], &mass = in[1];
-    Tensor diff = pos.unsqueeze(1) - pos.unsqueeze(2);
-    Tensor dist = diff.norm(2, {0});
-    Tensor forces = 6.67e-11 * mass.unsqueeze(1) * mass.unsqueeze(0) / pow(dist, 2);
-    return V{(diff / dist * forces.unsqueeze(0)).nansum({2})};
-  };
+  const Fn nbody = nbody_forces;
   struct Case {
     std::string name;
     Fn fn;
@@ -556,6 +559,30 @@ TEST(CpuOpsReductionEdgeCases, RowGroupsShareWorkAcrossAShortOuterLoop) {
         }
       }
     }
+  }
+}
+
+// A grouped kernel does each element's work once per copy of the unrolled loop, so its launch
+// counts the copies when deciding on threads (plan_threads in cpu/program.cpp; emit_cpu prints
+// the decision): n-body in 2-d over 128 bodies is [128, 128] per copy, 16384 elements, under
+// the 2^15 that wakes the threads, but 32768 with both copies; 90 bodies stay on one thread.
+TEST(CpuOpsReductionEdgeCases, RowGroupsCountTheirCopiesWhenDecidingOnThreads) {
+  kiln::testing::ScopedEnv t("KILN_NUM_THREADS", "2");
+  const Fn nbody = nbody_forces;
+  for (auto [bodies, want] : {std::pair<int64_t, std::string>{128, "threads: 2 over loop"},
+                              {90, "threads: 1 (16200 elements of work, under 32768)"}}) {
+    auto f = compile(nbody, cpu_options());
+    V in{make(kFloat32, {2, bodies}, Layout::Contiguous, 5, Values::Any, Specials::None),
+         make(kFloat32, {bodies}, Layout::Contiguous, 6, Values::Positive, Specials::None)};
+    (void)f(in);
+    passes::Module m = passes::optimize(ir::parse(f.explain(in).graphs.at(0).text));
+    const std::string code = codegen::emit_cpu(*m.program, codegen::CpuEmit::Code);
+    EXPECT_NE(code.find("row groups: loop 0 (2)"), std::string::npos) << bodies << " bodies:\n" << code;
+    EXPECT_NE(code.find(want), std::string::npos) << bodies << " bodies:\n" << code;
+    check(nbody, [&](int call) {
+      return V{make(kFloat32, {2, bodies}, Layout::Contiguous, 7 + uint64_t(call), Values::Any, Specials::None),
+               make(kFloat32, {bodies}, Layout::Contiguous, 9 + uint64_t(call), Values::Positive, Specials::None)};
+    }, Expect{});
   }
 }
 

@@ -6,16 +6,28 @@
 #include <string>
 #include <thread>
 
+#include "../common/scoped_env.h"
 #include "test_util.h"
 
 using namespace kiln;
 using kiln::testing::expect_error;
 using kiln::testing::expect_values;
+using kiln::testing::ScopedEnv;
 
 namespace {
 // Reference product through broadcasting and sum, independent of the BLAS path.
 Tensor ref_mm(const Tensor& a, const Tensor& b) { return (a.unsqueeze(2) * b.unsqueeze(0)).sum({1}); }
 double max_diff(const Tensor& a, const Tensor& b) { return (a.to(kFloat64) - b.to(kFloat64)).abs().max().item<double>(); }
+
+// The libraries float32 products can run on (KILN_CPU_BLAS, read at each product): each is
+// tested, and the default (null: unset).
+std::vector<const char*> cpu_blas_settings() {
+#if KILN_TEST_ONEDNN
+  return {"openblas", "onednn", nullptr};
+#else
+  return {"openblas", nullptr};
+#endif
+}
 }  // namespace
 
 TEST(Linalg, MmAllLayouts) {
@@ -82,7 +94,31 @@ TEST(Linalg, AddmmAndEinsum) {
 // Products large enough to be split across threads (kGemmParallelWork multiply-adds): by whole
 // matrices of a batch, by row slabs and by column slabs of one matrix, with transposed, sliced
 // and repeated (batch stride 0) operands and addmm's alpha/beta, each against the reference.
+// Which library runs float32 products: oneDNN where kiln was built with it, by default for
+// products of at least 2^15 multiply-adds; a bad KILN_CPU_BLAS names itself.
+TEST(Linalg, Float32ProductsChooseTheirLibrary) {
+#if KILN_TEST_ONEDNN
+  EXPECT_NE(blas_library().find("oneDNN"), std::string::npos) << blas_library();
+#else
+  EXPECT_EQ(blas_library().find("oneDNN"), std::string::npos) << blas_library();
+  {
+    ScopedEnv only("KILN_CPU_BLAS", "onednn");
+    expect_error([] { mm(ones({40, 40}), ones({40, 40})); }, "built without oneDNN");
+  }
+#endif
+  ScopedEnv bad("KILN_CPU_BLAS", "mkl");
+  expect_error([] { mm(ones({40, 40}), ones({40, 40})); }, "KILN_CPU_BLAS=mkl: expected auto, onednn or openblas");
+  // (a product too small for oneDNN reads the setting too, and so does a float64 one)
+  expect_error([] { mm(ones({2, 2}), ones({2, 2})); }, "KILN_CPU_BLAS=mkl");
+  Tensor d = ones({40, 40}, kFloat64);
+  expect_error([&] { mm(d, d); }, "KILN_CPU_BLAS=mkl");
+}
+
+// Each library, on every way kiln splits a product across its threads.
 TEST(Linalg, ThreadedProductsCoverEveryPartition) {
+  for (const char* blas : cpu_blas_settings()) {
+  ScopedEnv setting("KILN_CPU_BLAS", blas);
+  SCOPED_TRACE(std::string("KILN_CPU_BLAS=") + (blas ? blas : "(unset)"));
   manual_seed(12);
   for (DType dt : {kFloat32, kFloat64}) {
     const double tol = dt == kFloat32 ? 2e-3 : 1e-9;
@@ -104,6 +140,10 @@ TEST(Linalg, ThreadedProductsCoverEveryPartition) {
     Tensor q = randn({4, 8, 100, 64}, dt), k = randn({4, 8, 100, 64}, dt);
     Tensor s = einsum("bhqd,bhkd->bhqk", {q, k});
     EXPECT_LT(max_diff(s.index({3, 5}), ref_mm(q.index({3, 5}), k.index({3, 5}).t())), tol);
+    // both operands transposed, just over oneDNN's threshold (one thread)
+    Tensor at = randn({33, 40}, dt).t(), bt2 = randn({30, 33}, dt).t();
+    EXPECT_LT(max_diff(mm(at, bt2), ref_mm(at, bt2)), tol);
+  }
   }
 }
 
@@ -149,16 +189,19 @@ TEST(Linalg, WideProductsThreadedByTheBlas) {
   EXPECT_NE(blas_library().find("(OpenMP build)"), std::string::npos) << blas_library();
 #endif
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (const char* blas : cpu_blas_settings())
   for (const char* threads : {"", "3", "1"}) {
-    std::string cmd = std::string(*threads ? "KILN_NUM_THREADS=" : "") + threads + " KILN_LINALG_CHILD=1 '" + self +
+    // (env's -u options before its assignments)
+    std::string cmd = std::string("env ") + (*threads ? "" : "-u KILN_NUM_THREADS ") + (blas ? "" : "-u KILN_CPU_BLAS ") +
+                      (*threads ? std::string("KILN_NUM_THREADS=") + threads + " " : "") +
+                      (blas ? std::string("KILN_CPU_BLAS=") + blas + " " : "") + "KILN_LINALG_CHILD=1 '" + self +
                       "' --gtest_filter=Linalg.WideProductsChild 2>&1";
-    if (!*threads) cmd = "env -u KILN_NUM_THREADS " + cmd;
     std::string out;
     FILE* p = popen(cmd.c_str(), "r");
     char buf[4096];
     while (p && std::fgets(buf, sizeof buf, p)) out += buf;
     const int status = p ? pclose(p) : -1;
     EXPECT_TRUE(status == 0 && out.find("[  PASSED  ] 1 test") != std::string::npos)
-        << "KILN_NUM_THREADS=" << threads << ":\n" << out;
+        << "KILN_CPU_BLAS=" << (blas ? blas : "(unset)") << " KILN_NUM_THREADS=" << threads << ":\n" << out;
   }
 }

@@ -53,6 +53,48 @@ constexpr int64_t kKernelIrVersion = 1;
 // waking the other threads costs more than they save.
 constexpr int64_t kParallelMinElements = int64_t(1) << 15;
 
+// How a launch of a kernel uses the kernel threads: the launch follows it, and emit_cpu prints it
+// (dump-ir --emit=code), so that what runs threaded can be read and tested.
+struct ThreadPlan {
+  int64_t work = 1;   // elements of the loop space, times the copies of an unrolled loop
+  int64_t outer = 1;  // the range the threads divide: the leading loops flattened, or a split reduction's loop 0
+  int loops = 0;      // how many leading loops that range spans
+  int threads = 1;
+  bool split = false;  // a full reduction split along loop 0: partial per thread, then finish
+};
+
+// `splits`: the kernel was compiled with partial and finish functions (splits_reduction);
+// `copies`: it does that many of its loop space's elements per element (row groups: the copies
+// of an unrolled loop), which counts towards the work; `max_threads`: the kernel threads.
+ThreadPlan plan_threads(const passes::Kernel& k, bool generic, bool splits, int64_t copies, int max_threads) {
+  ThreadPlan t;
+  t.work = copies;
+  for (int64_t e : k.loops) t.work *= e;
+  const bool has_outer = k.reduce_from > 0 && !k.loops.empty();
+  t.split = !has_outer && splits && t.work >= kParallelMinElements;
+  if (t.split) t.outer = k.loops[0], t.loops = 1;
+  if (has_outer)  // (the leading loops the kernel runs as one range: emit.h's thread_loops)
+    for (t.loops = 0; t.loops < cpu::thread_loops(k, generic); ++t.loops) t.outer *= k.loops[size_t(t.loops)];
+  t.threads = (has_outer || t.split) && t.work >= kParallelMinElements ? int(std::min<int64_t>(t.outer, max_threads)) : 1;
+  if (t.threads <= 1) t.split = false;
+  return t;
+}
+
+// What plan_threads decided, as a sentence.
+std::string describe(const ThreadPlan& t) {
+  std::ostringstream o;
+  o << "threads: " << t.threads;
+  if (t.threads > 1 && t.split)
+    o << ", a split reduction: each thread a part of loop 0 (" << t.outer << "), then one combines them";
+  else if (t.threads > 1)
+    o << " over " << (t.loops == 1 ? "loop 0" : "loops 0-" + std::to_string(t.loops - 1)) << " (" << t.outer << ")";
+  else if (t.work < kParallelMinElements)
+    o << " (" << t.work << " elements of work, under " << kParallelMinElements << ")";
+  else
+    o << " (no leading loop to divide)";
+  return o.str();
+}
+
 // " same N" when operand j (loads, then stores) shares its buffer with an earlier operand N (the
 // first): what decides noalias, part of both key texts.
 std::string shared_with(const passes::Kernel& k, size_t j) {
@@ -226,7 +268,7 @@ struct Launch {
   KernelFns fns;
   int64_t outer = 1;
   int threads = 1;
-  bool split = false;  // a full reduction split along loop 0: partial per thread, then finish
+  bool split = false;  // (plan_threads')
   int slots_per_part = 0;  // split: the reductions' accumulators (8 bytes each)
   std::vector<int64_t> sizes;  // a size-generic kernel's extents and strides (after the host numbers)
   std::vector<Check> checks;   // what each bit of the status word raises
@@ -238,15 +280,8 @@ struct Launch {
     if (generic) sizes = cpu::generic_args(kernel);
     checks = code.checks;
     for (const Instr& in : code.code) slots_per_part += in.op == EOp::Reduce;
-    int64_t work = copies;
-    for (int64_t e : kernel.loops) work *= e;
-    bool has_outer = kernel.reduce_from > 0 && !kernel.loops.empty();
-    split = !has_outer && fns.partial && work >= kParallelMinElements;
-    outer = split ? kernel.loops[0] : 1;
-    if (has_outer)  // (the leading loops the kernel runs as one range: emit.h's thread_loops)
-      for (int d = 0; d < cpu::thread_loops(kernel, generic); ++d) outer *= kernel.loops[size_t(d)];
-    threads = (has_outer || split) && work >= kParallelMinElements ? int(std::min<int64_t>(outer, env::num_threads())) : 1;
-    if (threads <= 1) split = false;
+    const ThreadPlan t = plan_threads(kernel, generic, fns.partial != nullptr, copies, env::num_threads());
+    outer = t.outer, threads = t.threads, split = t.split;
   }
 
   // `first` (when given) is the tensor the kernel's load 0 reads instead of a program buffer: the
@@ -493,6 +528,12 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic)
       o << comment << " not compiled: " << low.why << "\n\n";
       continue;
     }
+#if KILN_WITH_LLVM  // (without it every kernel runs on the reference executor, on one thread)
+    o << comment << " "
+      << describe(plan_threads(kc, generic, splits_reduction(kc, *low.code, true), grouped ? k.loops[0] : 1,
+                               env::num_threads()))
+      << "\n";
+#endif
     if (what == CpuEmit::Code) {
       o << low.code->str() << "\n";
       continue;

@@ -26,6 +26,14 @@ bool cuda_row_groups();
 // into its body where the copies share work (passes::unroll_outer_loop; docs/codegen.md); 0: not.
 bool cpu_row_groups();
 
+// KILN_CPU_BLAS: the library float32 products run on on the CPU, read at each product. auto
+// (default): oneDNN's sgemm where kiln was built with it (KILN_WITH_ONEDNN) for products of at
+// least 2^15 multiply-adds, OpenBLAS for the smaller ones and without oneDNN; onednn: every
+// float32 product through oneDNN (kiln::Error where it was built without); openblas: none.
+// float64 products always run on OpenBLAS (oneDNN has no double-precision product).
+enum class CpuBlas { Auto, OneDnn, OpenBlas };
+CpuBlas cpu_blas();
+
 // KILN_PROFILE: 1 records every kernel of the process and prints the kernel profile's table
 // on stderr at exit (kiln/runtime/profile.h); 0 (default): only a kiln::Profiler records.
 bool profile();

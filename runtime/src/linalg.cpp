@@ -145,13 +145,17 @@ class BlasOnCallers {
   int omp_threads_;
 };
 
-// Below this many multiply-adds a product runs on one thread (waking the others costs more).
-// Held there: both libraries would thread a call on kiln's team by their own rules (oneDNN even
-// 64^3). kiln-eager-bench on the Zen 5 host of session 30, oneDNN, 2 threads, OpenMP's default
-// wait policy: 64^3 threaded 4 us against 3 on one thread; 128^3 (2^21) 11 against 18 us.
-// Waking sleeping threads costs about 45 us there (OMP_WAIT_POLICY=PASSIVE), which moves the
-// break-even past 256^3; that setting is the caller's choice, so the threshold is the default's.
-constexpr int64_t kGemmParallelWork = int64_t(1) << 20;
+// Below this many multiply-adds a product runs on one thread (waking the others costs more);
+// OpenBLAS's OpenMP build keeps products this small on their caller by itself on kiln's team
+// (its threshold is the same).
+constexpr int64_t kGemmParallelWork = int64_t(1) << 18;
+// The same for a product on oneDNN, which would thread a call on kiln's team by its own rules
+// (even 64^3): below it the call is held to one thread. kiln-eager-bench on the Zen 5 host of
+// session 30, 2 threads, OpenMP's default wait policy: 64^3 threaded 4 us against 3 on one
+// thread; 128^3 (2^21) 11 against 18 us. Waking sleeping threads costs about 45 us there
+// (OMP_WAIT_POLICY=PASSIVE), which moves the break-even past 256^3; that setting is the
+// caller's choice, so the threshold is the default's.
+constexpr int64_t kOneDnnParallelWork = int64_t(1) << 20;
 // With OpenBLAS's OpenMP build, a product of at least this many columns runs as one call that
 // OpenBLAS threads; narrower ones split by rows (or columns) across kiln's threads, one call
 // each. relu(x @ W + b) compiled, an interleaved A/B (session 15, docs/perf.md), threaded
@@ -188,9 +192,11 @@ bool sgemm_on_onednn(env::CpuBlas setting, int64_t work) {
   return kHaveOneDnn && work >= kOneDnnMinWork;
 }
 
-// A BLAS call on its caller's thread alone: both libraries' OpenMP builds thread a call over the
-// caller's OpenMP thread count (and none inside a parallel region), so outside one that count is
-// set to 1 for the call and put back after (it is the calling thread's own setting).
+// A oneDNN call on its caller's thread alone: oneDNN threads a call over the caller's OpenMP
+// thread count (and none inside a parallel region), so outside one that count is set to 1 for
+// the call and put back after (it is the calling thread's own setting). (OpenBLAS's OpenMP build
+// reads it too, but keeps a global of its own that follows it: OpenBLAS is left to its rules
+// and to BlasOnCallers.)
 class OneThread {
  public:
   explicit OneThread(bool on) : was_(omp_get_max_threads()), on_(on && was_ != 1 && !omp_in_parallel()) {
@@ -208,7 +214,7 @@ class OneThread {
 };
 
 // Rows [i0, i1) and columns [j0, j1) of product `batch_index` of a float32/float64 batch (out
-// points at that product), through one BLAS call (`onednn`: float32 on oneDNN; on the caller's
+// points at that product), through one BLAS call (`onednn`: float32 on oneDNN, on the caller's
 // thread alone where `one_thread`).
 template <typename T>
 void blas_block(const BlasMat& A, const BlasMat& B, T* out, int64_t m, int64_t k, int64_t batch_index,
@@ -218,14 +224,16 @@ void blas_block(const BlasMat& A, const BlasMat& B, T* out, int64_t m, int64_t k
   const T* b = B.t.data_ptr<T>() + batch_index * B.batch_stride() + (B.trans ? j0 * B.ld : j0);
   T* o = out + i0 * m + j0;
   auto ta = A.trans ? CblasTrans : CblasNoTrans, tb = B.trans ? CblasTrans : CblasNoTrans;
-  OneThread narrow(one_thread);
   if constexpr (std::is_same_v<T, float>) {
 #ifdef KILN_HAVE_ONEDNN
     if (onednn) {
+      OneThread narrow(one_thread);
       dnnl_status_t st = dnnl_sgemm(A.trans ? 'T' : 'N', B.trans ? 'T' : 'N', i1 - i0, j1 - j0, k, alpha, a, A.ld, b,
                                     B.ld, beta, o, m);
       KILN_CHECK(st == dnnl_success, "matmul", "oneDNN's sgemm of [", i1 - i0, ", ", k, "] x [", k, ", ", j1 - j0,
-                 "] failed with status ", int(st));
+                 "] (product ", batch_index, ", a ", A.trans ? "transposed" : "row-major", " with leading dim ", A.ld,
+                 ", b ", B.trans ? "transposed" : "row-major", " with leading dim ", B.ld, ", out's ", m,
+                 ") failed with status ", int(st));
       return;
     }
 #endif
@@ -235,7 +243,7 @@ void blas_block(const BlasMat& A, const BlasMat& B, T* out, int64_t m, int64_t k
     cblas_dgemm(CblasRowMajor, ta, tb, int(i1 - i0), int(j1 - j0), int(k), alpha, a, int(A.ld), b, int(B.ld), beta,
                 o, int(m));
   }
-  (void)onednn;
+  (void)onednn, (void)one_thread;
 }
 
 // Every matrix of the batch: split across kiln's threads by whole matrices when there are enough
@@ -259,7 +267,7 @@ void blas_products(const Tensor& a, const Tensor& b, Tensor& out, T alpha, T bet
   auto block = [&](int64_t i, int64_t i0, int64_t i1, int64_t j0, int64_t j1, bool threaded = false) {
     blas_block<T>(A, B, o + i * n * m, m, k, i, i0, i1, j0, j1, alpha, beta, onednn, !(team && threaded));
   };
-  if (batch * n * m * k < kGemmParallelWork || threads <= 1) {
+  if (batch * n * m * k < (onednn ? kOneDnnParallelWork : kGemmParallelWork) || threads <= 1) {
     for (int64_t i = 0; i < batch; ++i) block(i, 0, n, 0, m);
     return;
   }

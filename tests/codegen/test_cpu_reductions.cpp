@@ -563,8 +563,8 @@ TEST(CpuOpsReductionEdgeCases, RowGroupsShareWorkAcrossAShortOuterLoop) {
 }
 
 // A grouped kernel does each element's work once per copy of the unrolled loop, so its launch
-// counts the copies when deciding on threads (plan_threads in cpu/program.cpp; emit_cpu prints
-// the decision): n-body in 2-d over 128 bodies is [128, 128] per copy, 16384 elements, under
+// counts the copies when deciding on threads (plan_threads in cpu/program.cpp, with the copies
+// row_groups gives both the launch and emit_cpu, which prints the decision): n-body in 2-d over 128 bodies is [128, 128] per copy, 16384 elements, under
 // the 2^15 that wakes the threads, but 32768 with both copies; 90 bodies stay on one thread.
 TEST(CpuOpsReductionEdgeCases, RowGroupsCountTheirCopiesWhenDecidingOnThreads) {
   kiln::testing::ScopedEnv t("KILN_NUM_THREADS", "2");

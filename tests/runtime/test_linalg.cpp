@@ -91,14 +91,27 @@ TEST(Linalg, AddmmAndEinsum) {
   expect_error([&] { einsum("ij->iz", {a}); }, "output subscript z does not appear");
 }
 
-// Products large enough to be split across threads (kGemmParallelWork multiply-adds): by whole
-// matrices of a batch, by row slabs and by column slabs of one matrix, with transposed, sliced
-// and repeated (batch stride 0) operands and addmm's alpha/beta, each against the reference.
 // Which library runs float32 products: oneDNN where kiln was built with it, by default for
-// products of at least 2^15 multiply-adds; a bad KILN_CPU_BLAS names itself.
+// products of at least 2^15 multiply-adds. The libraries round differently (they sum a row's
+// 512 products in other orders), so the default's bits show which one ran: [8, 512] x [512, 8]
+// (2^15) those of KILN_CPU_BLAS=onednn, [8, 511] x [511, 8] those of openblas. A bad setting
+// names itself, for float64 products too.
 TEST(Linalg, Float32ProductsChooseTheirLibrary) {
+  auto product = [](const char* setting, int64_t k) {
+    ScopedEnv s("KILN_CPU_BLAS", setting);
+    manual_seed(40);
+    Tensor a = randn({8, k}), b = randn({k, 8});
+    return mm(a, b);
+  };
+  auto same_bits = [](const Tensor& x, const Tensor& y) { return x.eq(y).all().item<bool>(); };
 #if KILN_TEST_ONEDNN
   EXPECT_NE(blas_library().find("oneDNN"), std::string::npos) << blas_library();
+  for (int64_t k : {512, 511}) {
+    Tensor by_default = product(nullptr, k), one = product("onednn", k), open = product("openblas", k);
+    ASSERT_FALSE(same_bits(one, open)) << "the libraries agree to the bit on k = " << k << ": the test cannot tell them apart";
+    EXPECT_TRUE(same_bits(by_default, k == 512 ? one : open)) << "k = " << k;
+    EXPECT_LT(max_diff(one, open), 1e-3);
+  }
 #else
   EXPECT_EQ(blas_library().find("oneDNN"), std::string::npos) << blas_library();
   {
@@ -114,7 +127,10 @@ TEST(Linalg, Float32ProductsChooseTheirLibrary) {
   expect_error([&] { mm(d, d); }, "KILN_CPU_BLAS=mkl");
 }
 
-// Each library, on every way kiln splits a product across its threads.
+// Products large enough to be split across threads (kGemmParallelWork multiply-adds; 2^20 on
+// oneDNN): by whole matrices of a batch, by row slabs and by column slabs of one matrix, with
+// transposed, sliced and repeated (batch stride 0) operands and addmm's alpha/beta, each against
+// the reference, on each library.
 TEST(Linalg, ThreadedProductsCoverEveryPartition) {
   for (const char* blas : cpu_blas_settings()) {
   ScopedEnv setting("KILN_CPU_BLAS", blas);
@@ -127,8 +143,8 @@ TEST(Linalg, ThreadedProductsCoverEveryPartition) {
       for (int64_t i = 0; i < a.sizes()[0]; ++i)
         EXPECT_LT(max_diff(got.select(0, i), ref_mm(a.select(0, i), b.select(0, i))), tol) << "batch " << i;
     };
-    check_bmm(randn({6, 40, 64}, dt), randn({6, 64, 50}, dt));                    // whole matrices
-    check_bmm(randn({3, 70, 64}, dt), randn({3, 50, 64}, dt).transpose(1, 2));    // row slabs, b transposed
+    check_bmm(randn({6, 40, 256}, dt), randn({6, 256, 50}, dt));                  // whole matrices
+    check_bmm(randn({3, 70, 256}, dt), randn({3, 50, 256}, dt).transpose(1, 2));  // row slabs, b transposed
     check_bmm(randn({3, 64, 70}, dt).transpose(1, 2), randn({1, 64, 90}, dt).expand({3, 64, 90}));  // a transposed, b repeated
     Tensor wide = randn({8, 300}, dt), tall = randn({300, 700}, dt);                 // column slabs
     EXPECT_LT(max_diff(mm(wide, tall), ref_mm(wide, tall)), tol);

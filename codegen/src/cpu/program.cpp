@@ -59,6 +59,7 @@ struct ThreadPlan {
   int64_t work = 1;   // elements of the loop space, times the copies of an unrolled loop
   int64_t outer = 1;  // the range the threads divide: the leading loops flattened, or a split reduction's loop 0
   int loops = 0;      // how many leading loops that range spans
+  int max_threads = 1;
   int threads = 1;
   bool split = false;  // a full reduction split along loop 0: partial per thread, then finish
 };
@@ -68,6 +69,7 @@ struct ThreadPlan {
 // of an unrolled loop), which counts towards the work; `max_threads`: the kernel threads.
 ThreadPlan plan_threads(const passes::Kernel& k, bool generic, bool splits, int64_t copies, int max_threads) {
   ThreadPlan t;
+  t.max_threads = max_threads;
   t.work = copies;
   for (int64_t e : k.loops) t.work *= e;
   const bool has_outer = k.reduce_from > 0 && !k.loops.empty();
@@ -90,6 +92,8 @@ std::string describe(const ThreadPlan& t) {
     o << " over " << (t.loops == 1 ? "loop 0" : "loops 0-" + std::to_string(t.loops - 1)) << " (" << t.outer << ")";
   else if (t.work < kParallelMinElements)
     o << " (" << t.work << " elements of work, under " << kParallelMinElements << ")";
+  else if (t.max_threads <= 1)
+    o << " (one kernel thread)";
   else
     o << " (no leading loop to divide)";
   return o.str();
@@ -426,14 +430,20 @@ passes::KernelImpl make_split_impl(std::shared_ptr<SplitKernel> s, KernelFns fn,
 #endif  // KILN_WITH_LLVM
 
 namespace {
-// The kernel the CPU runs for `k`: with its short outermost loop unrolled into the body where
+// The kernel the CPU runs for `k` with its short outermost loop unrolled into the body where
 // the copies share work (row groups: n-body's distance once for both components;
-// passes::unroll_outer_loop), else null (the program's own kernel). Not for size-generic kernels,
-// whose loop 0 may be of any size.
-std::shared_ptr<const passes::Kernel> row_groups(const passes::Kernel& k, bool generic) {
-  if (generic || !env::cpu_row_groups()) return nullptr;
+// passes::unroll_outer_loop), and how many copies of the loop it does per element (what its
+// launch counts when deciding on threads); none: the program's own kernel. Not for size-generic
+// kernels, whose loop 0 may be of any size. compile_cpu and emit_cpu both take it from here.
+struct Grouped {
+  std::shared_ptr<const passes::Kernel> kernel;
+  int64_t copies = 1;
+};
+std::optional<Grouped> row_groups(const passes::Kernel& k, bool generic) {
+  if (generic || !env::cpu_row_groups()) return std::nullopt;
   std::optional<passes::Kernel> u = passes::unroll_outer_loop(k);
-  return u ? std::make_shared<const passes::Kernel>(std::move(*u)) : nullptr;
+  if (!u) return std::nullopt;
+  return Grouped{std::make_shared<const passes::Kernel>(std::move(*u)), k.loops[0]};
 }
 }  // namespace
 
@@ -476,11 +486,11 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
         warn_interpreted(low.why);
       }
     }
-    if (auto grouped = row_groups(k, opts.generic)) {
-      Lowered gl = lower_kernel(*grouped);
+    if (std::optional<Grouped> g = row_groups(k, opts.generic)) {
+      Lowered gl = lower_kernel(*g->kernel);
       if (gl.code) {
-        KernelFns fn = compiled(*grouped, *gl.code);
-        impls[i] = make_impl(*grouped, fn, *gl.code, opts.generic, grouped, k.loops[0]);
+        KernelFns fn = compiled(*g->kernel, *gl.code);
+        impls[i] = make_impl(*g->kernel, fn, *gl.code, opts.generic, g->kernel, g->copies);
         continue;
       }
     }
@@ -515,14 +525,14 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic)
     std::optional<EpilogueSplit> split;
     if (k.kind == passes::KernelKind::Opaque) split = split_epilogue(k, int(p.buffers.size()));
     if (split) o << comment << " library op " << ir::op_info(split->op.nodes().back()->op).name << ", then its epilogue:\n";
-    std::shared_ptr<const passes::Kernel> grouped = split ? nullptr : row_groups(k, generic);
-    Lowered low = grouped ? lower_kernel(*grouped) : Lowered{};
+    std::optional<Grouped> grouped = split ? std::nullopt : row_groups(k, generic);
+    Lowered low = grouped ? lower_kernel(*grouped->kernel) : Lowered{};
     if (grouped && low.code)
-      o << comment << " row groups: loop 0 (" << k.loops[0] << ") unrolled into the body, " << grouped->loads.size()
-        << " loads and " << grouped->stores.size() << " stores\n";
+      o << comment << " row groups: loop 0 (" << k.loops[0] << ") unrolled into the body, "
+        << grouped->kernel->loads.size() << " loads and " << grouped->kernel->stores.size() << " stores\n";
     else
-      grouped = nullptr;  // (as compile_cpu: the program's own kernel when the grouped one does not lower)
-    const passes::Kernel& kc = split ? split->epilogue : grouped ? *grouped : k;
+      grouped.reset();  // (as compile_cpu: the program's own kernel when the grouped one does not lower)
+    const passes::Kernel& kc = split ? split->epilogue : grouped ? *grouped->kernel : k;
     if (!grouped) low = lower_kernel(kc);
     if (!low.code) {
       o << comment << " not compiled: " << low.why << "\n\n";
@@ -530,7 +540,7 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic)
     }
 #if KILN_WITH_LLVM  // (without it every kernel runs on the reference executor, on one thread)
     o << comment << " "
-      << describe(plan_threads(kc, generic, splits_reduction(kc, *low.code, true), grouped ? k.loops[0] : 1,
+      << describe(plan_threads(kc, generic, splits_reduction(kc, *low.code, true), grouped ? grouped->copies : 1,
                                env::num_threads()))
       << "\n";
 #endif

@@ -11,7 +11,8 @@
 // views (transpose, permute, slice with a step, select, unsqueeze, expand, view/reshape,
 // squeeze, diagonal), reductions over one or several dims or all of them, keepdim or not, over
 // views and broadcast operands, softmax and log_softmax, normalisations (x - x.mean(d,
-// keepdim), layer norm), index reductions (argmax/argmin, max/min with a dim), cumsum,
+// keepdim), layer norm), pairwise interactions along a short leading dim (n-body's shape: what
+// the CPU backend's row groups unroll), index reductions (argmax/argmin, max/min with a dim), cumsum,
 // logsumexp, any/all, integer division and remainders (floor, trunc, fmod, bitwise ops), float
 // remainders, cat, index_select and gather with indices computed in the program, matmul/mm
 // with epilogues, in-place writes (add_, sub_, mul_, copy_ with dtype conversion and
@@ -286,6 +287,32 @@ class Runner {
       }
   }
 
+  // An interaction between every two of n points of c = 2..4 components (x's elements as [c, n];
+  // n-body's shape): the differences d [c, n, n], a weight of each pair shared by the components
+  // (1 / (1 + the sum over them of d^2): a reduction over the components), and each component's
+  // sum or maximum of d * w over the other points. The CPU backend unrolls the components' loop
+  // of the last kernel and computes w once per pair for all of them (row groups). False: x's
+  // elements do not split into 2 to 4 components, or [c, n, n] would be too large.
+  bool pairwise(const Val& x, const Step& s) {
+    const Tensor& t = x.t;
+    if (!is_float(t) || t.numel() < 2) return false;
+    int64_t c = 0;
+    for (int64_t k = 0; k < 3 && !c; ++k) {
+      int64_t want = 2 + (int64_t(s.b % 3) + k) % 3;
+      if (t.numel() % want == 0) c = want;
+    }
+    if (!c) return false;
+    const int64_t n = t.numel() / c;
+    if (c * n * n > (p_.max_value ? p_.max_value : 4096)) return false;
+    Tensor pts = t.reshape({c, n});
+    Tensor d = pts.unsqueeze(1) - pts.unsqueeze(2);
+    Tensor w = 1.0 / ((d * d).sum({0}) + 1.0);
+    Tensor dw = d * w.unsqueeze(0);
+    if (s.c % 2) push(dw.sum({2}), 2 * x.bound * double(n), false);
+    else push(dw.amax({2}), 2 * x.bound, false);
+    return true;
+  }
+
   // t expanded: size-1 dims to p.shape's sizes, and maybe a new leading dim.
   Tensor expand_of(const Tensor& t, uint32_t r) const {
     std::vector<int64_t> to = t.sizes().vec();
@@ -518,6 +545,7 @@ class Runner {
       }
       case kReduce: {
         Val a = x.t.dtype() == kBool ? floated(x) : x;
+        if (s.d % 5 == 4 && pairwise(a, s)) return;
         if (s.d % 5 == 0) {  // reduce a view: transposed, sliced, expanded, ...
           bool w = true;
           a.t = view_of(a.t, s.d / 5, w);

@@ -25,8 +25,8 @@
 #                               the backend's tuning variables) and kernels[=W,...] (each kernel
 #                               alone, under Nsight Compute) only by name. Each phase fits one
 #                               ten-minute call of a lent machine. `run $OUT lease` alone is the plan
-#                               for one call of a 15-minute lease: test, sweep=1, small=W, kernels and
-#                               bench under a 540 s deadline (KILN_GPU_DEADLINE). Logs and results go
+#                               for one call of a 15-minute lease: test, small=W, bench, then kernels
+#                               and sweep=1 if time is left, under a 540 s deadline (KILN_GPU_DEADLINE). Logs and results go
 #                               to OUTDIR, a summary last.
 #
 # The libraries are Debian 12's (glibc 2.36): they load on any x86-64 Linux with that glibc or newer.
@@ -270,15 +270,18 @@ run() {
   [[ ${#phases[@]} -gt 0 ]] || phases=(test memcheck all small bench dump)
   if [[ ${phases[*]} == lease ]]; then
     # One call of a lent machine (a session has 15 minutes of device time, the machine's start
-    # included, and one command runs at most ten): a shorter correctness run, the row-group sweep,
-    # the per-call overhead on tiny tensors (a few seconds), branch_sign's kernels alone (its
-    # time includes a read back to the host each call), then the workloads against PyTorch,
-    # those timed longest ago first (session 28 timed the last 13), for as long as the deadline allows.
+    # included, and one command runs at most ten): a shorter correctness run, the per-call
+    # overhead on tiny tensors (a few seconds), then the workloads against PyTorch with each
+    # compiled kernel alone (--profile: branch_sign's kernels without the read back to the host
+    # each call), those timed longest ago first (session 28 timed the last 13), for as long as the
+    # deadline allows; then, if time is left, branch_sign's kernels under Nsight Compute (a
+    # cross-check) and the row-group sweep. (Session 28's call ran test 78 s, sweep 100 s, small
+    # 4 s and 13 workloads in 283 s: the 18 with their profiles need most of the deadline.)
     export KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-100} KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-30}
     export KILN_GPU_TEST_JOBS=${KILN_GPU_TEST_JOBS:-12} KILN_GPU_TEST_TIMEOUT=${KILN_GPU_TEST_TIMEOUT:-150}
     export KILN_GPU_SWEEP_TIMEOUT=${KILN_GPU_SWEEP_TIMEOUT:-150} KILN_GPU_SWEEP_ROUNDS=${KILN_GPU_SWEEP_ROUNDS:-2}
     KILN_GPU_DEADLINE=${KILN_GPU_DEADLINE:-540}
-    phases=(test sweep=1 "small=${KILN_GPU_LEASE_SMALL:-add_sin_cos,softmax,layernorm,attention_scores}" kernels=branch_sign "bench=${KILN_GPU_LEASE_BENCH:-attention_scores,inplace_chain,log_softmax,row_sum,sum_f64,branch_sign,nbody_forces,transpose_add,add_sin_cos_bf16,softmax,layernorm,broadcast_bias,gelu_tanh,bias_relu,poly,where_scale,unrolled_loop,add_sin_cos}")
+    phases=(test "small=${KILN_GPU_LEASE_SMALL:-add_sin_cos,softmax,layernorm,attention_scores}" "bench=${KILN_GPU_LEASE_BENCH:-attention_scores,inplace_chain,log_softmax,row_sum,sum_f64,branch_sign,nbody_forces,transpose_add,add_sin_cos_bf16,softmax,layernorm,broadcast_bias,gelu_tanh,bias_relu,poly,where_scale,unrolled_loop,add_sin_cos}" kernels=branch_sign sweep=1)
   fi
   [[ -z ${KILN_GPU_DEADLINE:-} ]] || deadline=$(( SECONDS + KILN_GPU_DEADLINE ))
   prepare "$out"

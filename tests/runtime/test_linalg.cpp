@@ -159,6 +159,14 @@ TEST(Linalg, ThreadedProductsCoverEveryPartition) {
     // both operands transposed, just over oneDNN's threshold (one thread)
     Tensor at = randn({33, 40}, dt).t(), bt2 = randn({30, 33}, dt).t();
     EXPECT_LT(max_diff(mm(at, bt2), ref_mm(at, bt2)), tol);
+    // addmm's beta = 0 ignores its input, NaNs included; a NaN in a row of a spreads along it only
+    Tensor nan_in = full({30}, std::nan(""), TensorOptions(dt));
+    EXPECT_FALSE(addmm(nan_in, at, bt2, 0.0, 1.0).isnan().any().item<bool>());
+    Tensor an = at.contiguous();
+    an.index_put_({5, 7}, std::nan(""));
+    Tensor rows_nan = mm(an, bt2).isnan().any({1});
+    EXPECT_TRUE(rows_nan.index({5}).item<bool>());
+    EXPECT_EQ(rows_nan.sum().item<int64_t>(), 1);
   }
   }
 }

@@ -168,10 +168,11 @@ constexpr int64_t kBlasThreadedMinCols = 1024;
 // oneDNN's sgemm JIT-compiles its kernels for the CPU's own vector width (AVX-512 where it has
 // it), while OpenBLAS may run narrower ones: the environment can pin its core type (an old
 // OpenBLAS's kernels for a newer core can be wrong), and a build older than the core does not
-// know it. On a Zen 5 host with OpenBLAS 0.3.21 on Haswell kernels, 2 threads: 1024^3 4.4 ms
-// against 8.6, 64^3 2.9 us against 4.9, but 16^3 0.30 us against 0.15 (docs/perf.md, session
-// 30): below the threshold a call's own cost decides. oneDNN's first product in a process also
-// generates its kernels, about 25 ms once.
+// know it. On a Zen 5 host with OpenBLAS 0.3.21 on Haswell kernels, 2 threads, kiln-eager-bench's
+// mm(a, b.t()) under KILN_CPU_BLAS=onednn against openblas: [1024, 1024] 4.8 ms against 8.8,
+// [256, 256] 0.13 against 0.20, but [16, 16] 0.77 us against 0.57 (docs/perf.md, session 30):
+// below the threshold a call's own cost decides. oneDNN's first product in a process also
+// generates its kernels, about 24 ms once.
 constexpr int64_t kOneDnnMinWork = int64_t(1) << 15;
 
 #ifdef KILN_HAVE_ONEDNN

@@ -4,6 +4,7 @@
 // Built without LLVM (KILN_WITH_LLVM=0), the same API runs every kernel on the reference
 // executor and emit_cpu() offers the backend-neutral kernel code only.
 #include <omp.h>
+#include <strings.h>
 
 #if KILN_WITH_LLVM
 #include <llvm/IR/LLVMContext.h>
@@ -49,14 +50,54 @@ constexpr int64_t kCpuCodegenVersion = 4;
 // The kernel program's own format version (kernel.h's text form feeds the key).
 constexpr int64_t kKernelIrVersion = 1;
 
-// A kernel with fewer elements in its loop space than this runs on the calling thread: below it
-// waking the other threads costs more than they save.
-constexpr int64_t kParallelMinElements = int64_t(1) << 15;
+// A kernel runs on the kernel threads from this much work (elements times their cost,
+// element_cost): below it waking the other threads costs more than they save. On the Zen 5 host
+// of session 30 (docs/perf.md), with threads that spin between kernels (OMP_WAIT_POLICY=ACTIVE,
+// and OpenMP's default while kernels follow each other closely), a second thread was level for a
+// cheap elementwise kernel (poly: cost 1) at 2^15 elements and twice as fast at 2^17, and paid
+// for one with two transcendental calls per element (add_sin_cos: cost 9) from 2^13 elements;
+// with sleeping threads (OMP_WAIT_POLICY=PASSIVE) waking one costs about 50 us, and the
+// break-even is about 64x further out (poly faster threaded at 2^21, add_sin_cos level at 2^17).
+// (It was 2^15 elements whatever their cost and the policy before.) KILN_CPU_THREAD_MIN_WORK
+// overrides it.
+constexpr int64_t kParallelMinWork = int64_t(1) << 15;
+constexpr int64_t kPassiveWaitFactor = 64;
+// What a transcendental call (SLEEF's vector sin, exp, tanh, pow, ...) adds to an element's cost.
+constexpr int64_t kMathCallCost = 4;
+
+int64_t parallel_min_work() {
+  if (int64_t w = env::cpu_thread_min_work()) return w;
+  static const bool passive = [] {
+    const char* p = std::getenv("OMP_WAIT_POLICY");
+    return p && strcasecmp(p, "passive") == 0;
+  }();
+  return passive ? kParallelMinWork * kPassiveWaitFactor : kParallelMinWork;
+}
+
+// One element's work in units of a cheap elementwise element's (poly's x^2 + 3x): 1, and
+// kMathCallCost more per transcendental call in the kernel's code.
+int64_t element_cost(const KernelCode& code) {
+  int64_t cost = 1;
+  for (const Instr& in : code.code) {
+    switch (in.op) {
+      case EOp::Exp: case EOp::Exp2: case EOp::Expm1: case EOp::Log: case EOp::Log2: case EOp::Log1p:
+      case EOp::Sin: case EOp::Cos: case EOp::Tan: case EOp::Asin: case EOp::Acos: case EOp::Atan:
+      case EOp::Sinh: case EOp::Cosh: case EOp::Tanh: case EOp::Erf: case EOp::Pow: case EOp::Atan2:
+        cost += kMathCallCost;
+        break;
+      default: break;
+    }
+  }
+  return cost;
+}
 
 // How a launch of a kernel uses the kernel threads: the launch follows it, and emit_cpu prints it
 // (dump-ir --emit=code), so that what runs threaded can be read and tested.
 struct ThreadPlan {
-  int64_t work = 1;   // elements of the loop space, times the copies of an unrolled loop
+  int64_t elements = 1;  // of the loop space, times the copies of an unrolled loop
+  int64_t cost = 1;      // element_cost
+  int64_t min_work = 1;  // parallel_min_work() when planned
+  int64_t work() const { return elements * cost; }
   int64_t outer = 1;  // the range the threads divide: the leading loops flattened, or a split reduction's loop 0
   int loops = 0;      // how many leading loops that range spans
   int max_threads = 1;
@@ -64,20 +105,25 @@ struct ThreadPlan {
   bool split = false;  // a full reduction split along loop 0: partial per thread, then finish
 };
 
-// `splits`: the kernel was compiled with partial and finish functions (splits_reduction);
-// `copies`: it does that many of its loop space's elements per element (row groups: the copies
-// of an unrolled loop), which counts towards the work; `max_threads`: the kernel threads.
-ThreadPlan plan_threads(const passes::Kernel& k, bool generic, bool splits, int64_t copies, int max_threads) {
+// `code`: the kernel's (its cost per element); `splits`: it was compiled with partial and finish
+// functions (splits_reduction); `copies`: it does that many of its loop space's elements per
+// element (row groups: the copies of an unrolled loop), which counts towards the work;
+// `max_threads`: the kernel threads.
+ThreadPlan plan_threads(const passes::Kernel& k, const KernelCode& code, bool generic, bool splits, int64_t copies,
+                        int max_threads) {
   ThreadPlan t;
   t.max_threads = max_threads;
-  t.work = copies;
-  for (int64_t e : k.loops) t.work *= e;
+  t.elements = copies;
+  for (int64_t e : k.loops) t.elements *= e;
+  t.cost = element_cost(code);
+  t.min_work = parallel_min_work();
+  const bool enough = t.work() >= t.min_work;
   const bool has_outer = k.reduce_from > 0 && !k.loops.empty();
-  t.split = !has_outer && splits && t.work >= kParallelMinElements;
+  t.split = !has_outer && splits && enough;
   if (t.split) t.outer = k.loops[0], t.loops = 1;
   if (has_outer)  // (the leading loops the kernel runs as one range: emit.h's thread_loops)
     for (t.loops = 0; t.loops < cpu::thread_loops(k, generic); ++t.loops) t.outer *= k.loops[size_t(t.loops)];
-  t.threads = (has_outer || t.split) && t.work >= kParallelMinElements ? int(std::min<int64_t>(t.outer, max_threads)) : 1;
+  t.threads = (has_outer || t.split) && enough ? int(std::min<int64_t>(t.outer, max_threads)) : 1;
   if (t.threads <= 1) t.split = false;
   return t;
 }
@@ -90,8 +136,8 @@ std::string describe(const ThreadPlan& t) {
     o << ", a split reduction: each thread a part of loop 0 (" << t.outer << "), then one combines them";
   else if (t.threads > 1)
     o << " over " << (t.loops == 1 ? "loop 0" : "loops 0-" + std::to_string(t.loops - 1)) << " (" << t.outer << ")";
-  else if (t.work < kParallelMinElements)
-    o << " (" << t.work << " elements of work, under " << kParallelMinElements << ")";
+  else if (t.work() < t.min_work)
+    o << " (" << t.elements << " elements at cost " << t.cost << ": under " << t.min_work << " of work)";
   else if (t.max_threads <= 1)
     o << " (one kernel thread)";
   else
@@ -284,7 +330,7 @@ struct Launch {
     if (generic) sizes = cpu::generic_args(kernel);
     checks = code.checks;
     for (const Instr& in : code.code) slots_per_part += in.op == EOp::Reduce;
-    const ThreadPlan t = plan_threads(kernel, generic, fns.partial != nullptr, copies, env::num_threads());
+    const ThreadPlan t = plan_threads(kernel, code, generic, fns.partial != nullptr, copies, env::num_threads());
     outer = t.outer, threads = t.threads, split = t.split;
   }
 
@@ -540,8 +586,8 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic)
     }
 #if KILN_WITH_LLVM  // (without it every kernel runs on the reference executor, on one thread)
     o << comment << " "
-      << describe(plan_threads(kc, generic, splits_reduction(kc, *low.code, true), grouped ? grouped->copies : 1,
-                               env::num_threads()))
+      << describe(plan_threads(kc, *low.code, generic, splits_reduction(kc, *low.code, true),
+                               grouped ? grouped->copies : 1, env::num_threads()))
       << "\n";
 #endif
     if (what == CpuEmit::Code) {

@@ -1,6 +1,7 @@
 // Every environment variable kiln reads is defined here and documented in docs/env_vars.md.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace kiln::env {
@@ -25,6 +26,12 @@ bool cuda_row_groups();
 // KILN_CPU_ROW_GROUPS: 1 (default): the CPU backend unrolls a reduction's short outermost loop
 // into its body where the copies share work (passes::unroll_outer_loop; docs/codegen.md); 0: not.
 bool cpu_row_groups();
+
+// KILN_CPU_THREAD_MIN_WORK: a compiled CPU kernel runs on the kernel threads from this much
+// work (its elements times each one's cost; codegen/src/cpu/program.cpp); 0 (default): 2^15, or
+// 64 times that under OMP_WAIT_POLICY=PASSIVE. Read at each compile. (The test binaries set
+// 2^15 whatever the policy: tests/common/thread_coverage.cpp.)
+int64_t cpu_thread_min_work();
 
 // KILN_CPU_BLAS: the library float32 products run on on the CPU, read at each product. auto
 // (default): oneDNN's sgemm where kiln was built with it (KILN_WITH_ONEDNN) for products of at

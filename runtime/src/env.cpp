@@ -1,6 +1,7 @@
 #include "kiln/runtime/env.h"
 
 #include <omp.h>
+#include <strings.h>
 
 #include <cstdlib>
 #include <string>
@@ -56,6 +57,14 @@ int cuda_tile() {
 bool cuda_row_groups() { return read_setting("KILN_CUDA_ROW_GROUPS", 1, 0, 1) == 1; }
 int64_t cpu_thread_min_work() {
   return int64_t(read_setting("KILN_CPU_THREAD_MIN_WORK", 0, 0, int64_t(1) << 40));
+}
+
+bool omp_passive_wait() {
+  static const bool passive = [] {
+    const char* p = std::getenv("OMP_WAIT_POLICY");
+    return p && strcasecmp(p, "passive") == 0;
+  }();
+  return passive;
 }
 
 CpuBlas cpu_blas() {

@@ -153,9 +153,11 @@ constexpr int64_t kGemmParallelWork = int64_t(1) << 18;
 // (even 64^3): below it the call is held to one thread. kiln-eager-bench on the Zen 5 host of
 // session 30, 2 threads, OpenMP's default wait policy: 64^3 threaded 4 us against 3 on one
 // thread; 128^3 (2^21) 11 against 18 us. Waking sleeping threads costs about 45 us there
-// (OMP_WAIT_POLICY=PASSIVE), which moves the break-even past 256^3; that setting is the
-// caller's choice, so the threshold is the default's.
+// (OMP_WAIT_POLICY=PASSIVE), which moves the break-even to about 256^3: there the threshold is
+// kPassiveProductFactor times higher (256^3 threaded 0.128 ms against about 0.14 on one thread,
+// 128^3 0.061 against 0.018).
 constexpr int64_t kOneDnnParallelWork = int64_t(1) << 20;
+constexpr int64_t kPassiveProductFactor = 16;
 // With OpenBLAS's OpenMP build, a product of at least this many columns runs as one call that
 // OpenBLAS threads; narrower ones split by rows (or columns) across kiln's threads, one call
 // each. relu(x @ W + b) compiled, an interleaved A/B (session 15, docs/perf.md), threaded
@@ -268,7 +270,9 @@ void blas_products(const Tensor& a, const Tensor& b, Tensor& out, T alpha, T bet
   auto block = [&](int64_t i, int64_t i0, int64_t i1, int64_t j0, int64_t j1, bool threaded = false) {
     blas_block<T>(A, B, o + i * n * m, m, k, i, i0, i1, j0, j1, alpha, beta, onednn, !(team && threaded));
   };
-  if (batch * n * m * k < (onednn ? kOneDnnParallelWork : kGemmParallelWork) || threads <= 1) {
+  const int64_t parallel_work =
+      onednn ? kOneDnnParallelWork * (env::omp_passive_wait() ? kPassiveProductFactor : 1) : kGemmParallelWork;
+  if (batch * n * m * k < parallel_work || threads <= 1) {
     for (int64_t i = 0; i < batch; ++i) block(i, 0, n, 0, m);
     return;
   }

@@ -4,7 +4,6 @@
 // Built without LLVM (KILN_WITH_LLVM=0), the same API runs every kernel on the reference
 // executor and emit_cpu() offers the backend-neutral kernel code only.
 #include <omp.h>
-#include <strings.h>
 
 #if KILN_WITH_LLVM
 #include <llvm/IR/LLVMContext.h>
@@ -67,11 +66,7 @@ constexpr int64_t kMathCallCost = 4;
 
 int64_t parallel_min_work() {
   if (int64_t w = env::cpu_thread_min_work()) return w;
-  static const bool passive = [] {
-    const char* p = std::getenv("OMP_WAIT_POLICY");
-    return p && strcasecmp(p, "passive") == 0;
-  }();
-  return passive ? kParallelMinWork * kPassiveWaitFactor : kParallelMinWork;
+  return env::omp_passive_wait() ? kParallelMinWork * kPassiveWaitFactor : kParallelMinWork;
 }
 
 // One element's work in units of a cheap elementwise element's (poly's x^2 + 3x): 1, and

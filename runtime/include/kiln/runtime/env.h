@@ -32,6 +32,10 @@ bool cpu_row_groups();
 // 64 times that under OMP_WAIT_POLICY=PASSIVE. Read at each compile. (The test binaries set
 // 2^15 whatever the policy: tests/common/thread_coverage.cpp.)
 int64_t cpu_thread_min_work();
+// OMP_WAIT_POLICY (OpenMP's own, read here once): whether it is `passive`, in any case. Idle
+// OpenMP threads then sleep, and waking one costs tens of microseconds: the CPU kernels and
+// products go threaded only from more work.
+bool omp_passive_wait();
 
 // KILN_CPU_BLAS: the library float32 products run on on the CPU, read at each product. auto
 // (default): oneDNN's sgemm where kiln was built with it (KILN_WITH_ONEDNN) for products of at

@@ -16,8 +16,6 @@
 // (runtime/src/reduce.h, sum_acc_t) as the compiled kernels do, so the two differ only in the
 // order of float64 additions, far inside the tolerance (checked: every float32 case here
 // passes with it, the [64, 1023] all-dims sums included).
-#include <strings.h>
-
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 #include <kiln/codegen/cpu.h>
@@ -567,16 +565,16 @@ TEST(CpuOpsReductionEdgeCases, RowGroupsShareWorkAcrossAShortOuterLoop) {
 
 // A grouped kernel does each element's work once per copy of the unrolled loop, so its launch
 // counts the copies when deciding on threads (plan_threads in cpu/program.cpp, with the copies
-// row_groups gives both the launch and emit_cpu, which prints the decision), under the default
-// threshold of 2^15 units of work (threads that spin between kernels): n-body in 2-d over 128
-// bodies is [128, 128] per copy, 16384 elements, under it, but 32768 with both copies (its
-// element cost is 1: no transcendental call); 90 bodies stay on one thread. Then the cost per
-// element: poly (x^2 + 3x, cost 1) stays on one thread at 2^14 elements and goes threaded at
-// 2^15, sin(a) * cos(b) (cost 9) already at 4096 elements, not at 2048.
+// row_groups gives both the launch and emit_cpu, which prints the decision), at a threshold of
+// 2^15 units of work (the default, with threads that spin between kernels; the default under
+// OMP_WAIT_POLICY=PASSIVE is tests/tools' DumpIr.ThreadPlanFollowsTheWaitPolicy): n-body in 2-d
+// over 128 bodies is [128, 128] per copy, 16384 elements, under it, but 32768 with both copies
+// (no vector math call per element); 90 bodies stay on one thread. Then the cost per element:
+// poly (x^2 + 3x, cost 1) stays on one thread at 2^14 elements and goes threaded at 2^15,
+// sin(a) * cos(b) (cost 9) already at 4096 elements, not at 2048; a full sum's log, made once,
+// costs nothing per element (a sum of 8192 stays whole). KILN_CPU_THREAD_MIN_WORK is the threshold.
 TEST(CpuOpsReductionEdgeCases, ThreadsFollowTheWorkWithItsCopiesAndCosts) {
-  const char* policy = std::getenv("OMP_WAIT_POLICY");
-  if (policy && strcasecmp(policy, "passive") == 0) GTEST_SKIP() << "OMP_WAIT_POLICY=PASSIVE moves the threshold 64x";
-  kiln::testing::ScopedEnv t("KILN_NUM_THREADS", "2"), w("KILN_CPU_THREAD_MIN_WORK", nullptr);
+  kiln::testing::ScopedEnv t("KILN_NUM_THREADS", "2"), w("KILN_CPU_THREAD_MIN_WORK", "32768");
   auto plan = [](const Fn& fn, const V& in) {
     auto f = compile(fn, cpu_options());
     (void)f(in);
@@ -584,7 +582,7 @@ TEST(CpuOpsReductionEdgeCases, ThreadsFollowTheWorkWithItsCopiesAndCosts) {
     return codegen::emit_cpu(*m.program, codegen::CpuEmit::Code);
   };
   for (auto [bodies, want] : {std::pair<int64_t, std::string>{128, "threads: 2 over loop"},
-                              {90, "threads: 1 (16200 elements at cost 1: under 32768 of work)"}}) {
+                              {90, "threads: 1 (8100 elements at cost 2: under 32768 of work)"}}) {
     V in{make(kFloat32, {2, bodies}, Layout::Contiguous, 5, Values::Any, Specials::None),
          make(kFloat32, {bodies}, Layout::Contiguous, 6, Values::Positive, Specials::None)};
     const std::string code = plan(nbody_forces, in);
@@ -597,12 +595,18 @@ TEST(CpuOpsReductionEdgeCases, ThreadsFollowTheWorkWithItsCopiesAndCosts) {
   }
   const Fn poly = [](const V& in) { return V{in[0] * in[0] + in[0] * 3}; };
   const Fn sincos = [](const V& in) { return V{sin(in[0]) * cos(in[1])}; };
+  const Fn log_sum = [](const V& in) { return V{in[0].sum().log()}; };
   auto vec = [](int64_t n, uint64_t seed) { return make(kFloat32, {n}, Layout::Contiguous, seed, Values::Any, Specials::None); };
-  EXPECT_NE(plan(poly, {vec(16384, 1)}).find("threads: 1 (16384 elements at cost 1: under 32768 of work)"),
-            std::string::npos);
-  EXPECT_NE(plan(poly, {vec(32768, 2)}).find("threads: 2 over loop"), std::string::npos);
-  EXPECT_NE(plan(sincos, {vec(4096, 3), vec(4096, 4)}).find("threads: 2 over loop"), std::string::npos);
-  EXPECT_NE(plan(sincos, {vec(2048, 5), vec(2048, 6)}).find("threads: 1 (2048 elements at cost 9"), std::string::npos);
+  auto has = [](const std::string& code, const std::string& want) {
+    EXPECT_NE(code.find(want), std::string::npos) << code;
+  };
+  has(plan(poly, {vec(16384, 1)}), "threads: 1 (16384 elements at cost 1: under 32768 of work)");
+  has(plan(poly, {vec(32768, 2)}), "threads: 2 over loop");
+  has(plan(sincos, {vec(4096, 3), vec(4096, 4)}), "threads: 2 over loop");
+  has(plan(sincos, {vec(2048, 5), vec(2048, 6)}), "threads: 1 (2048 elements at cost 9: under 32768 of work)");
+  has(plan(log_sum, {vec(8192, 7)}), "threads: 1 (8192 elements at cost 1: under 32768 of work)");
+  kiln::testing::ScopedEnv higher("KILN_CPU_THREAD_MIN_WORK", "1048576");
+  has(plan(poly, {vec(32768, 8)}), "threads: 1 (32768 elements at cost 1: under 1048576 of work)");
 }
 
 // Horizontal fusion puts elementwise siblings (x * 2 beside x.sum()) in the reduction's kernel;

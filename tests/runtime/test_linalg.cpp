@@ -132,9 +132,10 @@ TEST(Linalg, Float32ProductsChooseTheirLibrary) {
 }
 
 // Products large enough to be split across threads (kGemmParallelWork multiply-adds; 2^20 on
-// oneDNN): by whole matrices of a batch, by row slabs and by column slabs of one matrix, with
-// transposed, sliced and repeated (batch stride 0) operands and addmm's alpha/beta, each against
-// the reference, on each library.
+// oneDNN, 2^24 under OMP_WAIT_POLICY=PASSIVE, where oneDNN's cases here run whole): by whole
+// matrices of a batch, by row slabs and by column slabs of one matrix, with transposed, sliced
+// and repeated (batch stride 0) operands and addmm's alpha/beta, each against the reference, on
+// each library.
 TEST(Linalg, ThreadedProductsCoverEveryPartition) {
   for (const char* blas : cpu_blas_settings()) {
   ScopedEnv setting("KILN_CPU_BLAS", blas);

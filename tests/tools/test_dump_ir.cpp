@@ -24,9 +24,11 @@ struct Result {
   std::string out;
 };
 
-// Runs dump-ir with `args` (shell syntax); `stream` 1 captures stdout, 2 stderr (stdout dropped).
-Result dump_ir(const std::string& args, int stream = 1) {
-  std::string cmd = std::string("'") + KILN_DUMP_IR + "' " + args + (stream == 1 ? " 2>/dev/null" : " 2>&1 >/dev/null");
+// Runs dump-ir with `args` (shell syntax); `stream` 1 captures stdout, 2 stderr (stdout dropped);
+// `env`: a command to run it under (env's settings).
+Result dump_ir(const std::string& args, int stream = 1, const std::string& env = "") {
+  std::string cmd = env + (env.empty() ? "" : " ") + "'" + KILN_DUMP_IR + "' " + args +
+                    (stream == 1 ? " 2>/dev/null" : " 2>&1 >/dev/null");
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -108,6 +110,24 @@ TEST(DumpIr, DotAndTextOutputOfEveryWorkload) {
       EXPECT_NO_THROW(kiln::ir::parse(text.out)) << w.name << "\n" << text.out;
     }
   }
+}
+
+// The CPU kernels' thread plan (--emit=code) under OpenMP's wait policies: poly over 2^17
+// elements (cost 1) goes threaded at the default threshold of 2^15 units of work, and stays on
+// one thread under OMP_WAIT_POLICY=PASSIVE, whose threshold is 64 times higher (waking a
+// sleeping thread costs more than the kernel takes). (The test binaries pin the threshold:
+// thread_coverage.cpp; these children run without it.)
+TEST(DumpIr, ThreadPlanFollowsTheWaitPolicy) {
+  auto run = [](const std::string& policy) {
+    return dump_ir("poly --input x=131072 --emit=code", 1,
+                   "env -u KILN_CPU_THREAD_MIN_WORK OMP_WAIT_POLICY=" + policy + " KILN_NUM_THREADS=2");
+  };
+  Result active = run("ACTIVE"), passive = run("passive");
+  ASSERT_EQ(active.status, 0);
+  ASSERT_EQ(passive.status, 0);
+  EXPECT_NE(active.out.find("threads: 2 over loop"), std::string::npos) << active.out;
+  EXPECT_NE(passive.out.find("threads: 1 (131072 elements at cost 1: under 2097152 of work)"), std::string::npos)
+      << passive.out;
 }
 
 TEST(DumpIr, BranchSignExplainShowsBothPaths) {

@@ -837,12 +837,6 @@ class Emitter : ScalarBuilder {
     }
   }
 
-  // Instructions that become a call of the vector math library (jit.cpp): many cycles each.
-  static bool calls_math(EOp op) {
-    return op == EOp::Exp || op == EOp::Exp2 || op == EOp::Expm1 || op == EOp::Log || op == EOp::Log2 ||
-           op == EOp::Log1p || op == EOp::Tanh || op == EOp::Erf || op == EOp::Pow || op == EOp::Sin || op == EOp::Cos;
-  }
-
   // Row values that cost a transcendental call are kept in a stack array the size of a row
   // (the row is in L1 either way; the call is what costs) when
   // - more than one row loop needs them (softmax's exp): the first computes them, later loops

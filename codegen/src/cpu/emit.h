@@ -54,6 +54,12 @@ std::vector<int64_t> generic_args(const passes::Kernel& k);
 inline constexpr int64_t kThreadRowsMin = 64;
 int thread_loops(const passes::Kernel& k, bool generic);
 
+// Instructions that become a call of the vector math library (jit.cpp): many cycles each.
+inline bool calls_math(EOp op) {
+  return op == EOp::Exp || op == EOp::Exp2 || op == EOp::Expm1 || op == EOp::Log || op == EOp::Log2 ||
+         op == EOp::Log1p || op == EOp::Tanh || op == EOp::Erf || op == EOp::Pow || op == EOp::Sin || op == EOp::Cos;
+}
+
 // Adds `name` (external, with the signature above) computing kernel `k` from its lowered code,
 // and for a reduction that splits_reduction(), `name.partial` and `name.finish`; size-generic
 // when `generic`.

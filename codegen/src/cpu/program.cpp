@@ -61,7 +61,8 @@ constexpr int64_t kKernelIrVersion = 1;
 // overrides it.
 constexpr int64_t kParallelMinWork = int64_t(1) << 15;
 constexpr int64_t kPassiveWaitFactor = 64;
-// What a transcendental call (SLEEF's vector sin, exp, tanh, pow, ...) adds to an element's cost.
+// What a vector math call (cpu::calls_math: SLEEF's sin, exp, tanh, pow, ...) adds to an
+// element's cost.
 constexpr int64_t kMathCallCost = 4;
 
 int64_t parallel_min_work() {
@@ -69,19 +70,21 @@ int64_t parallel_min_work() {
   return env::omp_passive_wait() ? kParallelMinWork * kPassiveWaitFactor : kParallelMinWork;
 }
 
-// One element's work in units of a cheap elementwise element's (poly's x^2 + 3x): 1, and
-// kMathCallCost more per transcendental call in the kernel's code.
-int64_t element_cost(const KernelCode& code) {
-  int64_t cost = 1;
-  for (const Instr& in : code.code) {
-    switch (in.op) {
-      case EOp::Exp: case EOp::Exp2: case EOp::Expm1: case EOp::Log: case EOp::Log2: case EOp::Log1p:
-      case EOp::Sin: case EOp::Cos: case EOp::Tan: case EOp::Asin: case EOp::Acos: case EOp::Atan:
-      case EOp::Sinh: case EOp::Cosh: case EOp::Tanh: case EOp::Erf: case EOp::Pow: case EOp::Atan2:
-        cost += kMathCallCost;
-        break;
-      default: break;
-    }
+// One element's work in units of a cheap elementwise element's (poly's x^2 + 3x): `copies` (the
+// copies of an unrolled loop each do the element's cheap work), and kMathCallCost more per
+// vector math call made for every element. (A kernel with reductions makes its row values' calls
+// per element, the others once per row; an elementwise kernel those that depend on a load. An
+// unrolled kernel's code already holds each copy's own calls.)
+int64_t element_cost(const passes::Kernel& k, const KernelCode& code, int64_t copies) {
+  const bool reduces = k.reduce_from < int(k.loops.size());
+  std::vector<char> per_element(code.code.size(), 0);
+  int64_t cost = copies;
+  for (size_t i = 0; i < code.code.size(); ++i) {
+    const Instr& in = code.code[i];
+    bool v = in.op == EOp::Load;
+    for (int a : in.args) v = v || per_element[size_t(a)];
+    per_element[i] = reduces ? in.row : v;
+    if (per_element[i] && cpu::calls_math(in.op)) cost += kMathCallCost;
   }
   return cost;
 }
@@ -89,8 +92,8 @@ int64_t element_cost(const KernelCode& code) {
 // How a launch of a kernel uses the kernel threads: the launch follows it, and emit_cpu prints it
 // (dump-ir --emit=code), so that what runs threaded can be read and tested.
 struct ThreadPlan {
-  int64_t elements = 1;  // of the loop space, times the copies of an unrolled loop
-  int64_t cost = 1;      // element_cost
+  int64_t elements = 1;  // of the loop space (an unrolled kernel's, without its copies)
+  int64_t cost = 1;      // element_cost (with the copies)
   int64_t min_work = 1;  // parallel_min_work() when planned
   int64_t work() const { return elements * cost; }
   int64_t outer = 1;  // the range the threads divide: the leading loops flattened, or a split reduction's loop 0
@@ -108,9 +111,8 @@ ThreadPlan plan_threads(const passes::Kernel& k, const KernelCode& code, bool ge
                         int max_threads) {
   ThreadPlan t;
   t.max_threads = max_threads;
-  t.elements = copies;
   for (int64_t e : k.loops) t.elements *= e;
-  t.cost = element_cost(code);
+  t.cost = element_cost(k, code, copies);
   t.min_work = parallel_min_work();
   const bool enough = t.work() >= t.min_work;
   const bool has_outer = k.reduce_from > 0 && !k.loops.empty();

@@ -138,7 +138,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
     const size_t block = size_t(inner) * x.element_size();
     const char* src = static_cast<const char*>(x.data_ptr());
     char* dst = static_cast<char*>(out.data_ptr());
-    cpu::parallel_for(outer * n, std::max<int64_t>(1, cpu::kParallelGrain / inner), [&](int64_t b, int64_t e) {
+    cpu::parallel_for(outer * n, std::max<int64_t>(1, cpu::parallel_grain() / inner), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const int64_t o = r / n, i = r % n;
         std::memcpy(dst + size_t(r) * block, src + size_t(o * size + idx[i]) * block, block);

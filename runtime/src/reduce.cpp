@@ -335,7 +335,7 @@ std::tuple<Tensor, Tensor> arg_extremum(std::string_view op, const Tensor& x, in
         *reinterpret_cast<T*>(p[0] + k * st[0]) = T(best);
         *reinterpret_cast<int64_t*>(p[1] + k * st[1]) = bi;
       }
-    }, std::max<int64_t>(1, cpu::kParallelGrain / n));
+    }, std::max<int64_t>(1, cpu::parallel_grain() / n));
   });
   if (!keepdim) {
     auto sh = reduced_shape(x.sizes(), mask, false);
@@ -426,7 +426,7 @@ Tensor cumsum(const Tensor& x_in, int64_t dim) {
             o[i * so] = T(acc);
           }
         }
-      }, std::max<int64_t>(1, cpu::kParallelGrain / n));
+      }, std::max<int64_t>(1, cpu::parallel_grain() / n));
     }
   });
   return out;

@@ -93,7 +93,7 @@ void reduce_kernel(const Tensor& x, const std::vector<bool>& mask, const Tensor&
     for (int64_t i = 0; i < plan.out_numel; ++i) o[i] = Out(op.project(op.identity(), 0));
     return;
   }
-  if (plan.out_numel == 1 && plan.reduced.size() == 1 && count >= 4 * cpu::kParallelGrain &&
+  if (plan.out_numel == 1 && plan.reduced.size() == 1 && count >= 4 * cpu::parallel_grain() &&
       cpu::num_threads() > 1) {
     // One long run (e.g. t.sum()): each thread reduces a slice, then the slices combine in
     // order, so the result does not depend on timing.
@@ -117,7 +117,7 @@ void reduce_kernel(const Tensor& x, const std::vector<bool>& mask, const Tensor&
   if (plan.inner_reduced || plan.kept.empty()) {
     // One accumulator per output element; the innermost reduced dim is the vector loop.
     const auto& r0 = plan.reduced[0];
-    cpu::parallel_for(plan.out_numel, std::max<int64_t>(1, cpu::kParallelGrain / count), [&](int64_t b, int64_t e) {
+    cpu::parallel_for(plan.out_numel, std::max<int64_t>(1, cpu::parallel_grain() / count), [&](int64_t b, int64_t e) {
       for (int64_t lin = b; lin < e; ++lin) {
         int64_t ib, ob;
         kept_offsets(lin, 0, ib, ob);
@@ -139,7 +139,7 @@ void reduce_kernel(const Tensor& x, const std::vector<bool>& mask, const Tensor&
   int64_t rows = plan.out_numel / k0.size;
   constexpr int64_t kBlock = 256;
   int64_t blocks_per_row = (k0.size + kBlock - 1) / kBlock;
-  cpu::parallel_for(rows * blocks_per_row, std::max<int64_t>(1, cpu::kParallelGrain / (count * kBlock)),
+  cpu::parallel_for(rows * blocks_per_row, std::max<int64_t>(1, cpu::parallel_grain() / (count * kBlock)),
                     [&](int64_t b, int64_t e) {
     A acc[kBlock];
     for (int64_t t = b; t < e; ++t) {

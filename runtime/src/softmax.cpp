@@ -103,7 +103,7 @@ Tensor softmax_impl(std::string_view op, const Tensor& x_in, int64_t dim, bool l
       for (int64_t k = 0; k < cnt; ++k)
         softmax_row(reinterpret_cast<const T*>(p[1] + k * st[1]), reinterpret_cast<T*>(p[0] + k * st[0]),
                     n, s, so, log_form);
-    }, std::max<int64_t>(1, cpu::kParallelGrain / n));
+    }, std::max<int64_t>(1, cpu::parallel_grain() / n));
   });
   return out;
 }

@@ -1,5 +1,13 @@
 #include "test_util.h"
 
+#include <omp.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+
+#include "../../runtime/src/cpu/loop.h"  // (parallel_grain: internal to the runtime)
+
 #include <kiln/runtime/env.h>
 
 using namespace kiln;
@@ -154,4 +162,49 @@ TEST(Reduce, ThreadedFullReductionsCoverTheWholeRun) {
     EXPECT_EQ(arange(n, kFloat64).amax().item<double>(), double(n - 1));
     EXPECT_EQ(ones({n}).mean().item<double>(), 1.0);
   }
+}
+
+// ---- eager ops' threads and OpenMP's wait policy ----
+// An eager op goes threaded from cpu::parallel_grain() elements per thread: 2^15, and 16 times
+// that under OMP_WAIT_POLICY=passive, where waking a sleeping thread costs more than an op of a
+// few hundred thousand elements takes (runtime/src/cpu/loop.h). The policy is read once per
+// process, so EagerThreads.GrainFollowsTheWaitPolicy runs this test in children under each
+// policy; on its own it checks the process's own.
+TEST(EagerThreads, GrainInThisProcess) {
+  const int64_t grain = kiln::cpu::parallel_grain();
+  EXPECT_EQ(grain, kiln::env::omp_passive_wait() ? 16 * 32768 : 32768);
+  std::printf("parallel grain %lld\n", static_cast<long long>(grain));
+  if (kiln::cpu::num_threads() < 2) return;
+  // parallel_for takes a thread per grain: n = grain stays on one, n = 2 * grain goes on two.
+  auto threads_for = [](int64_t n, int64_t g) {
+    std::atomic<int> seen{0};
+    kiln::cpu::parallel_for(n, g, [&](int64_t, int64_t) { seen.store(std::max(seen.load(), omp_get_num_threads())); });
+    return seen.load();
+  };
+  EXPECT_EQ(threads_for(grain, grain), 1);
+  EXPECT_EQ(threads_for(2 * grain, grain), 2);
+  // And the ops split where it says: a full sum runs whole below 4 grains (reduce.h), and its
+  // result is the same either side of it.
+  kiln::Tensor x = kiln::ones({4 * grain + 8}, kiln::kFloat64);
+  EXPECT_EQ(x.sum().item<double>(), double(4 * grain + 8));
+}
+
+TEST(EagerThreads, GrainFollowsTheWaitPolicy) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  auto grain_under = [&](const std::string& policy) -> long long {
+    const std::string cmd = "env OMP_WAIT_POLICY=" + policy + " KILN_NUM_THREADS=2 '" + self +
+                            "' --gtest_filter=EagerThreads.GrainInThisProcess 2>&1";
+    FILE* f = popen(cmd.c_str(), "r");
+    if (!f) return -1;
+    std::string out;
+    char buf[512];
+    while (fgets(buf, sizeof buf, f)) out += buf;
+    const int status = pclose(f);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+    const size_t at = out.find("parallel grain ");
+    return at == std::string::npos ? -1 : std::stoll(out.substr(at + 15));
+  };
+  EXPECT_EQ(grain_under("ACTIVE"), 32768);
+  EXPECT_EQ(grain_under("passive"), 16 * 32768);
 }

@@ -15,6 +15,11 @@ int num_threads() {
   return n;
 }
 
+int64_t parallel_grain() {
+  static const int64_t grain = kParallelGrainActive * (env::omp_passive_wait() ? kPassiveGrainFactor : 1);
+  return grain;
+}
+
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
   if (n <= 0) return;
   int nt = int(std::min<int64_t>(num_threads(), (n + grain - 1) / std::max<int64_t>(grain, 1)));

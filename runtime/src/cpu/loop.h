@@ -18,7 +18,15 @@ namespace kiln::cpu {
 
 inline constexpr int kMaxOperands = 5;
 // Below this many elements an op runs on one thread: the fork/join costs more than it saves.
-inline constexpr int64_t kParallelGrain = 32768;
+// 32768, or kPassiveGrainFactor times that under OMP_WAIT_POLICY=passive (env::omp_passive_wait),
+// where the other threads sleep between ops and waking one costs about 50 us. On 2 threads of
+// the Zen 5 host of session 31 under passive waits (docs/perf.md), threaded against one thread:
+// an add of 2^17 floats 40-50 us against 13, of 2^19 77-83 against 60, of 2^20 level (103-116
+// against 101-103), of 2^21 faster (191-219 against 274-313); exp of 2^19 88-92 against 82,
+// of 2^20 130-139 against 163-168; a full sum of 2^20 79-83 against 53, of 2^21 level.
+inline constexpr int64_t kParallelGrainActive = 32768;
+inline constexpr int64_t kPassiveGrainFactor = 16;
+int64_t parallel_grain();
 
 class Iter {
  public:
@@ -34,7 +42,7 @@ class Iter {
 
   // loop(char** ptrs, const int64_t* inner_strides, int64_t n) over every inner row.
   using Loop = std::function<void(char**, const int64_t*, int64_t)>;
-  void for_each(const Loop& loop, int64_t grain = kParallelGrain) const;
+  void for_each(const Loop& loop, int64_t grain = parallel_grain()) const;
   // Runs the linear index range [begin, end) of the iteration space on this thread.
   void serial_range(const Loop& loop, int64_t begin, int64_t end) const;
 

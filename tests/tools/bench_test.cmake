@@ -1,12 +1,14 @@
 # CTest script for kiln-bench (the bench.smoke and bench.first_call tests):
-#   cmake -DKILN_BENCH=<exe> -DWORK=<scratch dir> -DNAMES=a,b,... [-DFIRST_CALL=ON [-DDEVICE=cuda]] -P bench_test.cmake
+#   cmake -DKILN_BENCH=<exe> -DWORK=<scratch dir> -DNAMES=a,b,... [-DFIRST_CALL=ON [-DDEVICE=cuda]]
+#         [-DIR_FILE=<graph file> -DENGINE=<text>] -P bench_test.cmake
 # Runs every workload of NAMES on the small tier with few reps, and checks the exit status is 0,
 # the JSON parses, it has the machine record and, for every workload of NAMES, an eager and a
 # compiled kiln record with check "ok" and a median; and that the SVG chart was written.
 # Without FIRST_CALL it runs every workload and no compile-time children; with it, only NAMES
 # and the children, and each compiled record must carry its cold and warm first calls and what
 # they cost beyond the child's eager run, as numbers. DEVICE=cuda runs all of it on a GPU (the
-# emulated driver in CI).
+# emulated driver in CI). IR_FILE runs that saved graph alone (--ir; NAMES is then its file
+# stem), and its compiled record's `engine` must contain ENGINE.
 cmake_minimum_required(VERSION 3.25)
 
 include("${CMAKE_CURRENT_LIST_DIR}/script_util.cmake")
@@ -15,7 +17,10 @@ file(MAKE_DIRECTORY "${WORK}")
 set(json_file "${WORK}/bench.json")
 set(svg_file "${WORK}/bench.svg")
 file(REMOVE "${json_file}" "${svg_file}")
-if(FIRST_CALL)
+if(IR_FILE)
+  set(mode_args --no-compile-time --ir "${IR_FILE}")
+  set(first_call_keys "")
+elseif(FIRST_CALL)
   set(mode_args --filter "${NAMES}")
   if(DEVICE)
     list(APPEND mode_args --device "${DEVICE}")
@@ -72,6 +77,13 @@ foreach(i RANGE 0 ${last})
       fail("kiln-bench: ${workload} (${variant}): no '${key}' in ${rec}")
     endif()
   endforeach()
+  if(variant STREQUAL "compiled" AND IR_FILE)
+    string(JSON engine ERROR_VARIABLE missing GET "${rec}" engine)
+    string(FIND "${engine}" "${ENGINE}" at)
+    if(missing OR at EQUAL -1)
+      fail("kiln-bench: ${workload}: engine '${engine}', expected it to name '${ENGINE}': ${rec}")
+    endif()
+  endif()
   if(variant STREQUAL "compiled")
     foreach(key IN LISTS first_call_keys)
       string(JSON type TYPE "${rec}" ${key})

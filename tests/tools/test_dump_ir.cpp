@@ -2,6 +2,7 @@
 // every workload; DOT output is well formed; graph files convert between the text form and
 // JSON; every error is one line on stderr with the documented exit status.
 #include <gtest/gtest.h>
+#include <kiln/codegen/cpu.h>
 #include <kiln/ir/graph.h>
 #include <sys/wait.h>
 
@@ -128,6 +129,20 @@ TEST(DumpIr, ThreadPlanFollowsTheWaitPolicy) {
   EXPECT_NE(active.out.find("threads: 2 over loop"), std::string::npos) << active.out;
   EXPECT_NE(passive.out.find("threads: 1 (131072 elements at cost 1: under 2097152 of work)"), std::string::npos)
       << passive.out;
+}
+
+// -O --run checks the kernel program on the interpreter and, where kiln has its LLVM backend,
+// compiled for the CPU (what kiln::compile runs), each output against the reference executor.
+TEST(DumpIr, RunChecksTheCompiledProgramToo) {
+  Result r = dump_ir("'" + data("small.ir") + "' -O --run");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("// check output 1: f32[3, 4] max abs diff"), std::string::npos) << r.out;
+  const bool compiled = r.out.find("// check compiled output 1: f32[3, 4] max abs diff") != std::string::npos;
+  EXPECT_EQ(compiled, kiln::codegen::has_cpu_codegen()) << r.out;
+  if (compiled) {
+    EXPECT_NE(r.out.find("// check compiled output 0: f32[4] max abs diff"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(r.out.find("MISMATCH"), std::string::npos) << r.out;
 }
 
 TEST(DumpIr, BranchSignExplainShowsBothPaths) {

@@ -4,6 +4,8 @@
 // the compulsory memory traffic against a STREAM copy measured in the same run, and the cold and
 // warm compile time measured in child processes. A table, JSON records (--json) and an SVG chart
 // (--svg). docs/bench.md describes every option and the JSON schema.
+#include <kiln/codegen/cpu.h>
+#include <kiln/codegen/program.h>
 #include <kiln/ir/exec.h>
 #include <kiln/ir/graph.h>
 #include <kiln/passes/kernel.h>
@@ -19,6 +21,7 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -329,7 +332,11 @@ WorkloadResult run_ir_file(const std::string& path, const Options& o) {
   r.variants.push_back({"kiln", "eager", kKilnAllocator});
   r.variants.push_back({"kiln", "compiled", kKilnAllocator});
   r.variants[0].extra["ir_file"] = r.variants[1].extra["ir_file"] = path;
-  r.variants[1].extra["engine"] = "optimizer + kernel interpreter (passes::optimize, passes::ProgramRunner)";
+  // (compiled for the CPU where kiln has its LLVM backend, else the kernel interpreter)
+  const bool codegen = codegen::has_cpu_codegen();
+  r.variants[1].extra["engine"] = codegen ? "optimizer + CPU backend (passes::optimize, codegen::compile_cpu)"
+                                          : "optimizer + kernel interpreter (passes::optimize, passes::ProgramRunner; "
+                                            "kiln built without LLVM)";
   std::ifstream in(path);
   KILN_CHECK(in, "bench", "cannot read ", path);
   std::stringstream ss;
@@ -349,7 +356,18 @@ WorkloadResult run_ir_file(const std::string& path, const Options& o) {
   ir::Executable exe(g);
   auto t0 = std::chrono::steady_clock::now();
   passes::Module m = passes::optimize(g);
-  passes::ProgramRunner runner(*m.program);
+  std::shared_ptr<codegen::CompiledProgram> compiled;
+  std::optional<passes::ProgramRunner> interpreted;
+  if (codegen) {
+    std::vector<ir::Type> types;
+    for (const ir::Value* v : g.inputs()) types.push_back(v->type);
+    compiled = codegen::compile_cpu(m.program, std::move(types));
+  } else {
+    interpreted.emplace(*m.program);
+  }
+  auto run_compiled = [&] {
+    return compiled ? compiled->run(std::span<const ir::Slot>(ins)) : interpreted->run(std::span<const ir::Slot>(ins));
+  };
   r.compile.cold_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   auto tensors = [](std::vector<ir::Slot> slots) {
     std::vector<Tensor> ts;
@@ -363,7 +381,7 @@ WorkloadResult run_ir_file(const std::string& path, const Options& o) {
   r.bytes = total_bytes(ins_t, want);
   r.variants[0].check = o.check ? "ok" : "skipped";
   if (o.check) {
-    std::vector<Tensor> got = runner.run(std::span<const ir::Slot>(ins));
+    std::vector<Tensor> got = run_compiled();
     for (size_t i = 0; i < got.size() && i < want.size(); ++i)
       if (got[i].dtype() != want[i].dtype() && want[i].dim() == 0) got[i] = got[i].to(want[i].dtype());
     CheckResult c = compare_outputs(want, got, true);
@@ -379,7 +397,7 @@ WorkloadResult run_ir_file(const std::string& path, const Options& o) {
   std::vector<ir::Slot> eager_out;
   std::vector<Tensor> comp_out;
   Timed eager{"eager", nullptr, [&](int) { eager_out = exe.run_slots(ins); }, [&] { eager_out.clear(); }};
-  Timed comp{"compiled", nullptr, [&](int) { comp_out = runner.run(std::span<const ir::Slot>(ins)); },
+  Timed comp{"compiled", nullptr, [&](int) { comp_out = run_compiled(); },
              [&] { comp_out.clear(); }};
   std::vector<Timed*> timed;
   if (o.variants.count("eager")) timed.push_back(&eager);

@@ -1,5 +1,7 @@
 // dump-ir --run: random inputs for a graph, and the kernel program checked against the reference
 // executor output by output.
+#include <kiln/codegen/cpu.h>
+#include <kiln/codegen/program.h>
 #include <kiln/passes/kernel.h>
 
 #include <algorithm>
@@ -125,28 +127,40 @@ static Check compare(std::string where, const ir::Slot& want, const Tensor& got)
 
 // Runs the module's kernel program and the unoptimized graph `reference` on the same inputs
 // (`make_inputs` is called once per run: fresh inputs, since a graph may write into them) and
-// compares every output. Returns the program's outputs.
+// compares every output: the program on the kernel interpreter, then, where kiln has its LLVM
+// backend and the pipeline laid out and planned the program as kiln::compile's does, the same
+// program compiled for the CPU ("compiled output N"). Returns the interpreted program's outputs.
 std::vector<Tensor> run_and_check(const passes::Module& m, const ir::Graph& reference,
                                   const std::function<std::vector<ir::Slot>()>& make_inputs,
                                   const std::string& prefix, std::vector<Check>& checks) {
   KILN_CHECK(m.program != nullptr, "run", "the pipeline built no kernel program");
   std::vector<ir::Slot> ref_in = make_inputs();
   std::vector<ir::Slot> want = ir::Executable(reference).run_slots(ref_in);
+  auto check_all = [&](const std::vector<Tensor>& got, const std::string& label) {
+    for (size_t i = 0; i < std::max(want.size(), got.size()); ++i) {
+      std::string where = prefix + label + "output " + std::to_string(i);
+      if (i >= got.size() || i >= want.size()) {
+        Check c;
+        c.where = where;
+        c.what = i < want.size() ? "reference output" : "program output";
+        c.ok = false;
+        c.problem = i < want.size() ? "missing from the program's outputs" : "not returned by the reference";
+        checks.push_back(c);
+        continue;
+      }
+      checks.push_back(compare(where, want[i], got[i]));
+    }
+  };
   std::vector<ir::Slot> prog_in = make_inputs();
   passes::ProgramRunner runner(*m.program);
   std::vector<Tensor> got = runner.run(std::span<const ir::Slot>(prog_in));
-  for (size_t i = 0; i < std::max(want.size(), got.size()); ++i) {
-    std::string where = prefix + "output " + std::to_string(i);
-    if (i >= got.size() || i >= want.size()) {
-      Check c;
-      c.where = where;
-      c.what = i < want.size() ? "reference output" : "program output";
-      c.ok = false;
-      c.problem = i < want.size() ? "missing from the program's outputs" : "not returned by the reference";
-      checks.push_back(c);
-      continue;
-    }
-    checks.push_back(compare(where, want[i], got[i]));
+  check_all(got, "");
+  if (codegen::has_cpu_codegen() && m.program->laid_out && m.program->planned) {
+    std::vector<ir::Type> types;
+    for (const ir::Value* v : reference.inputs()) types.push_back(v->type);
+    std::shared_ptr<codegen::CompiledProgram> compiled = codegen::compile_cpu(m.program, std::move(types));
+    std::vector<ir::Slot> compiled_in = make_inputs();
+    check_all(compiled->run(std::span<const ir::Slot>(compiled_in)), "compiled ");
   }
   return got;
 }

@@ -98,8 +98,9 @@ int run_main(int argc, char** argv) {
   app.add_flag("-r,--run", o.run,
                "Run and print the outputs' dtypes and sizes (values too for outputs of at most 16 elements). "
                "Files run on random inputs of the graph's input types with the reference executor. "
-               "Optimizing: also runs each kernel program and checks it against the reference executor "
-               "(exit status 3 when they differ)");
+               "Optimizing: also runs each kernel program on the kernel interpreter and, where kiln has its LLVM "
+               "backend, compiled for the CPU, and checks both against the reference executor (exit status 3 when "
+               "they differ)");
   app.add_option("--seed", o.seed, "Seed of the random inputs (kiln::manual_seed)")
       ->check([](const std::string& v) -> std::string {
         return !v.empty() && v[0] == '-' ? "the seed is a non-negative integer, got " + v : "";

@@ -2,8 +2,10 @@
 // eager op with the node's decoded attributes.
 #include "kiln/ir/exec.h"
 
+#include <limits>
 #include <unordered_set>
 
+#include "kiln/ir/infer.h"
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/ops.h"
 
@@ -16,10 +18,12 @@ using Frame = std::vector<Slot>;
 // ---- attribute decoding (done once, at prepare time) ----
 struct Attrs {
   const Node& n;
+  // The attribute as given, else the op schema's default (attr_default, as inference reads it).
   const AttrValue& get(std::string_view name) const {
-    const Attr* a = n.attr(name);
-    KILN_CHECK(a, "exec", op_info(n.op).name, ": missing attribute '", name, "'");
-    return a->value;
+    if (const Attr* a = n.attr(name)) return a->value;
+    const AttrValue* d = attr_default(n.op, name);
+    KILN_CHECK(d, "exec", op_info(n.op).name, ": missing attribute '", name, "'");
+    return *d;
   }
   bool has(std::string_view name) const { return n.attr(name) != nullptr; }
   template <typename T>
@@ -360,7 +364,9 @@ Fn make_step(const Node& n, Plan& plan) {
       return unary([dims](const Tensor& x) { return x.permute(dims); });
     }
     case OpId::Slice: {
-      int64_t dim = a.i("dim"), st = a.i("start"), en = a.i("end"), step = a.i("step");
+      // (no end: to the end of the dim, as inference has it)
+      int64_t dim = a.i("dim"), st = a.i("start"), step = a.i("step");
+      int64_t en = a.has("end") ? a.i("end") : std::numeric_limits<int64_t>::max();
       return unary([=](const Tensor& x) { return x.slice(dim, st, en, step); });
     }
     case OpId::Select: {

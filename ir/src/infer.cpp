@@ -21,28 +21,30 @@ namespace infer_detail {
 // The attributes each op takes, transcribed from the comments of ops.def.
 std::span<const AttrSpec> attr_specs(OpId op) {
   static constexpr AttrSpec constant[] = {{"data", kind::string}, {"value", kind::number}};
-  static constexpr AttrSpec gelu[] = {{"approximate", kind::string}};
-  static constexpr AttrSpec nan_to_num[] = {{"nan", kind::real | kind::none}, {"neginf", kind::real | kind::none}, {"posinf", kind::real | kind::none}};
+  static constexpr AttrSpec gelu[] = {{"approximate", kind::string, "\"none\""}};
+  static constexpr AttrSpec nan_to_num[] = {{"nan", kind::real | kind::none, "none"}, {"neginf", kind::real | kind::none, "none"}, {"posinf", kind::real | kind::none, "none"}};
   static constexpr AttrSpec cast[] = {{"dtype", kind::dtype}};
   static constexpr AttrSpec value[] = {{"value", kind::number}};
-  static constexpr AttrSpec alpha[] = {{"alpha", kind::number}};
-  static constexpr AttrSpec div[] = {{"rounding_mode", kind::string | kind::none}};
-  static constexpr AttrSpec clamp[] = {{"has_max", kind::boolean}, {"has_min", kind::boolean}};
-  static constexpr AttrSpec reduce[] = {{"dims", kind::ints}, {"keepdim", kind::boolean}};
-  static constexpr AttrSpec sum[] = {{"dims", kind::ints}, {"dtype", kind::dtype | kind::none}, {"keepdim", kind::boolean}};
-  static constexpr AttrSpec dim_keepdim[] = {{"dim", kind::integer}, {"keepdim", kind::boolean}};
-  static constexpr AttrSpec arg[] = {{"dim", kind::integer | kind::none}, {"keepdim", kind::boolean}};
-  static constexpr AttrSpec norm[] = {{"dims", kind::ints}, {"keepdim", kind::boolean}, {"p", kind::real}};
-  static constexpr AttrSpec var[] = {{"correction", kind::integer}, {"dims", kind::ints}, {"keepdim", kind::boolean}};
+  static constexpr AttrSpec alpha[] = {{"alpha", kind::number, "1"}};
+  static constexpr AttrSpec div[] = {{"rounding_mode", kind::string | kind::none, "none"}};
+  static constexpr AttrSpec clamp[] = {{"has_max", kind::boolean, "false"}, {"has_min", kind::boolean, "false"}};
+  static constexpr AttrSpec reduce[] = {{"dims", kind::ints, "[]"}, {"keepdim", kind::boolean, "false"}};
+  static constexpr AttrSpec sum[] = {{"dims", kind::ints, "[]"}, {"dtype", kind::dtype | kind::none, "none"}, {"keepdim", kind::boolean, "false"}};
+  static constexpr AttrSpec dim_keepdim[] = {{"dim", kind::integer}, {"keepdim", kind::boolean, "false"}};
+  static constexpr AttrSpec arg[] = {{"dim", kind::integer | kind::none, "none"}, {"keepdim", kind::boolean, "false"}};
+  static constexpr AttrSpec norm[] = {{"dims", kind::ints, "[]"}, {"keepdim", kind::boolean, "false"}, {"p", kind::real, "2.0"}};
+  static constexpr AttrSpec var[] = {{"correction", kind::integer, "1"}, {"dims", kind::ints, "[]"}, {"keepdim", kind::boolean, "false"}};
   static constexpr AttrSpec dim[] = {{"dim", kind::integer}};
+  static constexpr AttrSpec cat[] = {{"dim", kind::integer, "0"}};
   static constexpr AttrSpec sizes[] = {{"sizes", kind::ints}};
   static constexpr AttrSpec transpose[] = {{"dim0", kind::integer}, {"dim1", kind::integer}};
   static constexpr AttrSpec dims[] = {{"dims", kind::ints}};
-  static constexpr AttrSpec slice[] = {{"dim", kind::integer}, {"end", kind::integer}, {"start", kind::integer}, {"step", kind::integer}};
+  static constexpr AttrSpec squeeze[] = {{"dims", kind::ints, "[]"}};
+  static constexpr AttrSpec slice[] = {{"dim", kind::integer, "0"}, {"end", kind::integer}, {"start", kind::integer, "0"}, {"step", kind::integer, "1"}};
   static constexpr AttrSpec select[] = {{"dim", kind::integer}, {"index", kind::integer}};
-  static constexpr AttrSpec diagonal[] = {{"dim1", kind::integer}, {"dim2", kind::integer}, {"offset", kind::integer}};
-  static constexpr AttrSpec as_strided[] = {{"offset", kind::integer}, {"sizes", kind::ints}, {"strides", kind::ints}};
-  static constexpr AttrSpec addmm[] = {{"alpha", kind::integer | kind::real}, {"beta", kind::integer | kind::real}};
+  static constexpr AttrSpec diagonal[] = {{"dim1", kind::integer, "0"}, {"dim2", kind::integer, "1"}, {"offset", kind::integer, "0"}};
+  static constexpr AttrSpec as_strided[] = {{"offset", kind::integer, "0"}, {"sizes", kind::ints}, {"strides", kind::ints}};
+  static constexpr AttrSpec addmm[] = {{"alpha", kind::integer | kind::real, "1"}, {"beta", kind::integer | kind::real, "1"}};
   static constexpr AttrSpec einsum[] = {{"equation", kind::string}};
   switch (op) {
     case OpId::Constant: return constant;
@@ -63,10 +65,12 @@ std::span<const AttrSpec> attr_specs(OpId op) {
     case OpId::Softmax: case OpId::LogSoftmax: case OpId::Cumsum: return dim;
     case OpId::View: case OpId::Expand: return sizes;
     case OpId::Transpose: return transpose;
-    case OpId::Permute: case OpId::Squeeze: return dims;
+    case OpId::Permute: return dims;
+    case OpId::Squeeze: return squeeze;
     case OpId::Slice: return slice;
     case OpId::Select: return select;
-    case OpId::Unsqueeze: case OpId::Cat: case OpId::IndexSelect: case OpId::Gather: return dim;
+    case OpId::Unsqueeze: case OpId::IndexSelect: case OpId::Gather: return dim;
+    case OpId::Cat: return cat;
     case OpId::Diagonal: return diagonal;
     case OpId::AsStrided: return as_strided;
     case OpId::Addmm: return addmm;
@@ -78,6 +82,33 @@ std::span<const AttrSpec> attr_specs(OpId op) {
 }  // namespace infer_detail
 
 using namespace infer_detail;
+
+namespace {
+// A schema default's text (AttrSpec::dflt) as its value.
+AttrValue default_value(std::string_view t) {
+  if (t == "none") return NoneAttr{};
+  if (t == "true" || t == "false") return t == "true";
+  if (t == "[]") return IntList{};
+  if (t.size() >= 2 && t.front() == '"') return std::string(t.substr(1, t.size() - 2));
+  if (t.find('.') != std::string_view::npos) return std::stod(std::string(t));
+  return int64_t(std::stoll(std::string(t)));
+}
+}  // namespace
+
+const AttrValue* attr_default(OpId op, std::string_view name) {
+  // Every op's defaults, decoded once.
+  static const std::vector<std::vector<std::pair<std::string_view, AttrValue>>> table = [] {
+    std::vector<std::vector<std::pair<std::string_view, AttrValue>>> t(static_cast<size_t>(num_ops()));
+    for (size_t o = 0; o < t.size(); ++o)
+      for (const AttrSpec& s : attr_specs(OpId(o)))
+        if (!s.dflt.empty()) t[o].emplace_back(s.name, default_value(s.dflt));
+    return t;
+  }();
+  if (size_t(op) >= table.size()) return nullptr;
+  for (const auto& [n, v] : table[size_t(op)])
+    if (n == name) return &v;
+  return nullptr;
+}
 
 namespace {
 

@@ -34,9 +34,14 @@ inline std::string kinds_str(unsigned kinds) {
   return s;
 }
 
+// An attribute an op takes: its name, the kinds of value it may have, and its value when a graph
+// leaves it out, in the text form's spelling (PyTorch's default: "1", "false", "[]", "none",
+// "\"none\"" for a string); empty where it has none (it is required, or, as slice's `end`, it
+// follows from the sizes). ir::attr_default() hands these out to inference and the executor.
 struct AttrSpec {
   std::string_view name;
   unsigned kinds;
+  std::string_view dflt = {};
 };
 
 // The attributes each op takes (infer.cpp).
@@ -84,10 +89,11 @@ class Ctx {
   }
 
   // ---- attributes (kinds were checked against the schema on construction) ----
+  // The attribute's value as given, else its default (attr_default), else null.
   const AttrValue* find(std::string_view n) const {
     for (const Attr& a : attrs)
       if (a.name == n) return &a.value;
-    return nullptr;
+    return attr_default(op, n);
   }
   // The attribute's value; nullopt when absent or `none`.
   template <typename T>

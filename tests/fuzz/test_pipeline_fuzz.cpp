@@ -134,8 +134,9 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
   fuzz::current_input() = nullptr;
   std::printf("%d mutants verified, %d ran on the reference, %d through the compiled program\n", verified, ran,
               compiled);
-  // The corpus's seeds themselves all run and compile: the mutants reach the backend.
-  EXPECT_GE(compiled, int(seeds.size()));
+  // The mutants reach the backend: about 2100 of 100,000 (2319 verify) at this commit, most of
+  // the rest refused by the parser. Far fewer means the fuzz stopped testing the pipeline.
+  EXPECT_GE(compiled, 1000);
 }
 
 }  // namespace

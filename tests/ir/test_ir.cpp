@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 #include <kiln/ir/graph.h>
+#include <kiln/ir/exec.h>
 #include <kiln/ir/infer.h>
+#include <kiln/runtime/factories.h>
+#include <kiln/runtime/ops.h>
 
 #include <cmath>
 #include <limits>
@@ -333,4 +336,63 @@ TEST(IrJson, MalformedInputIsAnError) {
                               "outputs": ["%y"]})"),
                Error);
   EXPECT_THROW(from_json(R"({"graph": 3})"), Error);
+}
+
+// A hand-written graph may leave out the attributes with a default in the op table's schema
+// (PyTorch's: add's alpha, a reduction's dims and keepdim, norm's p, ...): it verifies and runs
+// as if they were spelled out. Required ones stay required, in inference and in the executor.
+TEST(IrDefaults, LeftOutAttributesTakeTheSchemaDefaults) {
+  const char* bare = R"(graph @g(%x: f32[4,3]{3,1}, %y: f32[3]{1}) {
+  %0 = add(%x, %y) : f32[4,3]{3,1}
+  %1 = sum(%0) : f32[]{}
+  %2 = slice(%0) {start=1} : f32[3,3]{3,1}
+  %3 = norm(%0) : f32[]{}
+  %4 = var(%0) : f32[]{}
+  %5 = gelu(%0) : f32[4,3]{3,1}
+  %6 = amax(%0) : f32[]{}
+  return %1, %2, %3, %4, %5, %6
+})";
+  const char* spelled = R"(graph @g(%x: f32[4,3]{3,1}, %y: f32[3]{1}) {
+  %0 = add(%x, %y) {alpha=1} : f32[4,3]{3,1}
+  %1 = sum(%0) {dims=[], dtype=none, keepdim=false} : f32[]{}
+  %2 = slice(%0) {dim=0, end=4, start=1, step=1} : f32[3,3]{3,1}
+  %3 = norm(%0) {dims=[], keepdim=false, p=2.0} : f32[]{}
+  %4 = var(%0) {correction=1, dims=[], keepdim=false} : f32[]{}
+  %5 = gelu(%0) {approximate="none"} : f32[4,3]{3,1}
+  %6 = amax(%0) {dims=[], keepdim=false} : f32[]{}
+  return %1, %2, %3, %4, %5, %6
+})";
+  Graph a = parse(bare), b = parse(spelled);
+  ASSERT_FALSE(verify(a).has_value()) << verify(a)->str();
+  ASSERT_FALSE(verify(b).has_value()) << verify(b)->str();
+  Tensor x = randn({4, 3}), y = randn({3});
+  std::vector<Tensor> ra = execute(a, std::vector<Tensor>{x, y}), rb = execute(b, std::vector<Tensor>{x, y});
+  ASSERT_EQ(ra.size(), rb.size());
+  for (size_t i = 0; i < ra.size(); ++i) {
+    EXPECT_EQ(ra[i].sizes().vec(), rb[i].sizes().vec()) << "output " << i;
+    EXPECT_TRUE(ra[i].eq(rb[i]).all().item<bool>()) << "output " << i;
+  }
+  EXPECT_TRUE(ra[1].eq((x + y).slice(0, 1, 4, 1)).all().item<bool>());
+
+  // the table: values of the schema's kinds; none where there is no default
+  ASSERT_NE(attr_default(OpId::Add, "alpha"), nullptr);
+  EXPECT_EQ(std::get<int64_t>(*attr_default(OpId::Add, "alpha")), 1);
+  EXPECT_EQ(std::get<double>(*attr_default(OpId::Norm, "p")), 2.0);
+  EXPECT_FALSE(std::get<bool>(*attr_default(OpId::Sum, "keepdim")));
+  EXPECT_TRUE(std::get<IntList>(*attr_default(OpId::Squeeze, "dims")).empty());
+  EXPECT_EQ(std::get<std::string>(*attr_default(OpId::Gelu, "approximate")), "none");
+  EXPECT_TRUE(std::holds_alternative<NoneAttr>(*attr_default(OpId::Argmax, "dim")));
+  EXPECT_EQ(attr_default(OpId::Slice, "end"), nullptr);       // (the dim's size)
+  EXPECT_EQ(attr_default(OpId::Transpose, "dim0"), nullptr);  // required
+  EXPECT_EQ(attr_default(OpId::Permute, "dims"), nullptr);    // required
+  EXPECT_EQ(attr_default(OpId::Add, "beta"), nullptr);        // not an attribute of add
+
+  // a required attribute left out: inference names it
+  Graph t = parse(R"(graph @t(%x: f32[4,3]{3,1}) {
+  %0 = transpose(%x) {dim0=0} : f32[3,4]{1,3}
+  return %0
+})");
+  auto err = verify(t);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_NE(err->str().find("missing attribute 'dim1'"), std::string::npos) << err->str();
 }

@@ -30,6 +30,13 @@ namespace kiln::ir {
 // operands and attributes are still checked.
 std::vector<Type> infer_types(OpId op, const std::vector<Type>& inputs, const std::vector<Attr>& attrs);
 
+// The value attribute `name` of `op` has when a graph leaves it out: PyTorch's default, as the
+// op table's schema gives it (add's alpha 1, a reduction's keepdim false and dims [] for all,
+// norm's p 2, ...). Null where it has none: a required attribute, or slice's `end`, which
+// defaults to the dim's size. Inference and the reference executor both read it here; the
+// tracer records every attribute, so only hand-written graphs rely on it.
+const AttrValue* attr_default(OpId op, std::string_view name);
+
 // The output types of a node: as above, except that a constant's are its declared types (after
 // checking its value attribute against them) and a cond's are its then-region's output types.
 std::vector<Type> infer_types(const Node& node);

@@ -1,6 +1,7 @@
 // The whole pipeline under hostile graph files: the parser fuzz corpus's mutants that parse and
 // verify (a user's hand-edited graph, as dump-ir and kiln-bench --ir read them) run on the
-// reference executor, then through the optimizer, the kernel interpreter and the CPU backend.
+// reference executor, then through the optimizer, the kernel interpreter and the CPU backend
+// (kernels specialised on the sizes, and size-generic ones).
 // Every step may refuse a graph with a kiln::Error; none may crash, throw anything else, or
 // return values that differ from the reference's.
 #include <gtest/gtest.h>
@@ -119,9 +120,16 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
       }
       std::vector<ir::Type> types;
       for (const ir::Value* v : g->inputs()) types.push_back(v->type);
-      std::shared_ptr<codegen::CompiledProgram> p = codegen::compile_cpu(m.program, std::move(types));
-      std::vector<ir::Slot> in = inputs_for(*g);
-      ASSERT_TRUE(same(want, p->run(std::span<const ir::Slot>(in)))) << "compiled:\n" << text;
+      // The kernels specialised on the sizes, and the size-generic ones kiln compiles once a dim
+      // is dynamic.
+      for (bool generic : {false, true}) {
+        codegen::CpuCompileOptions opts;
+        opts.generic = generic;
+        std::shared_ptr<codegen::CompiledProgram> p = codegen::compile_cpu(m.program, types, opts);
+        std::vector<ir::Slot> in = inputs_for(*g);
+        ASSERT_TRUE(same(want, p->run(std::span<const ir::Slot>(in))))
+            << (generic ? "compiled, size-generic:\n" : "compiled:\n") << text;
+      }
       ++compiled;
     } catch (const Error& e) {
       // The optimizer may refuse a graph the reference runs (it returns a number, say), but

@@ -93,7 +93,7 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
   const std::vector<std::string> dict = fuzz::read_dict(dir / "ir.dict");
   std::mt19937_64 rng(fuzz::kMutationSeed + 1);  // (other mutants than ir_fuzz_corpus's)
   int verified = 0, ran = 0, compiled = 0;
-  for (int i = 0; i < 50000; ++i) {
+  for (int i = 0; i < 20000; ++i) {
     const std::string text = i < int(seeds.size()) ? seeds[size_t(i)] : fuzz::mutant(seeds, rng, dict);
     fuzz::current_input() = &text;
     std::optional<ir::Graph> g;
@@ -142,9 +142,9 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
   fuzz::current_input() = nullptr;
   std::printf("%d mutants verified, %d ran on the reference, %d through the compiled program\n", verified, ran,
               compiled);
-  // The mutants reach the backend: 5238 of 50,000 (5271 verify) when this was written, most of
+  // The mutants reach the backend: 2011 of 20,000 (2025 verify) when this was written, most of
   // the rest refused by the parser. Far fewer means the fuzz stopped testing the pipeline.
-  EXPECT_GE(compiled, 2500);
+  EXPECT_GE(compiled, 1000);
 }
 
 }  // namespace

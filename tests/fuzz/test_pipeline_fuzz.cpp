@@ -2,8 +2,9 @@
 // verify (a user's hand-edited graph, as dump-ir and kiln-bench --ir read them) run on the
 // reference executor, then through the optimizer, the kernel interpreter and the CPU backend
 // (kernels specialised on the sizes, and size-generic ones).
-// Every step may refuse a graph with a kiln::Error; none may crash, throw anything else, or
-// return values that differ from the reference's.
+// The reference and the optimizer may refuse a graph with a kiln::Error; past the optimizer the
+// interpreted and the compiled program must run and return the reference's values. Nothing may
+// crash.
 #include <gtest/gtest.h>
 #include <kiln/codegen/cpu.h>
 #include <kiln/codegen/program.h>

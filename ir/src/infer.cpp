@@ -140,7 +140,7 @@ Type unary(const Ctx& c) {
     case OpId::Sigmoid: case OpId::Erf:
       return same(float_compute(d));
     case OpId::Gelu: {
-      std::string approx = c.get<std::string>("approximate", "none");
+      std::string approx = c.req<std::string>("approximate");
       if (approx != "none" && approx != "tanh")
         c.fail("approximate argument must be either none or tanh, got '", approx, "'");
       [[fallthrough]];
@@ -194,7 +194,7 @@ Type binary(const Ctx& c) {
       if (c.op == OpId::Sub && (a.dtype == kBool || b.dtype == kBool))
         c.fail("Subtraction, the `-` operator, with a bool tensor is not supported (", a.str(), ", ", b.str(), ")");
       // check_alpha
-      Scalar alpha = c.number("alpha").value_or(Scalar(int64_t(1)));
+      Scalar alpha = *c.number("alpha");
       if (alpha.is_bool() && ct != kBool) c.fail("Boolean alpha only supported for Boolean results (result type ", name(ct), ")");
       if (!is_floating(ct) && alpha.is_floating())
         c.fail("For integral input tensors, argument alpha must not be a floating point number (result type ", name(ct), ")");
@@ -237,7 +237,7 @@ Type ternary(const Ctx& c) {
       return elementwise_out(c, result_type({a, b}), {cond, a, b});
     }
     case OpId::Clamp: {
-      bool has_min = c.get<bool>("has_min", false), has_max = c.get<bool>("has_max", false);
+      bool has_min = c.req<bool>("has_min"), has_max = c.req<bool>("has_max");
       if (!has_min && !has_max) c.fail("At least one of 'min' or 'max' must not be None (has_min and has_max are false)");
       c.arity(1 + size_t(has_min) + size_t(has_max));
       std::vector<Type> ts = {c.tensor(0)};
@@ -310,9 +310,9 @@ void check_nonempty(const Ctx& c, const Type& x, const IntList& dims) {
 // reduce(): the reduced shape over `dims` with `keepdim`, row-major (an empty() keepdim result,
 // viewed without the reduced dims), in dtype `dt`.
 Type reduced(const Ctx& c, const Type& x, DType dt) {
-  IntList dims = c.get<IntList>("dims", {});
+  IntList dims = c.req<IntList>("dims");
   auto mask = reduce_mask(c, dims, int64_t(x.sizes.size()));
-  return c.dense(dt, reduced_shape(x.sizes, mask, c.get<bool>("keepdim", false)), x.device);
+  return c.dense(dt, reduced_shape(x.sizes, mask, c.req<bool>("keepdim")), x.device);
 }
 
 void check_float(const Ctx& c, const Type& x) {
@@ -332,7 +332,7 @@ std::vector<Type> along_dim(const Ctx& c, const Type& x, int64_t dim, bool keepd
 
 std::vector<Type> reduction(const Ctx& c) {
   const Type& x = c.tensor(0);
-  IntList dims = c.get<IntList>("dims", {});
+  IntList dims = c.get<IntList>("dims", {});  // (none for the ops that take a `dim` instead)
   switch (c.op) {
     case OpId::Sum: {
       DType dt = c.opt<DType>("dtype").value_or(sum_dtype(x.dtype));
@@ -353,7 +353,7 @@ std::vector<Type> reduction(const Ctx& c) {
       return {reduced(c, x, x.dtype == kUInt8 ? kUInt8 : kBool)};  // uint8 in, uint8 out, as PyTorch
     case OpId::Norm: {
       check_float(c, x);
-      if (std::isinf(c.get<double>("p", 2.0))) check_nonempty(c, x, dims);
+      if (std::isinf(c.req<double>("p"))) check_nonempty(c, x, dims);
       return {reduced(c, x, x.dtype)};
     }
     case OpId::Var: case OpId::Std:
@@ -362,10 +362,10 @@ std::vector<Type> reduction(const Ctx& c) {
     case OpId::LogSumExp:
       return {reduced(c, x, float_compute(x.dtype))};
     case OpId::MaxDim: case OpId::MinDim:
-      return along_dim(c, x, c.req<int64_t>("dim"), c.get<bool>("keepdim", false));
+      return along_dim(c, x, c.req<int64_t>("dim"), c.req<bool>("keepdim"));
     case OpId::Argmax: case OpId::Argmin: {
       if (x.dtype == kBool) c.fail("\"", c.name, "_cpu\" not implemented for 'bool'");
-      bool keepdim = c.get<bool>("keepdim", false);
+      bool keepdim = c.req<bool>("keepdim");
       if (auto dim = c.opt<int64_t>("dim")) return {along_dim(c, x, *dim, keepdim)[1]};
       // over the flattened tensor: a 0-d index, or all-ones dims with keepdim
       if (c.numel(x.sizes) == 0) c.fail("Expected reduction dim to be specified for input.numel() == 0 (", x.str(), ")");
@@ -453,12 +453,12 @@ Type view_op(const Ctx& c) {
     }
     case OpId::Slice: {
       if (n == 0) c.fail("slice() cannot be applied to a 0-dim tensor");
-      size_t d = size_t(c.wrap(c.get<int64_t>("dim", 0), n));
-      int64_t step = c.get<int64_t>("step", 1);
+      size_t d = size_t(c.wrap(c.req<int64_t>("dim"), n));
+      int64_t step = c.req<int64_t>("step");
       if (step <= 0) c.fail("slice step must be positive, got ", step);
       int64_t size = x.sizes[d];
       auto clamp_index = [size](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + size : i, 0, size); };
-      int64_t s = clamp_index(c.get<int64_t>("start", 0));
+      int64_t s = clamp_index(c.req<int64_t>("start"));
       int64_t e = c.opt<int64_t>("end") ? clamp_index(*c.opt<int64_t>("end")) : size;
       sizes[d] = e > s ? (e - s - 1) / step + 1 : 0;  // ceil((e - s) / step) without overflow
       st[d] = c.mul(st[d], step);
@@ -502,7 +502,7 @@ Type view_op(const Ctx& c) {
     case OpId::Squeeze: {
       // dims=[] squeezes every size-1 dim; otherwise the listed dims (by their original
       // positions) that have size 1, as PyTorch 2's squeeze(dims).
-      IntList dims = c.get<IntList>("dims", {});
+      IntList dims = c.req<IntList>("dims");
       std::vector<bool> mask = reduce_mask(c, dims, n);
       Sizes ns, nst;
       for (int64_t i = 0; i < n; ++i)
@@ -521,9 +521,9 @@ Type view_op(const Ctx& c) {
     }
     case OpId::Diagonal: {
       if (n < 2) c.fail("diagonal requires a tensor with at least 2 dimensions, got ", n, "D");
-      size_t d1 = size_t(c.wrap(c.get<int64_t>("dim1", 0), n)), d2 = size_t(c.wrap(c.get<int64_t>("dim2", 1), n));
+      size_t d1 = size_t(c.wrap(c.req<int64_t>("dim1"), n)), d2 = size_t(c.wrap(c.req<int64_t>("dim2"), n));
       if (d1 == d2) c.fail("diagonal dimensions cannot be identical ", d1, ", ", d2);
-      __int128 offset = c.get<int64_t>("offset", 0), n1 = x.sizes[d1], n2 = x.sizes[d2];
+      __int128 offset = c.req<int64_t>("offset"), n1 = x.sizes[d1], n2 = x.sizes[d2];
       __int128 len = offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2);
       Sizes ns, nst;
       for (size_t i = 0; i < size_t(n); ++i)
@@ -542,7 +542,7 @@ Type view_op(const Ctx& c) {
         c.fail("mismatch in length of strides (", nst.size(), ") and shape (", ns.size(), ")");
       for (size_t i = 0; i < ns.size(); ++i)
         if (ns[i] < 0 || nst[i] < 0) c.fail("negative size or stride: sizes ", ns, ", strides ", nst);
-      if (c.get<int64_t>("offset", 0) < 0) c.fail("negative storage offset ", c.get<int64_t>("offset", 0));
+      if (c.req<int64_t>("offset") < 0) c.fail("negative storage offset ", c.req<int64_t>("offset"));
       return view_of(x, ns, nst);
     }
     default: break;
@@ -569,7 +569,7 @@ Type cat(const Ctx& c) {  // join.cpp
     }
   const size_t nd = ref->sizes.size();
   if (nd == 0) c.fail("zero-dimensional tensor cannot be concatenated");
-  size_t d = size_t(c.wrap(c.get<int64_t>("dim", 0), int64_t(nd)));
+  size_t d = size_t(c.wrap(c.req<int64_t>("dim"), int64_t(nd)));
   DType dt = result_type(ts);
   Sizes shape = ref->sizes;
   shape[d] = 0;

@@ -101,7 +101,7 @@ Type addmm(const Ctx& c) {
   if (broadcast(c, self.sizes, shape) != shape)
     c.fail("self of shape ", self.sizes, " cannot be broadcast to the product's shape ", shape);
   // bool: gemm_into refuses a non-empty product, and scaling by a nonzero beta (mul_) an empty one
-  Scalar beta = c.number("beta").value_or(Scalar(int64_t(1)));
+  Scalar beta = *c.number("beta");
   if (a.dtype == kBool && shape[0] > 0 && shape[1] > 0 && (a.sizes[1] > 0 || beta.to_double() != 0))
     c.fail("\"addmm_impl_cpu_\" not implemented for 'bool'");
   return c.dense(a.dtype, shape, common_device(c, {self, a, b}));

@@ -16,6 +16,7 @@
 #include <cstdio>
 
 #include "../common/close.h"
+#include "workloads.h"
 #include "mutate.h"
 
 namespace {
@@ -46,30 +47,6 @@ bool small_enough(const ir::Graph& g) {
     for (const ir::Value* v : n->outputs)
       if (!fits(v->type)) return false;
   return true;
-}
-
-// The graph's inputs, the same for every call: a random buffer viewed with each input's sizes
-// and strides (kiln::Error where a mutant's strides cannot be viewed), numbers for scalars.
-std::vector<ir::Slot> inputs_for(const ir::Graph& g) {
-  std::vector<ir::Slot> in;
-  manual_seed(7);
-  for (const ir::Value* v : g.inputs()) {
-    const ir::Type& t = v->type;
-    ir::Slot s;
-    if (t.is_scalar() || t.wrapped) {
-      s.is_scalar = true;
-      s.scalar = t.dtype == kBool ? Scalar(true) : is_floating(t.dtype) ? Scalar(1.5) : Scalar(int64_t(3));
-    } else {
-      int64_t extent = 1;
-      for (size_t d = 0; d < t.sizes.size() && d < t.strides.size(); ++d)
-        extent += (t.sizes[d] - 1) * std::max<int64_t>(t.strides[d], 0);
-      Tensor base = is_floating(t.dtype) ? randn({std::max<int64_t>(extent, 1)}, t.dtype)
-                                         : randint(0, t.dtype == kBool ? 2 : 10, {std::max<int64_t>(extent, 1)}, t.dtype);
-      s.tensor = base.as_strided(t.sizes, t.strides, 0);
-    }
-    in.push_back(std::move(s));
-  }
-  return in;
 }
 
 // The program's outputs against the reference's (a number against a 0-d tensor).
@@ -107,7 +84,7 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
     ++verified;
     std::vector<ir::Slot> want;
     try {
-      want = ir::Executable(*g).run_slots(inputs_for(*g));
+      want = ir::Executable(*g).run_slots(workloads::graph_inputs(*g, 7));
     } catch (const Error&) {
       continue;  // (the reference refuses it: a missing attribute, an index out of range, ...)
     }
@@ -122,7 +99,7 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
     }
     try {
       {
-        std::vector<ir::Slot> in = inputs_for(*g);
+        std::vector<ir::Slot> in = workloads::graph_inputs(*g, 7);
         passes::ProgramRunner runner(*m->program);
         ASSERT_TRUE(same(want, runner.run(std::span<const ir::Slot>(in)))) << "interpreted:\n" << text;
       }
@@ -134,7 +111,7 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
         codegen::CpuCompileOptions opts;
         opts.generic = generic;
         std::shared_ptr<codegen::CompiledProgram> p = codegen::compile_cpu(m->program, types, opts);
-        std::vector<ir::Slot> in = inputs_for(*g);
+        std::vector<ir::Slot> in = workloads::graph_inputs(*g, 7);
         ASSERT_TRUE(same(want, p->run(std::span<const ir::Slot>(in))))
             << (generic ? "compiled, size-generic:\n" : "compiled:\n") << text;
       }

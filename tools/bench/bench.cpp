@@ -303,28 +303,6 @@ WorkloadResult run_workload(const wl::Workload& w, const Options& o) {
 
 // ---------------------------------------------------------------- a saved graph (--ir)
 
-// Random inputs of the graph's input types: numbers for scalar inputs, tensors (views over a
-// random buffer when the type's strides are not dense) otherwise.
-std::vector<ir::Slot> graph_inputs(const ir::Graph& g, uint64_t seed) {
-  std::vector<ir::Slot> ins;
-  manual_seed(seed);
-  for (const ir::Value* v : g.inputs()) {
-    ir::Slot s;
-    const ir::Type& t = v->type;
-    if (t.is_scalar() || t.wrapped) {
-      s.is_scalar = true;
-      s.scalar = t.dtype == kBool ? Scalar(true) : is_floating(t.dtype) ? Scalar(1.5) : Scalar(int64_t(3));
-    } else {
-      int64_t extent = 1;
-      for (size_t d = 0; d < t.sizes.size(); ++d) extent += (t.sizes[d] - 1) * std::max<int64_t>(t.strides[d], 0);
-      Tensor base = wl::make_tensor(wl::InputSpec{v->name, t.dtype, {std::max<int64_t>(extent, 0)}}, wl::Init::Normal);
-      s.tensor = base.as_strided(t.sizes, t.strides, 0);
-    }
-    ins.push_back(std::move(s));
-  }
-  return ins;
-}
-
 WorkloadResult run_ir_file(const std::string& path, const Options& o) {
   WorkloadResult r;
   r.name = std::filesystem::path(path).stem().string();
@@ -345,7 +323,7 @@ WorkloadResult run_ir_file(const std::string& path, const Options& o) {
   const size_t first = text.find_first_not_of(" \t\r\n");
   ir::Graph g = first != std::string::npos && text[first] == '{' ? ir::from_json(text) : ir::parse(text);
   if (auto err = ir::verify(g)) KILN_FAIL("bench", path, ": ", err->str());
-  std::vector<ir::Slot> ins = graph_inputs(g, o.seed);
+  std::vector<ir::Slot> ins = wl::graph_inputs(g, o.seed);
   for (const ir::Slot& s : ins) {
     if (s.is_scalar) continue;
     r.inputs += (r.inputs.empty() ? "" : ", ") + std::string(ir::short_name(s.tensor.dtype())) + "[";

@@ -289,6 +289,26 @@ Tensor make_tensor(const InputSpec& spec, Init init) {
   return randn(spec.sizes, dt);
 }
 
+std::vector<ir::Slot> graph_inputs(const ir::Graph& g, uint64_t seed) {
+  std::vector<ir::Slot> ins;
+  manual_seed(seed);
+  for (const ir::Value* v : g.inputs()) {
+    ir::Slot s;
+    const ir::Type& t = v->type;
+    if (t.is_scalar() || t.wrapped) {
+      s.is_scalar = true;
+      s.scalar = t.dtype == kBool ? Scalar(true) : is_floating(t.dtype) ? Scalar(1.5) : Scalar(int64_t(3));
+    } else {
+      int64_t extent = 1;
+      for (size_t d = 0; d < t.sizes.size(); ++d) extent += (t.sizes[d] - 1) * std::max<int64_t>(t.strides[d], 0);
+      Tensor base = make_tensor(InputSpec{v->name, t.dtype, {std::max<int64_t>(extent, 0)}}, Init::Normal);
+      s.tensor = base.as_strided(t.sizes, t.strides, 0);
+    }
+    ins.push_back(std::move(s));
+  }
+  return ins;
+}
+
 std::vector<Tensor> Workload::make_inputs(Tier tier, uint64_t seed, std::optional<DType> dtype,
                                           const std::vector<InputOverride>& overrides) const {
   std::vector<InputSpec> specs = input_specs(tier, dtype, overrides);

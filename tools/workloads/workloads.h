@@ -14,6 +14,8 @@
 // (never zeros) drawn from kiln's Philox generator after kiln::manual_seed(seed), so a seed
 // reproduces them; sizes use M = 2^20 elements.
 #pragma once
+#include <kiln/ir/exec.h>
+#include <kiln/ir/graph.h>
 #include <kiln/kiln.h>
 
 #include <cstdint>
@@ -104,5 +106,11 @@ const Workload* find_workload(std::string_view name);
 // Random values for one input spec, as make_inputs draws them (integer and bool dtypes get
 // nonzero random integers / random booleans).
 Tensor make_tensor(const InputSpec& spec, Init init);
+
+// Random inputs of a graph's input types (a saved graph that kiln-bench --ir times, a graph the
+// pipeline fuzz test runs), the same for the same seed: make_tensor's normal values over a
+// buffer viewed with each input's sizes and strides, and 1.5, 3 or true for a scalar input.
+// kiln::Error where a type's strides cannot be viewed (a hand-written graph's).
+std::vector<ir::Slot> graph_inputs(const ir::Graph& g, uint64_t seed);
 
 }  // namespace kiln::workloads

@@ -161,9 +161,10 @@ limit() {  # limit N: N seconds, or the time left before the deadline if that is
   echo "$n"
 }
 phase_test() {  # the CUDA suite on the real GPU, fresh device memory poisoned (NaN / -1), 300 random
-                # programs, 100 random graphs at small and at larger shapes (KILN_GPU_TEST_REGEX:
-                # only the tests it matches)
+                # programs, 100 random graphs at small and at larger shapes, 100 fuzzed graph files
+                # (KILN_GPU_TEST_REGEX: only the tests it matches)
   KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-300} \
+    KILN_FUZZ_GPU_MUTANTS=${KILN_FUZZ_GPU_MUTANTS:-100} \
     KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-100} timeout "$(limit "${KILN_GPU_TEST_TIMEOUT:-540}")" ctest --test-dir $build -j"${KILN_GPU_TEST_JOBS:-4}" -R "${KILN_GPU_TEST_REGEX:-Cuda|cuda}" \
     -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin|golden' --output-on-failure >"$out/ctest-cuda.log" 2>&1
 }

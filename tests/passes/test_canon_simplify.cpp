@@ -283,6 +283,20 @@ TEST(CanonSimplify, ReductionsKeepTheirDimsForTheWorkAfterThem) {
             "  %9 = sub(%1, %y) {alpha=1} : f32[3,5]{5,1}\n"
             "  return %8, %1, %9\n"
             "}\n");
+  // keepdim left to its default (false) in a hand-written graph: the same rewrite
+  EXPECT_EQ(check_pass("simplify",
+                       "graph @g(%x: f32[4,5,6]{30,6,1}) {\n"
+                       "  %0 = norm(%x) {dims=[0,2], p=2.0} : f32[5]{1}\n"
+                       "  %1 = sqrt(%0) : f32[5]{1}\n"
+                       "  return %1\n"
+                       "}\n"),
+            "graph @g(%x: f32[4,5,6]{30,6,1}) {\n"
+            "  %0 = norm(%x) {dims=[0,2], keepdim=true, p=2.0} : f32[1,5,1]{5,1,1}\n"
+            "  %1 = view(%0) {sizes=[5]} : f32[5]{1}\n"
+            "  %2 = sqrt(%0) : f32[1,5,1]{5,1,1}\n"
+            "  %3 = view(%2) {sizes=[5]} : f32[5]{1}\n"
+            "  return %3\n"
+            "}\n");
   // a reduction whose memory is written (an in-place op on its result) stays as it is
   check_pass("simplify",
              "graph @g(%x: f32[4,5]{5,1}) {\n"

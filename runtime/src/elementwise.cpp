@@ -161,9 +161,13 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 #if KILN_HAVE_VEC
 #define KILN_VF(expr) [](cpu::vec::VF x) { return expr; }
 #define KILN_VD(expr) [](cpu::vec::VD x) { return expr; }
+#define KILN_VF2(expr) [](cpu::vec::VF x, cpu::vec::VF y) { return expr; }
+#define KILN_VD2(expr) [](cpu::vec::VD x, cpu::vec::VD y) { return expr; }
 #else
 #define KILN_VF(expr) nullptr
 #define KILN_VD(expr) nullptr
+#define KILN_VF2(expr) nullptr
+#define KILN_VD2(expr) nullptr
 #endif
 
 // Transcendental ops with a SLEEF vector form.
@@ -549,6 +553,33 @@ T int_pow(T base, T exp) {
   return T(r);
 }
 
+// out = f(a, b) over float32 or float64 with a vector form of f (vf: float lanes, vd: double
+// lanes): where the output is contiguous and each operand contiguous or broadcast, the inner
+// loop runs vf or vd (cpu::vec::map2); elsewhere, and for other dtypes, f one element at a time.
+template <typename T, typename F, typename VF, typename VD>
+void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd) {
+#if KILN_HAVE_VEC
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    it.for_each([&](char** p, const int64_t* s, int64_t n) {
+      constexpr int64_t e = sizeof(T);
+      if (s[0] == e && (s[1] == e || s[1] == 0) && (s[2] == e || s[2] == 0)) {
+        const T* a = reinterpret_cast<const T*>(p[1]);
+        const T* b = reinterpret_cast<const T*>(p[2]);
+        if constexpr (std::is_same_v<T, float>) cpu::vec::map2(a, s[1] / e, b, s[2] / e, reinterpret_cast<T*>(p[0]), n, vf);
+        else cpu::vec::map2(a, s[1] / e, b, s[2] / e, reinterpret_cast<T*>(p[0]), n, vd);
+        return;
+      }
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<T*>(p[0] + i * s[0]) =
+            T(f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2])));
+    });
+    return;
+  }
+#endif
+  using M = opmath_t<T>;
+  cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(M(x), M(y))); });
+}
+
 Tensor pow_impl(const Arg& a, const Arg& b) {
   DType ct = result_type({a, b});
   KILN_CHECK(ct != kBool, "pow", "\"pow\" not implemented for 'bool'");
@@ -586,7 +617,8 @@ Tensor pow_impl(const Arg& a, const Arg& b) {
       } else if constexpr (std::is_integral_v<T>) {
         cpu::binary_loop<T, T, T>(it, [](T x, T y) { return int_pow(x, y); });
       } else {
-        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(std::pow(M(x), M(y))); });
+        binary_loop_vec<T>(it, [](M x, M y) { return std::pow(x, y); }, KILN_VF2(KILN_SLEEF_F(pow)(x, y)),
+                           KILN_VD2(KILN_SLEEF_D(pow)(x, y)));
       }
     });
   });
@@ -624,14 +656,12 @@ Tensor bitwise(std::string_view op, const Arg& a, const Arg& b, F f) {
   });
 }
 
-template <typename F>
-Tensor float_binary(std::string_view op, const Arg& a, const Arg& b, F f) {
+template <typename F, typename VF, typename VD>
+Tensor float_binary(std::string_view op, const Arg& a, const Arg& b, F f, VF vf, VD vd) {
   DType ct = float_compute(result_type({a, b}));
   return run(op, {a, b}, ct, ct, [&](const cpu::Iter& it) {
     KILN_DISPATCH_FLOAT(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
-      using T = scalar_t;
-      using M = opmath_t<T>;
-      cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(M(x), M(y))); });
+      binary_loop_vec<scalar_t>(it, f, vf, vd);
     });
   });
 }
@@ -738,7 +768,8 @@ Tensor pow(const Scalar& a, const Tensor& b) {
 }
 Tensor atan2(const Tensor& a, const Tensor& b) {
   KILN_TRACE(Atan2, (a, b), (), atan2(a, b))
-  return float_binary("atan2", a, b, [](auto x, auto y) { return std::atan2(x, y); });
+  return float_binary("atan2", a, b, [](auto x, auto y) { return std::atan2(x, y); },
+                      KILN_VF2(KILN_SLEEF_F(atan2)(x, y)), KILN_VD2(KILN_SLEEF_D(atan2)(x, y)));
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   KILN_TRACE(Maximum, (a, b), (), maximum(a, b))

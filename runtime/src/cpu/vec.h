@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -121,6 +122,28 @@ inline void map_f64(const double* a, double* o, int64_t n, F f) {
     std::memcpy(buf, a + i, size_t(n - i) * sizeof(double));
     stored(buf, f(loadd(buf)));
     std::memcpy(o + i, buf, size_t(n - i) * sizeof(double));
+  }
+}
+
+// o[i] = f(a[i], b[i]) for n floats or doubles, each input contiguous (step 1) or one value for
+// all (step 0); the tail goes through padded local blocks.
+template <typename T, typename F>
+inline void map2(const T* a, int64_t sa, const T* b, int64_t sb, T* o, int64_t n, F f) {
+  constexpr bool f32 = std::is_same_v<T, float>;
+  constexpr int64_t w = f32 ? kWF : kWD;
+  auto load = [](const T* p) { if constexpr (f32) return loadf(p); else return loadd(p); };
+  auto in = [&](const T* p, int64_t step, int64_t i) {
+    if constexpr (f32) return step ? loadf(p + i) : setf(*p);
+    else return step ? loadd(p + i) : setd(*p);
+  };
+  auto store = [](T* p, auto v) { if constexpr (f32) storef(p, v); else stored(p, v); };
+  int64_t i = 0;
+  for (; i + w <= n; i += w) store(o + i, f(in(a, sa, i), in(b, sb, i)));
+  if (i < n) {
+    alignas(64) T ba[w] = {}, bb[w] = {}, bo[w];
+    for (int64_t k = 0; k < n - i; ++k) ba[k] = a[sa * (i + k)], bb[k] = b[sb * (i + k)];
+    store(bo, f(load(ba), load(bb)));
+    std::memcpy(o + i, bo, size_t(n - i) * sizeof(T));
   }
 }
 #endif

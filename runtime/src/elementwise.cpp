@@ -501,6 +501,34 @@ Tensor div_impl(std::string_view op, const Arg& a, const Arg& b, DivMode mode, T
   return r;
 }
 
+// out = f(a, b) over float32 or float64 with a vector form of f (vf: float lanes, vd: double
+// lanes, either may be nullptr): where the output is contiguous and each operand contiguous or broadcast, the inner
+// loop runs vf or vd (cpu::vec::map2); elsewhere, and for other dtypes, f one element at a time.
+template <typename T, typename F, typename VF, typename VD>
+void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd) {
+#if KILN_HAVE_VEC
+  if constexpr ((std::is_same_v<T, float> && !std::is_same_v<VF, std::nullptr_t>) ||
+                (std::is_same_v<T, double> && !std::is_same_v<VD, std::nullptr_t>)) {
+    it.for_each([&](char** p, const int64_t* s, int64_t n) {
+      constexpr int64_t e = sizeof(T);
+      if (s[0] == e && (s[1] == e || s[1] == 0) && (s[2] == e || s[2] == 0)) {
+        const T* a = reinterpret_cast<const T*>(p[1]);
+        const T* b = reinterpret_cast<const T*>(p[2]);
+        if constexpr (std::is_same_v<T, float>) cpu::vec::map2(a, s[1] / e, b, s[2] / e, reinterpret_cast<T*>(p[0]), n, vf);
+        else cpu::vec::map2(a, s[1] / e, b, s[2] / e, reinterpret_cast<T*>(p[0]), n, vd);
+        return;
+      }
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<T*>(p[0] + i * s[0]) =
+            T(f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2])));
+    });
+    return;
+  }
+#endif
+  using M = opmath_t<T>;
+  cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(M(x), M(y))); });
+}
+
 Tensor remainder_like(std::string_view op, const Arg& a, const Arg& b, bool python_sign) {
   DType ct = result_type({a, b});
   KILN_CHECK(ct != kBool, op, "\"", op, "\" not implemented for 'bool'");
@@ -519,12 +547,15 @@ Tensor remainder_like(std::string_view op, const Arg& a, const Arg& b, bool pyth
           if (python_sign && m != 0 && ((m < 0) != (y < 0))) m = T(m + y);
           return m;
         });
+      } else if (python_sign) {
+        binary_loop_vec<T>(it, [](M x, M y) {
+              M m = std::fmod(x, y);
+              if (m != 0 && ((y < 0) != (m < 0))) m += y;
+              return m;
+            },
+            KILN_VF2(cpu::vec::to_divisor_sign(cpu::vec::fmodf(x, y), y)), nullptr);
       } else {
-        cpu::binary_loop<T, T, T>(it, [=](T x, T y) {
-          M m = std::fmod(M(x), M(y));
-          if (python_sign && m != 0 && ((M(y) < 0) != (m < 0))) m += M(y);
-          return T(m);
-        });
+        binary_loop_vec<T>(it, [](M x, M y) { return std::fmod(x, y); }, KILN_VF2(cpu::vec::fmodf(x, y)), nullptr);
       }
     });
   });
@@ -551,33 +582,6 @@ T int_pow(T base, T exp) {
     e >>= 1;
   }
   return T(r);
-}
-
-// out = f(a, b) over float32 or float64 with a vector form of f (vf: float lanes, vd: double
-// lanes): where the output is contiguous and each operand contiguous or broadcast, the inner
-// loop runs vf or vd (cpu::vec::map2); elsewhere, and for other dtypes, f one element at a time.
-template <typename T, typename F, typename VF, typename VD>
-void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd) {
-#if KILN_HAVE_VEC
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    it.for_each([&](char** p, const int64_t* s, int64_t n) {
-      constexpr int64_t e = sizeof(T);
-      if (s[0] == e && (s[1] == e || s[1] == 0) && (s[2] == e || s[2] == 0)) {
-        const T* a = reinterpret_cast<const T*>(p[1]);
-        const T* b = reinterpret_cast<const T*>(p[2]);
-        if constexpr (std::is_same_v<T, float>) cpu::vec::map2(a, s[1] / e, b, s[2] / e, reinterpret_cast<T*>(p[0]), n, vf);
-        else cpu::vec::map2(a, s[1] / e, b, s[2] / e, reinterpret_cast<T*>(p[0]), n, vd);
-        return;
-      }
-      for (int64_t i = 0; i < n; ++i)
-        *reinterpret_cast<T*>(p[0] + i * s[0]) =
-            T(f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2])));
-    });
-    return;
-  }
-#endif
-  using M = opmath_t<T>;
-  cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(M(x), M(y))); });
 }
 
 Tensor pow_impl(const Arg& a, const Arg& b) {

@@ -1,5 +1,6 @@
 #include <cstring>
 #include <limits>
+#include <random>
 
 #include "test_util.h"
 
@@ -170,6 +171,58 @@ TEST(Elementwise, PowAndAtan2InEveryLayoutWithinAnUlp) {
   expect_values(pow(stack({sb, sb}, 1).select(1, 0), stack({se, se}, 1).select(1, 0)), {12}, want, 0);  // (step 2)
   expect_values(atan2(from_vector<float>({0.0f, -0.0f, 1, -1, NAN}), from_vector<float>({-0.0f, -0.0f, 0, 0, 1})), {5},
                 {M_PI, -M_PI, M_PI / 2, -M_PI / 2, NAN}, 1e-6);
+}
+
+// float32 fmod and remainder run kiln's exact vector fmod (cpu/vec.h) where the operands are
+// contiguous or broadcast: bit for bit C's fmod (and Python's sign rule on it) on quotients of
+// every size (exponents -140..140), dividends a few ulps from a multiple of the divisor (the
+// rounded quotient then lands on the wrong side of an integer), quotients near 2^23 (the edge
+// of the fast path), signed zeros, infinities, NaN and zero divisors; a divisor broadcast too.
+TEST(Elementwise, Float32FmodAndRemainderAreExact) {
+  std::mt19937_64 g(11);
+  auto power = [&](int range) {
+    const double m = std::uniform_real_distribution<double>(-1, 1)(g);
+    return float(std::ldexp(m, int(g() % uint64_t(2 * range + 1)) - range));
+  };
+  const int64_t n = 1 << 18;
+  std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+  for (size_t i = 0; i < a.size(); ++i) {
+    b[i] = power(i % 3 == 0 ? 140 : 10);
+    switch (g() % 8) {
+      case 0: a[i] = power(140); break;
+      case 1: a[i] = std::nextafter(b[i] * float(int(g() % 2001) - 1000), g() % 2 ? INFINITY : -INFINITY); break;
+      case 2: a[i] = b[i] * float(int(g() % 2001) - 1000); break;
+      case 3: a[i] = b[i] * std::ldexp(float(g() % 64 + 1), 17) * (g() % 2 ? 1.0f : -1.0f); break;  // near 2^23
+      case 4: a[i] = std::nextafter(b[i] * 8388607.0f, 0.0f); break;
+      case 5: {
+        const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN};
+        a[i] = specials[g() % 5];
+        if (g() % 2) b[i] = specials[g() % 5];
+        break;
+      }
+      default: a[i] = power(10);
+    }
+  }
+  auto same = [](float x, float y) { return std::memcmp(&x, &y, 4) == 0 || (std::isnan(x) && std::isnan(y)); };
+  auto python = [](float m, float y) { return m != 0 && ((y < 0) != (m < 0)) ? m + y : m; };
+  Tensor ta = from_vector<float>(a), tb = from_vector<float>(b);
+  Tensor f = fmod(ta, tb), r = remainder(ta, tb);
+  int64_t bad_fmod = 0, bad_remainder = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float want = std::fmod(a[i], b[i]);
+    bad_fmod += !same(f.data_ptr<float>()[i], want);
+    bad_remainder += !same(r.data_ptr<float>()[i], python(want, b[i]));
+  }
+  EXPECT_EQ(bad_fmod, 0);
+  EXPECT_EQ(bad_remainder, 0);
+  // a broadcast divisor, and the divisor as a number
+  Tensor fb = fmod(ta, tb.slice(0, 5, 6)), rb = remainder(ta, Scalar(-2.75));
+  int64_t bad_broadcast = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    bad_broadcast += !same(fb.data_ptr<float>()[i], std::fmod(a[i], b[5]));
+    bad_broadcast += !same(rb.data_ptr<float>()[i], python(std::fmod(a[i], -2.75f), -2.75f));
+  }
+  EXPECT_EQ(bad_broadcast, 0);
 }
 
 TEST(Elementwise, ComparisonsLogicalBitwise) {

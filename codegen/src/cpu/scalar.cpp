@@ -98,7 +98,8 @@ Value* ScalarBuilder::arith(const Instr& in, const std::vector<Value*>& a, const
     case EOp::Div: v = fl ? B.CreateFDiv(a[0], a[1]) : int_div(in, a[0], a[1], false); break;
     case EOp::Pow: v = libm("pow", in, {a[0], a[1]}); break;
     case EOp::Atan2: v = libm("atan2", in, {a[0], a[1]}); break;
-    case EOp::Fmod: v = fl ? B.CreateFRem(a[0], a[1]) : int_div(in, a[0], a[1], true); break;
+    // (a call, not frem: float32 gets kiln's exact vector fmod, frem would be 16 scalar calls)
+    case EOp::Fmod: v = fl ? libm("fmod", in, {a[0], a[1]}) : int_div(in, a[0], a[1], true); break;
     case EOp::Max: v = max_min(in.type, a[0], a[1], true); break;
     case EOp::Min: v = max_min(in.type, a[0], a[1], false); break;
     case EOp::Eq:

@@ -32,10 +32,20 @@ inline VD setd(double x) { return _mm512_set1_pd(x); }
 inline VF fmaf(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 inline VF absf(VF x) { return _mm512_abs_ps(x); }
 inline VF minf(VF a, VF b) { return _mm512_maskz_min_ps(0xffff, a, b); }  // (gcc 12 warns on _mm512_min_ps)
-inline VF select_ge(VF a, VF b, VF then, VF otherwise) {  // a >= b ? then : otherwise, per lane
-  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GE_OQ), otherwise, then);
+inline VF truncv(VF x) { return _mm512_maskz_roundscale_ps(0xffff, x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+// Lane masks: comparisons (ordered: false where either lane is NaN; ne: true there), and, or.
+using MF = __mmask16;
+inline MF lt(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+inline MF ge(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
+inline MF ne(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); }
+inline MF nan_lanes(VF a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
+inline MF signs_differ(VF a, VF b) {
+  return _mm512_test_epi32_mask(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)),
+                                _mm512_set1_epi32(int(0x80000000u)));
 }
-inline VF nan_or(VF x, VF r) { return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), r, x); }
+inline MF mand(MF a, MF b) { return MF(a & b); }
+inline bool all(MF m) { return m == MF(0xffff); }
+inline VF where(MF m, VF then, VF otherwise) { return _mm512_mask_blend_ps(m, otherwise, then); }
 inline VF sign_of(VF x, VF r) {  // |r| with x's sign (r non-negative)
   const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u)));
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
@@ -59,10 +69,18 @@ inline VF fmaf(VF a, VF b, VF c) { return _mm256_add_ps(_mm256_mul_ps(a, b), c);
 #endif
 inline VF absf(VF x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
 inline VF minf(VF a, VF b) { return _mm256_min_ps(a, b); }
-inline VF select_ge(VF a, VF b, VF then, VF otherwise) {
-  return _mm256_blendv_ps(otherwise, then, _mm256_cmp_ps(a, b, _CMP_GE_OQ));
+inline VF truncv(VF x) { return _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+using MF = __m256;  // all ones in the lanes that are set
+inline MF lt(VF a, VF b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+inline MF ge(VF a, VF b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
+inline MF ne(VF a, VF b) { return _mm256_cmp_ps(a, b, _CMP_NEQ_UQ); }
+inline MF nan_lanes(VF a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
+inline MF signs_differ(VF a, VF b) {
+  return _mm256_castsi256_ps(_mm256_srai_epi32(_mm256_castps_si256(_mm256_xor_ps(a, b)), 31));
 }
-inline VF nan_or(VF x, VF r) { return _mm256_blendv_ps(r, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q)); }
+inline MF mand(MF a, MF b) { return _mm256_and_ps(a, b); }
+inline bool all(MF m) { return _mm256_movemask_ps(m) == 0xff; }
+inline VF where(MF m, VF then, VF otherwise) { return _mm256_blendv_ps(otherwise, then, m); }
 inline VF sign_of(VF x, VF r) { return _mm256_or_ps(r, _mm256_and_ps(x, _mm256_set1_ps(-0.0f))); }
 #endif
 
@@ -93,8 +111,31 @@ inline VF erff(VF x) {
   VF q = setf(kQ[11]);
   for (int i = 10; i >= 0; --i) q = fmaf(q, c - setf(2.46f), setf(kQ[i]));
   const VF from_one = fmaf(-KILN_SLEEF_F(exp)(-(c * c)), q, setf(1.0f));
-  return nan_or(x, sign_of(x, select_ge(a, setf(1.0f), from_one, below_one)));
+  return where(nan_lanes(x), x, sign_of(x, where(ge(a, setf(1.0f)), from_one, below_one)));
 }
+
+// fmod of float32 lanes, exact (as fmod always is), for lanes with finite x, finite nonzero y
+// and |x| < 2^23 |y|, where every integer up to the quotient is a float: q = trunc(x / y), one
+// step toward zero where x / y rounded up onto the next integer (the only way rounding moves q:
+// it is monotonic and that integer is a float; the remainder then has x's opposite sign), and
+// x - q y in one fma, exact for the right q; a zero gets x's sign. Vectors with a lane outside
+// that (a huge quotient, infinities, NaN, y = 0) take C's fmod.
+inline VF fmodf(VF x, VF y) {
+  const VF ax = absf(x), ay = absf(y);
+  if (!all(mand(lt(ax, ay * setf(0x1p23f)), lt(ay, setf(__builtin_inff()))))) {
+    alignas(64) float xs[kWF], ys[kWF];
+    storef(xs, x), storef(ys, y);
+    for (int i = 0; i < kWF; ++i) xs[i] = __builtin_fmodf(xs[i], ys[i]);
+    return loadf(xs);
+  }
+  VF q = truncv(x / y);
+  VF r = fmaf(-q, y, x);
+  const VF step = sign_of(q, setf(1.0f));  // (q is not zero where it moves)
+  q = where(mand(ne(r, setf(0.0f)), signs_differ(r, x)), q - step, q);
+  return sign_of(x, absf(fmaf(-q, y, x)));
+}
+// Python's remainder from fmod's r: r + y where r is not zero and its sign differs from y's.
+inline VF to_divisor_sign(VF r, VF y) { return where(mand(ne(r, setf(0.0f)), signs_differ(r, y)), r + y, r); }
 #endif
 
 // erff on one float (the same function as the vector form, lane for lane; runtime/src/cpu/vec.cpp).

@@ -47,8 +47,10 @@ DType float_compute(DType d) { return is_floating(d) ? d : kDefaultFloat; }
 
 // A float-valued unary op: integers and bool are computed in the default float dtype.
 // `sf` is a generic scalar lambda; `vf`/`vd` are SIMD forms for contiguous float32/float64.
+// `cost`: an element's work against an exp's (see kCost below), which divides the elements a
+// thread must have before a second one joins in.
 template <typename SF, typename VF, typename VD>
-Tensor float_unary(std::string_view op, const Tensor& x, SF sf, VF vf, VD vd) {
+Tensor float_unary(std::string_view op, const Tensor& x, SF sf, VF vf, VD vd, int cost = 1) {
   DType ct = float_compute(x.dtype());
   return run(op, {x}, ct, ct, [&](const cpu::Iter& it) {
     KILN_DISPATCH_FLOAT(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
@@ -93,7 +95,7 @@ Tensor float_unary(std::string_view op, const Tensor& x, SF sf, VF vf, VD vd) {
             *reinterpret_cast<T*>(p[0] + i * s[0]) =
                 T(sf(opmath_t<T>(*reinterpret_cast<const T*>(p[1] + i * s[1]))));
         }
-      });
+      }, cpu::parallel_grain() / cost);
     });
   });
 }
@@ -170,32 +172,44 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 #define KILN_VD2(expr) nullptr
 #endif
 
+// What an element of each costly op takes against an exp's (0.18 ns per float32 element on a
+// Zen 5 core, SLEEF's vector forms in cache), to the nearest power of two: a thread then waits
+// for 2^15 / cost elements (cpu::parallel_grain) before a second joins in. Two threads win once
+// one would take about 6 us (the fork and join cost about 3); at 2^14 elements tanh took 15.3
+// us on one thread and 10.9 on two, exp 2.8 and 4.8 (docs/perf.md, session 32). Ops not named
+// here cost 1.
+struct Cost {
+  static constexpr int kLog = 2, kTrig = 2, kErf = 2, kInverseTrig = 4, kTan = 4, kHyperbolic = 4, kExpm1 = 4,
+                       kAtan2 = 4, kGeluTanh = 8, kPow = 8;
+};
+
 // Transcendental ops with a SLEEF vector form.
-#define KILN_FLOAT_UNARY_SLEEF(fn, sleef, scalar_expr)                                 \
-  Tensor fn(const Tensor& x) {                                                         \
-    KILN_TRACE(KILN_OP_ID_##fn, (x), (), fn(x))                                        \
-    return float_unary(#fn, x, [](auto v) { return scalar_expr; },                     \
-                       KILN_VF(KILN_SLEEF_F(sleef)(x)), KILN_VD(KILN_SLEEF_D(sleef)(x))); \
+#define KILN_FLOAT_UNARY_SLEEF(fn, sleef, scalar_expr, cost)                                     \
+  Tensor fn(const Tensor& x) {                                                                   \
+    KILN_TRACE(KILN_OP_ID_##fn, (x), (), fn(x))                                                  \
+    return float_unary(#fn, x, [](auto v) { return scalar_expr; },                               \
+                       KILN_VF(KILN_SLEEF_F(sleef)(x)), KILN_VD(KILN_SLEEF_D(sleef)(x)), cost); \
   }
-KILN_FLOAT_UNARY_SLEEF(exp, exp, std::exp(v))
-KILN_FLOAT_UNARY_SLEEF(exp2, exp2, std::exp2(v))
-KILN_FLOAT_UNARY_SLEEF(expm1, expm1, std::expm1(v))
-KILN_FLOAT_UNARY_SLEEF(log, log, std::log(v))
-KILN_FLOAT_UNARY_SLEEF(log2, log2, std::log2(v))
-KILN_FLOAT_UNARY_SLEEF(log1p, log1p, std::log1p(v))
-KILN_FLOAT_UNARY_SLEEF(sin, sin, std::sin(v))
-KILN_FLOAT_UNARY_SLEEF(cos, cos, std::cos(v))
-KILN_FLOAT_UNARY_SLEEF(tan, tan, std::tan(v))
-KILN_FLOAT_UNARY_SLEEF(asin, asin, std::asin(v))
-KILN_FLOAT_UNARY_SLEEF(acos, acos, std::acos(v))
-KILN_FLOAT_UNARY_SLEEF(atan, atan, std::atan(v))
-KILN_FLOAT_UNARY_SLEEF(sinh, sinh, std::sinh(v))
-KILN_FLOAT_UNARY_SLEEF(cosh, cosh, std::cosh(v))
-KILN_FLOAT_UNARY_SLEEF(tanh, tanh, std::tanh(v))
+KILN_FLOAT_UNARY_SLEEF(exp, exp, std::exp(v), 1)
+KILN_FLOAT_UNARY_SLEEF(exp2, exp2, std::exp2(v), 1)
+KILN_FLOAT_UNARY_SLEEF(expm1, expm1, std::expm1(v), Cost::kExpm1)
+KILN_FLOAT_UNARY_SLEEF(log, log, std::log(v), Cost::kLog)
+KILN_FLOAT_UNARY_SLEEF(log2, log2, std::log2(v), Cost::kLog)
+KILN_FLOAT_UNARY_SLEEF(log1p, log1p, std::log1p(v), Cost::kLog)
+KILN_FLOAT_UNARY_SLEEF(sin, sin, std::sin(v), Cost::kTrig)
+KILN_FLOAT_UNARY_SLEEF(cos, cos, std::cos(v), Cost::kTrig)
+KILN_FLOAT_UNARY_SLEEF(tan, tan, std::tan(v), Cost::kTan)
+KILN_FLOAT_UNARY_SLEEF(asin, asin, std::asin(v), Cost::kInverseTrig)
+KILN_FLOAT_UNARY_SLEEF(acos, acos, std::acos(v), Cost::kInverseTrig)
+KILN_FLOAT_UNARY_SLEEF(atan, atan, std::atan(v), Cost::kInverseTrig)
+KILN_FLOAT_UNARY_SLEEF(sinh, sinh, std::sinh(v), Cost::kHyperbolic)
+KILN_FLOAT_UNARY_SLEEF(cosh, cosh, std::cosh(v), Cost::kHyperbolic)
+KILN_FLOAT_UNARY_SLEEF(tanh, tanh, std::tanh(v), Cost::kHyperbolic)
 #undef KILN_FLOAT_UNARY_SLEEF
 Tensor erf(const Tensor& x) {  // (float32 through kiln's own vector erf, cpu/vec.h)
   KILN_TRACE(Erf, (x), (), erf(x))
-  return float_unary("erf", x, [](auto v) { return erf_s(v); }, KILN_VF(cpu::vec::erff(x)), KILN_VD(KILN_SLEEF_D(erf)(x)));
+  return float_unary("erf", x, [](auto v) { return erf_s(v); }, KILN_VF(cpu::vec::erff(x)), KILN_VD(KILN_SLEEF_D(erf)(x)),
+                     Cost::kErf);
 }
 
 // Plain arithmetic: the compiler vectorises the scalar loop (sqrt needs -fno-math-errno).
@@ -233,14 +247,14 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
           return T(0.5) * v * (T(1) + std::tanh(T(kSqrt2OverPi) * (v + T(0.044715) * v * v * v)));
         },
         KILN_VF(0.5f * x * (1.0f + KILN_SLEEF_F(tanh)(float(kSqrt2OverPi) * (x + 0.044715f * x * x * x)))),
-        KILN_VD(0.5 * x * (1.0 + KILN_SLEEF_D(tanh)(kSqrt2OverPi * (x + 0.044715 * x * x * x)))));
+        KILN_VD(0.5 * x * (1.0 + KILN_SLEEF_D(tanh)(kSqrt2OverPi * (x + 0.044715 * x * x * x)))), Cost::kGeluTanh);
   }
   return float_unary("gelu", x, [](auto v) {
         using T = decltype(v);
         return T(0.5) * v * (T(1) + erf_s(v * T(kSqrt1_2)));
       },
       KILN_VF(0.5f * x * (1.0f + cpu::vec::erff(x * float(kSqrt1_2)))),
-      KILN_VD(0.5 * x * (1.0 + KILN_SLEEF_D(erf)(x * kSqrt1_2))));
+      KILN_VD(0.5 * x * (1.0 + KILN_SLEEF_D(erf)(x * kSqrt1_2))), Cost::kErf);
 }
 
 Tensor neg(const Tensor& x) {
@@ -502,10 +516,12 @@ Tensor div_impl(std::string_view op, const Arg& a, const Arg& b, DivMode mode, T
 }
 
 // out = f(a, b) over float32 or float64 with a vector form of f (vf: float lanes, vd: double
-// lanes, either may be nullptr): where the output is contiguous and each operand contiguous or broadcast, the inner
-// loop runs vf or vd (cpu::vec::map2); elsewhere, and for other dtypes, f one element at a time.
+// lanes, either may be nullptr): where the output is contiguous and each operand contiguous or
+// broadcast, the inner loop runs vf or vd (cpu::vec::map2); elsewhere, and for other dtypes, f
+// one element at a time. `cost`: as float_unary's.
 template <typename T, typename F, typename VF, typename VD>
-void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd) {
+void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd, int cost = 1) {
+  const int64_t grain = cpu::parallel_grain() / cost;
 #if KILN_HAVE_VEC
   if constexpr ((std::is_same_v<T, float> && !std::is_same_v<VF, std::nullptr_t>) ||
                 (std::is_same_v<T, double> && !std::is_same_v<VD, std::nullptr_t>)) {
@@ -521,12 +537,12 @@ void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd) {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<T*>(p[0] + i * s[0]) =
             T(f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2])));
-    });
+    }, grain);
     return;
   }
 #endif
   using M = opmath_t<T>;
-  cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(M(x), M(y))); });
+  cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(M(x), M(y))); }, grain);
 }
 
 Tensor remainder_like(std::string_view op, const Arg& a, const Arg& b, bool python_sign) {
@@ -607,9 +623,9 @@ Tensor pow_impl(const Arg& a, const Arg& b) {
     float ef = float(e);
     return float_unary("pow", x, [e](auto v) { return std::pow(v, decltype(v)(e)); },
                        [ef](cpu::vec::VF v) { return KILN_SLEEF_F(pow)(v, cpu::vec::setf(ef)); },
-                       [e](cpu::vec::VD v) { return KILN_SLEEF_D(pow)(v, cpu::vec::setd(e)); });
+                       [e](cpu::vec::VD v) { return KILN_SLEEF_D(pow)(v, cpu::vec::setd(e)); }, Cost::kPow);
 #else
-    return float_unary("pow", x, [e](auto v) { return std::pow(v, decltype(v)(e)); }, nullptr, nullptr);
+    return float_unary("pow", x, [e](auto v) { return std::pow(v, decltype(v)(e)); }, nullptr, nullptr, Cost::kPow);
 #endif
   }
   return run("pow", {a, b}, ct, ct, [&](const cpu::Iter& it) {
@@ -622,7 +638,7 @@ Tensor pow_impl(const Arg& a, const Arg& b) {
         cpu::binary_loop<T, T, T>(it, [](T x, T y) { return int_pow(x, y); });
       } else {
         binary_loop_vec<T>(it, [](M x, M y) { return std::pow(x, y); }, KILN_VF2(KILN_SLEEF_F(pow)(x, y)),
-                           KILN_VD2(KILN_SLEEF_D(pow)(x, y)));
+                           KILN_VD2(KILN_SLEEF_D(pow)(x, y)), Cost::kPow);
       }
     });
   });
@@ -661,11 +677,11 @@ Tensor bitwise(std::string_view op, const Arg& a, const Arg& b, F f) {
 }
 
 template <typename F, typename VF, typename VD>
-Tensor float_binary(std::string_view op, const Arg& a, const Arg& b, F f, VF vf, VD vd) {
+Tensor float_binary(std::string_view op, const Arg& a, const Arg& b, F f, VF vf, VD vd, int cost = 1) {
   DType ct = float_compute(result_type({a, b}));
   return run(op, {a, b}, ct, ct, [&](const cpu::Iter& it) {
     KILN_DISPATCH_FLOAT(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
-      binary_loop_vec<scalar_t>(it, f, vf, vd);
+      binary_loop_vec<scalar_t>(it, f, vf, vd, cost);
     });
   });
 }
@@ -773,7 +789,7 @@ Tensor pow(const Scalar& a, const Tensor& b) {
 Tensor atan2(const Tensor& a, const Tensor& b) {
   KILN_TRACE(Atan2, (a, b), (), atan2(a, b))
   return float_binary("atan2", a, b, [](auto x, auto y) { return std::atan2(x, y); },
-                      KILN_VF2(KILN_SLEEF_F(atan2)(x, y)), KILN_VD2(KILN_SLEEF_D(atan2)(x, y)));
+                      KILN_VF2(KILN_SLEEF_F(atan2)(x, y)), KILN_VD2(KILN_SLEEF_D(atan2)(x, y)), Cost::kAtan2);
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   KILN_TRACE(Maximum, (a, b), (), maximum(a, b))

@@ -20,13 +20,20 @@ int64_t parallel_grain() {
   return grain;
 }
 
+namespace {
+thread_local int last_threads = 0;
+}
+int last_parallel_threads() { return last_threads; }
+
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
   if (n <= 0) return;
   int nt = int(std::min<int64_t>(num_threads(), (n + grain - 1) / std::max<int64_t>(grain, 1)));
   if (nt <= 1 || omp_in_parallel()) {
+    last_threads = 1;
     f(0, n);
     return;
   }
+  last_threads = nt;
   // Exceptions must not cross the OpenMP region: keep the first and rethrow after it.
   std::exception_ptr err;
 #pragma omp parallel num_threads(nt)

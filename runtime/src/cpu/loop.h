@@ -56,6 +56,8 @@ class Iter {
 
 // Runs f(begin, end) over [0, n) split into chunks across the kernel threads.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f);
+// How many threads the calling thread's last parallel_for ran on (for the tests of the grains).
+int last_parallel_threads();
 int num_threads();
 
 // memcpy of n bytes between buffers that do not overlap, split across the kernel threads at
@@ -81,7 +83,7 @@ void unary_loop(const Iter& it, F f) {
 
 // out = f(a, b), with fast paths for contiguous operands and a broadcast (stride 0) operand.
 template <typename Out, typename A, typename B, typename F>
-void binary_loop(const Iter& it, F f) {
+void binary_loop(const Iter& it, F f, int64_t grain = parallel_grain()) {
   it.for_each([&](char** p, const int64_t* s, int64_t n) {
     Out* o = reinterpret_cast<Out*>(p[0]);
     const A* a = reinterpret_cast<const A*>(p[1]);
@@ -99,7 +101,7 @@ void binary_loop(const Iter& it, F f) {
         *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const A*>(p[1] + i * s[1]),
                                                      *reinterpret_cast<const B*>(p[2] + i * s[2]));
     }
-  });
+  }, grain);
 }
 
 // out = f(a, b, c)

@@ -175,13 +175,43 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 // What an element of each costly op takes against an exp's (0.18 ns per float32 element on a
 // Zen 5 core, SLEEF's vector forms in cache), to the nearest power of two: a thread then waits
 // for 2^15 / cost elements (cpu::parallel_grain) before a second joins in. Two threads win once
-// one would take about 6 us (the fork and join cost about 3); at 2^14 elements tanh took 15.3
-// us on one thread and 10.9 on two, exp 2.8 and 4.8 (docs/perf.md, session 32). Ops not named
-// here cost 1.
+// one would take about 6 us (the fork and join cost about 3): at 2^14 elements tanh took 15.7
+// us on one thread and 9.0 on two, at 2^15 exp 5.4 on one (docs/perf.md, session 32). Ops not
+// named here cost 1.
 struct Cost {
   static constexpr int kLog = 2, kTrig = 2, kErf = 2, kInverseTrig = 4, kTan = 4, kHyperbolic = 4, kExpm1 = 4,
                        kAtan2 = 4, kGeluTanh = 8, kPow = 8;
 };
+
+// out = f(a, b) over float32 or float64 with a vector form of f (vf: float lanes, vd: double
+// lanes, either may be nullptr): where the output is contiguous and each operand contiguous or
+// broadcast, the inner loop runs vf or vd (cpu::vec::map2); elsewhere, and for other dtypes, f
+// one element at a time. `cost`: as float_unary's.
+template <typename T, typename F, typename VF, typename VD>
+void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd, int cost = 1) {
+  const int64_t grain = cpu::parallel_grain() / cost;
+#if KILN_HAVE_VEC
+  if constexpr ((std::is_same_v<T, float> && !std::is_same_v<VF, std::nullptr_t>) ||
+                (std::is_same_v<T, double> && !std::is_same_v<VD, std::nullptr_t>)) {
+    it.for_each([&](char** p, const int64_t* s, int64_t n) {
+      constexpr int64_t e = sizeof(T);
+      if (s[0] == e && (s[1] == e || s[1] == 0) && (s[2] == e || s[2] == 0)) {
+        const T* a = reinterpret_cast<const T*>(p[1]);
+        const T* b = reinterpret_cast<const T*>(p[2]);
+        if constexpr (std::is_same_v<T, float>) cpu::vec::map2(a, s[1] / e, b, s[2] / e, reinterpret_cast<T*>(p[0]), n, vf);
+        else cpu::vec::map2(a, s[1] / e, b, s[2] / e, reinterpret_cast<T*>(p[0]), n, vd);
+        return;
+      }
+      for (int64_t i = 0; i < n; ++i)
+        *reinterpret_cast<T*>(p[0] + i * s[0]) =
+            T(f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2])));
+    }, grain);
+    return;
+  }
+#endif
+  using M = opmath_t<T>;
+  cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(M(x), M(y))); }, grain);
+}
 
 // Transcendental ops with a SLEEF vector form.
 #define KILN_FLOAT_UNARY_SLEEF(fn, sleef, scalar_expr, cost)                                     \
@@ -507,42 +537,12 @@ Tensor div_impl(std::string_view op, const Arg& a, const Arg& b, DivMode mode, T
       } else if (mode == DivMode::Trunc) {
         cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(std::trunc(M(x) / M(y))); });
       } else {
-        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(floor_div_float(M(x), M(y))); });
+        binary_loop_vec<T>(it, [](M x, M y) { return floor_div_float(x, y); }, KILN_VF2(cpu::vec::floor_divf(x, y)), nullptr);
       }
     });
   }, self);
   zd.check(op);
   return r;
-}
-
-// out = f(a, b) over float32 or float64 with a vector form of f (vf: float lanes, vd: double
-// lanes, either may be nullptr): where the output is contiguous and each operand contiguous or
-// broadcast, the inner loop runs vf or vd (cpu::vec::map2); elsewhere, and for other dtypes, f
-// one element at a time. `cost`: as float_unary's.
-template <typename T, typename F, typename VF, typename VD>
-void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd, int cost = 1) {
-  const int64_t grain = cpu::parallel_grain() / cost;
-#if KILN_HAVE_VEC
-  if constexpr ((std::is_same_v<T, float> && !std::is_same_v<VF, std::nullptr_t>) ||
-                (std::is_same_v<T, double> && !std::is_same_v<VD, std::nullptr_t>)) {
-    it.for_each([&](char** p, const int64_t* s, int64_t n) {
-      constexpr int64_t e = sizeof(T);
-      if (s[0] == e && (s[1] == e || s[1] == 0) && (s[2] == e || s[2] == 0)) {
-        const T* a = reinterpret_cast<const T*>(p[1]);
-        const T* b = reinterpret_cast<const T*>(p[2]);
-        if constexpr (std::is_same_v<T, float>) cpu::vec::map2(a, s[1] / e, b, s[2] / e, reinterpret_cast<T*>(p[0]), n, vf);
-        else cpu::vec::map2(a, s[1] / e, b, s[2] / e, reinterpret_cast<T*>(p[0]), n, vd);
-        return;
-      }
-      for (int64_t i = 0; i < n; ++i)
-        *reinterpret_cast<T*>(p[0] + i * s[0]) =
-            T(f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2])));
-    }, grain);
-    return;
-  }
-#endif
-  using M = opmath_t<T>;
-  cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(M(x), M(y))); }, grain);
 }
 
 Tensor remainder_like(std::string_view op, const Arg& a, const Arg& b, bool python_sign) {

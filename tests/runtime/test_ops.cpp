@@ -173,12 +173,13 @@ TEST(Elementwise, PowAndAtan2InEveryLayoutWithinAnUlp) {
                 {M_PI, -M_PI, M_PI / 2, -M_PI / 2, NAN}, 1e-6);
 }
 
-// float32 fmod and remainder run kiln's exact vector fmod (cpu/vec.h) where the operands are
-// contiguous or broadcast: bit for bit C's fmod (and Python's sign rule on it) on quotients of
-// every size (exponents -140..140), dividends a few ulps from a multiple of the divisor (the
-// rounded quotient then lands on the wrong side of an integer), quotients near 2^23 (the edge
-// of the fast path), signed zeros, infinities, NaN and zero divisors; a divisor broadcast too.
-TEST(Elementwise, Float32FmodAndRemainderAreExact) {
+// float32 fmod, remainder and floor division run kiln's exact vector fmod (cpu/vec.h) where the
+// operands are contiguous or broadcast: bit for bit C's fmod (and Python's sign rule on it; for
+// floor division, the scalar loop's result) on quotients of every size (exponents -140..140),
+// dividends a few ulps from a multiple of the divisor (the rounded quotient then lands on the
+// wrong side of an integer), quotients near 2^23 (the edge of the fast path), signed zeros,
+// infinities, NaN and zero divisors; a divisor broadcast too.
+TEST(Elementwise, Float32FmodRemainderAndFloorDivisionAreExact) {
   std::mt19937_64 g(11);
   auto power = [&](int range) {
     const double m = std::uniform_real_distribution<double>(-1, 1)(g);
@@ -215,6 +216,13 @@ TEST(Elementwise, Float32FmodAndRemainderAreExact) {
   }
   EXPECT_EQ(bad_fmod, 0);
   EXPECT_EQ(bad_remainder, 0);
+  // floor division runs on the same fmod (cpu::vec::floor_divf): the vector path gives the
+  // scalar path's bits (a view with a step of 2 takes the scalar loop)
+  Tensor q = div(ta, tb, "floor");
+  Tensor q_scalar = div(stack({ta, ta}, 1).select(1, 0), stack({tb, tb}, 1).select(1, 0), "floor");
+  int64_t bad_floor = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad_floor += !same(q.data_ptr<float>()[i], q_scalar.data_ptr<float>()[i]);
+  EXPECT_EQ(bad_floor, 0);
   // a broadcast divisor, and the divisor as a number
   Tensor fb = fmod(ta, tb.slice(0, 5, 6)), rb = remainder(ta, Scalar(-2.75));
   int64_t bad_broadcast = 0;

@@ -33,6 +33,7 @@ inline VF fmaf(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 inline VF absf(VF x) { return _mm512_abs_ps(x); }
 inline VF minf(VF a, VF b) { return _mm512_maskz_min_ps(0xffff, a, b); }  // (gcc 12 warns on _mm512_min_ps)
 inline VF truncv(VF x) { return _mm512_maskz_roundscale_ps(0xffff, x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+inline VF floorv(VF x) { return _mm512_maskz_roundscale_ps(0xffff, x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
 // Lane masks: comparisons (ordered: false where either lane is NaN; ne: true there), and, or.
 using MF = __mmask16;
 inline MF lt(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
@@ -70,6 +71,7 @@ inline VF fmaf(VF a, VF b, VF c) { return _mm256_add_ps(_mm256_mul_ps(a, b), c);
 inline VF absf(VF x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
 inline VF minf(VF a, VF b) { return _mm256_min_ps(a, b); }
 inline VF truncv(VF x) { return _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+inline VF floorv(VF x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
 using MF = __m256;  // all ones in the lanes that are set
 inline MF lt(VF a, VF b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 inline MF ge(VF a, VF b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
@@ -136,6 +138,17 @@ inline VF fmodf(VF x, VF y) {
 }
 // Python's remainder from fmod's r: r + y where r is not zero and its sign differs from y's.
 inline VF to_divisor_sign(VF r, VF y) { return where(mand(ne(r, setf(0.0f)), signs_differ(r, y)), r + y, r); }
+// Python's floor division of float32 lanes, as elementwise.cpp's floor_div_float does it (exact
+// at the edges, as CPython's float //): (x - fmod) / y, one less where fmod's sign differs from
+// y's, rounded to the nearest integer below; a zero quotient keeps x / y's sign, y = 0 gives x / y.
+inline VF floor_divf(VF x, VF y) {
+  const VF q = x / y, mod = fmodf(x, y);
+  VF d = (x - mod) / y;
+  d = where(mand(ne(mod, setf(0.0f)), signs_differ(mod, y)), d - setf(1.0f), d);
+  VF fl = floorv(d);
+  fl = where(lt(setf(0.5f), d - fl), fl + setf(1.0f), fl);
+  return where(ne(y, setf(0.0f)), where(ne(d, setf(0.0f)), fl, sign_of(q, setf(0.0f))), q);
+}
 #endif
 
 // erff on one float (the same function as the vector form, lane for lane; runtime/src/cpu/vec.cpp).

@@ -47,7 +47,7 @@ DType float_compute(DType d) { return is_floating(d) ? d : kDefaultFloat; }
 
 // A float-valued unary op: integers and bool are computed in the default float dtype.
 // `sf` is a generic scalar lambda; `vf`/`vd` are SIMD forms for contiguous float32/float64.
-// `cost`: an element's work against an exp's (see kCost below), which divides the elements a
+// `cost`: an element's work against an exp's (Cost, below), which divides the elements a
 // thread must have before a second one joins in.
 template <typename SF, typename VF, typename VD>
 Tensor float_unary(std::string_view op, const Tensor& x, SF sf, VF vf, VD vd, int cost = 1) {
@@ -134,6 +134,10 @@ template <typename T> T erf_s(T x) {
   if constexpr (std::is_same_v<T, float>) return cpu::vec::kiln_erff(x);
   else return std::erf(x);
 }
+template <typename T> T tanh_s(T x) {  // (the same for tanh)
+  if constexpr (std::is_same_v<T, float>) return cpu::vec::kiln_tanhf(x);
+  else return std::tanh(x);
+}
 constexpr double kSqrt1_2 = 0.70710678118654752440;
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
 
@@ -154,7 +158,6 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 #define KILN_OP_ID_atan Atan
 #define KILN_OP_ID_sinh Sinh
 #define KILN_OP_ID_cosh Cosh
-#define KILN_OP_ID_tanh Tanh
 #define KILN_OP_ID_floor Floor
 #define KILN_OP_ID_ceil Ceil
 #define KILN_OP_ID_trunc Trunc
@@ -175,12 +178,12 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 // What an element of each costly op takes against an exp's (0.18 ns per float32 element on a
 // Zen 5 core, SLEEF's vector forms in cache), to the nearest power of two: a thread then waits
 // for 2^15 / cost elements (cpu::parallel_grain) before a second joins in. Two threads win once
-// one would take about 6 us (the fork and join cost about 3): at 2^14 elements tanh took 15.7
-// us on one thread and 9.0 on two, at 2^15 exp 5.4 on one (docs/perf.md, session 32). Ops not
+// one would take about 6 us (the fork and join cost about 3): at 2^14 elements atan2 took 14.9
+// us on one thread and 8.7 on two, at 2^15 exp 5.4 on one (docs/perf.md, session 32). Ops not
 // named here cost 1.
 struct Cost {
-  static constexpr int kLog = 2, kTrig = 2, kErf = 2, kInverseTrig = 4, kTan = 4, kHyperbolic = 4, kExpm1 = 4,
-                       kAtan2 = 4, kGeluTanh = 8, kPow = 8;
+  static constexpr int kLog = 2, kTrig = 2, kErf = 2, kTanh = 2, kInverseTrig = 4, kTan = 4, kHyperbolic = 4,
+                       kExpm1 = 4, kAtan2 = 4, kGeluTanh = 2, kPow = 8;
 };
 
 // out = f(a, b) over float32 or float64 with a vector form of f (vf: float lanes, vd: double
@@ -234,8 +237,12 @@ KILN_FLOAT_UNARY_SLEEF(acos, acos, std::acos(v), Cost::kInverseTrig)
 KILN_FLOAT_UNARY_SLEEF(atan, atan, std::atan(v), Cost::kInverseTrig)
 KILN_FLOAT_UNARY_SLEEF(sinh, sinh, std::sinh(v), Cost::kHyperbolic)
 KILN_FLOAT_UNARY_SLEEF(cosh, cosh, std::cosh(v), Cost::kHyperbolic)
-KILN_FLOAT_UNARY_SLEEF(tanh, tanh, std::tanh(v), Cost::kHyperbolic)
 #undef KILN_FLOAT_UNARY_SLEEF
+Tensor tanh(const Tensor& x) {  // (float32 through kiln's own vector tanh, cpu/vec.h)
+  KILN_TRACE(Tanh, (x), (), tanh(x))
+  return float_unary("tanh", x, [](auto v) { return tanh_s(v); }, KILN_VF(cpu::vec::tanhf(x)),
+                     KILN_VD(KILN_SLEEF_D(tanh)(x)), Cost::kTanh);
+}
 Tensor erf(const Tensor& x) {  // (float32 through kiln's own vector erf, cpu/vec.h)
   KILN_TRACE(Erf, (x), (), erf(x))
   return float_unary("erf", x, [](auto v) { return erf_s(v); }, KILN_VF(cpu::vec::erff(x)), KILN_VD(KILN_SLEEF_D(erf)(x)),
@@ -274,9 +281,9 @@ Tensor gelu(const Tensor& x, std::string_view approximate) {
   if (approximate == "tanh") {
     return float_unary("gelu", x, [](auto v) {
           using T = decltype(v);
-          return T(0.5) * v * (T(1) + std::tanh(T(kSqrt2OverPi) * (v + T(0.044715) * v * v * v)));
+          return T(0.5) * v * (T(1) + tanh_s(T(kSqrt2OverPi) * (v + T(0.044715) * v * v * v)));
         },
-        KILN_VF(0.5f * x * (1.0f + KILN_SLEEF_F(tanh)(float(kSqrt2OverPi) * (x + 0.044715f * x * x * x)))),
+        KILN_VF(0.5f * x * (1.0f + cpu::vec::tanhf(float(kSqrt2OverPi) * (x + 0.044715f * x * x * x)))),
         KILN_VD(0.5 * x * (1.0 + KILN_SLEEF_D(tanh)(kSqrt2OverPi * (x + 0.044715 * x * x * x)))), Cost::kGeluTanh);
   }
   return float_unary("gelu", x, [](auto v) {

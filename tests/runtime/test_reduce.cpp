@@ -190,8 +190,8 @@ TEST(EagerThreads, GrainInThisProcess) {
 }
 
 // Costly elementwise ops split sooner: a thread takes 2^15 / cost elements before a second
-// joins in (elementwise.cpp's Cost: tanh 4, pow 8, exp and add 1), so just past grain / 8
-// elements pow runs on two threads and exp on one, and just past grain / 4 tanh on two.
+// joins in (elementwise.cpp's Cost: sinh 4, pow 8, sin 2, exp and add 1), so just past grain / 8
+// elements pow runs on two threads and exp on one, and just past grain / 4 sinh on two.
 TEST(EagerThreads, CostlyOpsSplitSooner) {
   if (kiln::cpu::num_threads() < 2) GTEST_SKIP() << "one kernel thread";
   const int64_t grain = kiln::cpu::parallel_grain();
@@ -204,11 +204,11 @@ TEST(EagerThreads, CostlyOpsSplitSooner) {
   EXPECT_EQ(threads([&] { return kiln::atan2(small, small); }), 1);  // (cost 4: needs grain / 4)
   EXPECT_EQ(threads([&] { return kiln::exp(small); }), 1);
   EXPECT_EQ(threads([&] { return small + small; }), 1);
-  EXPECT_EQ(threads([&] { return kiln::tanh(x); }), 2);
+  EXPECT_EQ(threads([&] { return kiln::sinh(x); }), 2);
   EXPECT_EQ(threads([&] { return kiln::atan2(x, x); }), 2);
   EXPECT_EQ(threads([&] { return kiln::sin(x); }), 1);  // (cost 2)
   // (the values are the op's either way: each element is computed alone)
-  EXPECT_TRUE(kiln::eq(kiln::tanh(x).slice(0, 0, 100), kiln::tanh(x.slice(0, 0, 100))).all().item<bool>());
+  EXPECT_TRUE(kiln::eq(kiln::sinh(x).slice(0, 0, 100), kiln::sinh(x.slice(0, 0, 100))).all().item<bool>());
 }
 
 TEST(EagerThreads, GrainFollowsTheWaitPolicy) {

@@ -22,6 +22,7 @@
 #include "../common/random_graphs.h"
 #include "../emulation/emulated_driver.h"
 #include "../passes/check_program.h"
+#include "cuda_util.h"
 #include "traced.h"
 
 using namespace kiln;
@@ -47,24 +48,13 @@ Compiled compile_graph(ir::Graph g, codegen::CudaCompileOptions opts = {}) {
   return c;
 }
 
-std::vector<ir::Slot> to_device(const std::vector<ir::Slot>& in) {
-  std::vector<ir::Slot> out = in;
-  for (ir::Slot& s : out)
-    if (!s.is_scalar) {  // (with the strides the program was specialised on)
-      Tensor d = empty_strided(s.tensor.sizes(), s.tensor.strides(), TensorOptions(s.tensor.dtype()).device(Device::cuda()));
-      d.copy_(s.tensor);
-      s.tensor = d;
-    }
-  return out;
-}
-
 // Runs `c` on the device and the reference executor on the same random inputs; compares
 // outputs and inputs afterwards.
 void expect_matches(const std::string& name, const Compiled& c, uint64_t seed) {
   kiln::testing::expect_run_matches(
       c.graph,
       [&](std::vector<ir::Slot>& in) {
-        std::vector<ir::Slot> in_dev = to_device(in);
+        std::vector<ir::Slot> in_dev = kiln::testing::to_device(in);
         std::vector<Tensor> got = c.program->run(in_dev);
         for (size_t i = 0; i < got.size(); ++i) {
           EXPECT_TRUE(got[i].is_cuda()) << name << ": output " << i << " is on " << got[i].device().str();
@@ -284,7 +274,7 @@ TEST(CudaCompile, MaxAndMinPropagateNaNsAndOrderSignedZeros) {
       std::vector<ir::Slot> in(2);
       in[0].tensor = ta;
       in[1].tensor = tb;
-      std::vector<Tensor> got = c.program->run(to_device(in));
+      std::vector<Tensor> got = c.program->run(kiln::testing::to_device(in));
       ASSERT_EQ(got.size(), 4u);
       std::vector<std::vector<double>> out;
       for (Tensor& t : got) {

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <functional>
 
+#include "../codegen/cuda_util.h"
 #include "../common/close.h"
 #include "../emulation/emulated_driver.h"
 #include "workloads.h"
@@ -170,7 +171,7 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
 // optimizer, at most KILN_FUZZ_GPU_MUTANTS (default 60: on the emulated driver each distinct
 // kernel is a host compile and the grid runs on host threads, 10 s here with a cold cache; all
 // 2000 take 280 s warm). Inputs go to the device with the strides the program was specialised
-// on.
+// on (to_device).
 TEST(PipelineFuzz, MutatedGraphsThroughCuda) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
   fuzz::install_crash_report("pipeline fuzz, CUDA");
@@ -194,13 +195,7 @@ TEST(PipelineFuzz, MutatedGraphsThroughCuda) {
         opts.graphs = variant == kGraphs;
         std::shared_ptr<codegen::CompiledProgram> p = codegen::compile_cuda(m.module.program, types, Device::cuda(), opts);
         for (int run = 0; run < (variant == kGraphs ? 2 : 1); ++run) {
-          std::vector<ir::Slot> in = workloads::graph_inputs(m.graph, 7);
-          for (ir::Slot& s : in)
-            if (!s.is_scalar) {
-              Tensor d = empty_strided(s.tensor.sizes(), s.tensor.strides(), TensorOptions(s.tensor.dtype()).device(Device::cuda()));
-              d.copy_(s.tensor);
-              s.tensor = d;
-            }
+          std::vector<ir::Slot> in = kiln::testing::to_device(workloads::graph_inputs(m.graph, 7));
           ASSERT_TRUE(same(m, p->run(std::span<const ir::Slot>(in)), in))
               << (variant == kPlain ? "CUDA:\n" : variant == kGeneric ? "CUDA, size-generic:\n" : "CUDA graph, run " + std::to_string(run) + ":\n")
               << m.text;

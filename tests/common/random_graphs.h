@@ -509,7 +509,10 @@ class Runner {
             if (x.exact && x.bound < 1e6) {  // to an integer type it fits (narrow ones wrap in later work)
               const uint32_t k = s.d % 5;
               if (k == 1 && x.bound < 100) { push(t.to(kInt8), x.bound, true); return; }
-              if (k == 2 && x.bound < 200) { push(t.abs().to(kUInt8), x.bound, true); return; }
+              if (k == 2 && x.bound < 200) {  // (abs has no bool form)
+                push((t.dtype() == kBool ? t : t.abs()).to(kUInt8), x.bound, true);
+                return;
+              }
               if (k == 3 && x.bound < 30000) { push(t.to(kInt16), x.bound, true); return; }
               push(t.to(k == 4 ? kInt64 : kInt32), x.bound, true);
               return;

@@ -9,21 +9,20 @@
 // memory that a later surviving node reads. A cond whose branches contain a write-back may write
 // into its operands, so it stays. Alias classes come from MemoryInfo (rewrite.h), which groups
 // every value that may share memory.
+#include <algorithm>
 #include <unordered_set>
 
 #include "rewrite.h"
 
 namespace kiln::passes {
 
-bool dead_code(ir::Graph& g) {
-  canon::MemoryInfo mem(g);
+std::vector<bool> canon::live_nodes(const ir::Graph& g, const MemoryInfo& mem) {
   const auto& nodes = g.nodes();
   std::unordered_set<const ir::Value*> needed(g.outputs().begin(), g.outputs().end());
   // Classes read by a surviving later node or returned: their writes are observable.
   std::unordered_set<int> observed;
   for (const ir::Value* v : g.outputs()) observed.insert(mem.cls(v));
   std::vector<bool> live(nodes.size(), false);
-  bool any_dead = false;
   for (size_t i = nodes.size(); i-- > 0;) {
     const ir::Node& n = *nodes[i];
     bool keep = false;
@@ -35,15 +34,20 @@ bool dead_code(ir::Graph& g) {
       keep = keep || canon::regions_write(n);
     }
     live[i] = keep;
-    if (!keep) {
-      any_dead = true;
-      continue;
-    }
+    if (!keep) continue;
     for (const ir::Value* v : n.inputs) {
       needed.insert(v);
       observed.insert(mem.cls(v));
     }
   }
+  return live;
+}
+
+bool dead_code(ir::Graph& g) {
+  canon::MemoryInfo mem(g);
+  const auto& nodes = g.nodes();
+  const std::vector<bool> live = canon::live_nodes(g, mem);
+  const bool any_dead = std::find(live.begin(), live.end(), false) != live.end();
   if (!any_dead) return false;
   canon::Rebuilder rb(g);
   for (size_t i = 0; i < nodes.size(); ++i)

@@ -70,6 +70,11 @@ class MemoryInfo {
   const ir::Graph* g_;
 };
 
+// Per node of g, whether it stays under dce: something needs its outputs (a graph output, an
+// operand of a node that stays), or it writes memory that is observed after it (a graph input's
+// or output's, or read by a later node that stays), or it is a cond whose branches write.
+std::vector<bool> live_nodes(const ir::Graph& g, const MemoryInfo& mem);
+
 // Builds the rewritten graph: the old graph's name and inputs, then whatever the pass appends.
 class Rebuilder {
  public:

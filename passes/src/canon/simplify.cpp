@@ -519,10 +519,13 @@ const Rule kRules[] = {
 
 bool Walk::run(const ir::Graph& g) {
   bool changed = false;
-  for (const auto& np : g.nodes()) {
-    const ir::Node& n = *np;
+  // Rules rewrite only what is used: a dead node (one a rule replaced earlier, which dce drops
+  // later) is kept as it is, so that no walk keeps rewriting the leftovers of the last.
+  const std::vector<bool> live = canon::live_nodes(g, mem);
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const ir::Node& n = *g.nodes()[i];
     Replacement r;
-    if (n.outputs.size() == 1 && n.regions.empty() && n.op != OpId::Copy && n.op != OpId::Constant &&
+    if (live[i] && n.outputs.size() == 1 && n.regions.empty() && n.op != OpId::Copy && n.op != OpId::Constant &&
         n.op != OpId::Cond) {
       for (const Rule& rule : kRules) {
         r = rule.apply(*this, n);
@@ -549,10 +552,15 @@ bool Walk::run(const ir::Graph& g) {
 bool simplify(ir::Graph& g) {
   bool changed = false;
   // Each walk fires at least one rule and no rule undoes another; the bound is a safety net.
+  // Between walks, equal nodes are merged (cse): a select pushed past a value that several
+  // others read reaches it once per reader, one walk each, and the copies it makes there would
+  // otherwise each be pushed on in the next walk, doubling at every shared level (a 15-node
+  // graph grew to 6800 nodes, tests/passes/golden/simplify_shared_selects.ir).
   for (int i = 0; i < 64; ++i) {
     Walk w(g);
     if (!w.run(g)) break;
     g = w.rb.finish();
+    common_subexpr(g);
     changed = true;
   }
   return changed;

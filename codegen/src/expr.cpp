@@ -218,7 +218,7 @@ class Builder {
         float_only();
         int x = in(n, 0, t);
         int e = op(EOp::Exp, t, {op(EOp::Neg, t, {x})});
-        v = op(EOp::Mul, t, {x, op(EOp::Recip, t, {op(EOp::Add, t, {constant(t, 1), e})})});
+        v = op(EOp::Div, t, {x, op(EOp::Add, t, {constant(t, 1), e})});  // (one rounding, as eager's)
         break;
       }
       case OpId::Relu: {

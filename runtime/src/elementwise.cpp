@@ -127,10 +127,14 @@ Tensor pred_unary(std::string_view op, const Tensor& x, F f) {
 
 template <typename T> constexpr bool is_fp = std::is_floating_point_v<T>;
 
-template <typename T> T sigmoid_s(T x) { return T(1) / (T(1) + std::exp(-x)); }
-// erf of one element: float32 through the function of the vector loops (cpu/vec.h), so a
+// exp of one element: float32 through the function of the vector loops (cpu/vec.h), so a
 // strided operand gets the same values as a contiguous one.
-template <typename T> T erf_s(T x) {
+template <typename T> T exp_s(T x) {
+  if constexpr (std::is_same_v<T, float>) return cpu::vec::kiln_expf(x);
+  else return std::exp(x);
+}
+template <typename T> T sigmoid_s(T x) { return T(1) / (T(1) + exp_s(-x)); }
+template <typename T> T erf_s(T x) {  // (the same for erf)
   if constexpr (std::is_same_v<T, float>) return cpu::vec::kiln_erff(x);
   else return std::erf(x);
 }
@@ -144,7 +148,6 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 }  // namespace
 
 // The op-table ids of the unary ops defined by the macros below.
-#define KILN_OP_ID_exp Exp
 #define KILN_OP_ID_exp2 Exp2
 #define KILN_OP_ID_expm1 Expm1
 #define KILN_OP_ID_log Log
@@ -223,7 +226,6 @@ void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd, int cost = 1) {
     return float_unary(#fn, x, [](auto v) { return scalar_expr; },                               \
                        KILN_VF(KILN_SLEEF_F(sleef)(x)), KILN_VD(KILN_SLEEF_D(sleef)(x)), cost); \
   }
-KILN_FLOAT_UNARY_SLEEF(exp, exp, std::exp(v), 1)
 KILN_FLOAT_UNARY_SLEEF(exp2, exp2, std::exp2(v), 1)
 KILN_FLOAT_UNARY_SLEEF(expm1, expm1, std::expm1(v), Cost::kExpm1)
 KILN_FLOAT_UNARY_SLEEF(log, log, std::log(v), Cost::kLog)
@@ -238,6 +240,10 @@ KILN_FLOAT_UNARY_SLEEF(atan, atan, std::atan(v), Cost::kInverseTrig)
 KILN_FLOAT_UNARY_SLEEF(sinh, sinh, std::sinh(v), Cost::kHyperbolic)
 KILN_FLOAT_UNARY_SLEEF(cosh, cosh, std::cosh(v), Cost::kHyperbolic)
 #undef KILN_FLOAT_UNARY_SLEEF
+Tensor exp(const Tensor& x) {  // (float32 through kiln's own vector exp, cpu/vec.h)
+  KILN_TRACE(Exp, (x), (), exp(x))
+  return float_unary("exp", x, [](auto v) { return exp_s(v); }, KILN_VF(cpu::vec::expf(x)), KILN_VD(KILN_SLEEF_D(exp)(x)), 1);
+}
 Tensor tanh(const Tensor& x) {  // (float32 through kiln's own vector tanh, cpu/vec.h)
   KILN_TRACE(Tanh, (x), (), tanh(x))
   return float_unary("tanh", x, [](auto v) { return tanh_s(v); }, KILN_VF(cpu::vec::tanhf(x)),
@@ -263,14 +269,14 @@ Tensor reciprocal(const Tensor& x) {
 Tensor sigmoid(const Tensor& x) {
   KILN_TRACE(Sigmoid, (x), (), sigmoid(x))
   return float_unary("sigmoid", x, [](auto v) { return sigmoid_s(v); },
-                     KILN_VF(1.0f / (1.0f + KILN_SLEEF_F(exp)(-x))),
+                     KILN_VF(1.0f / (1.0f + cpu::vec::expf(-x))),
                      KILN_VD(1.0 / (1.0 + KILN_SLEEF_D(exp)(-x))));
 }
 Tensor silu(const Tensor& x) {
   KILN_TRACE(Silu, (x), (), silu(x))
   KILN_CHECK(is_floating(x.dtype()), "silu", "\"silu\" not implemented for '", name(x.dtype()), "'");
-  return float_unary("silu", x, [](auto v) { return v * sigmoid_s(v); },
-                     KILN_VF(x / (1.0f + KILN_SLEEF_F(exp)(-x))),
+  return float_unary("silu", x, [](auto v) { return v / (decltype(v)(1) + exp_s(-v)); },
+                     KILN_VF(x / (1.0f + cpu::vec::expf(-x))),
                      KILN_VD(x / (1.0 + KILN_SLEEF_D(exp)(-x))));
 }
 Tensor gelu(const Tensor& x, std::string_view approximate) {

@@ -57,7 +57,7 @@ void softmax_row(const T* x, T* o, int64_t n, int64_t s, int64_t so, bool log_fo
     if (s == 1 && so == 1) {
       // contiguous float32: exp(x - max) once into the output, then scale or take logs
       float mx = row_max_f32(x, n);
-      cpu::vec::map_f32(x, o, n, [mx](cpu::vec::VF v) { return KILN_SLEEF_F(exp)(v - mx); });
+      cpu::vec::map_f32(x, o, n, [mx](cpu::vec::VF v) { return cpu::vec::expf(v - mx); });
       float sum = row_sum_f32(o, n);
       if (log_form) {
         float lse = std::log(sum);

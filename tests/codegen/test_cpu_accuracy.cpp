@@ -425,17 +425,21 @@ TEST_P(CpuAccuracy64, Float64WithinOneUlp) {
 INSTANTIATE_TEST_SUITE_P(Sleef, CpuAccuracy64, ::testing::Range<size_t>(0, cases64().size()),
                          [](const ::testing::TestParamInfo<size_t>& info) { return cases64()[info.param].name; });
 
-// float32 erf and tanh are kiln's own functions (runtime/src/cpu/vec.h), which compiled kernels
-// call in the 16-lane body, the 8-lane remainder and the scalar tail (the Jit maps erff and
-// tanhf to kiln_erff16, kiln_erff8 and kiln_erff, ...): a compiled kernel over 2^16 + 13 points
-// gives eager's values bit for bit, and so does gelu on erf. (SLEEF's forms, used before,
-// differ from them by up to an ulp. gelu's tanh form is left out: its polynomial argument is
-// rounded differently in the kernel.)
+// float32 exp, erf and tanh are kiln's own functions (runtime/src/cpu/vec.h), which compiled
+// kernels call in the 16-lane body, the 8-lane remainder and the scalar tail (the Jit maps expf,
+// erff and tanhf to kiln_expf16, kiln_expf8 and kiln_expf, ...): a compiled kernel over 2^16 +
+// 13 points gives eager's values bit for bit, and so do sigmoid on exp and gelu on erf. (SLEEF's
+// forms, used before, differ from them by up to an ulp. gelu's tanh form is left out: its
+// polynomial argument is rounded differently in the kernel.)
 TEST(CpuAccuracy, OwnMathIsEagersFunctionInEveryLane) {
-  const std::vector<float> x = points({{6, uniform(-6, 6)}, {2, uniform(-1, 1)}, {2, log_uniform(1e-45, 1e-3)}},
-                                      (int64_t(1) << 16) + 13, 17);
+  const std::vector<float> x =
+      points({{6, uniform(-6, 6)}, {2, uniform(-1, 1)}, {2, log_uniform(1e-45, 1e-3)}, {2, uniform(-105, 90)}},
+             (int64_t(1) << 16) + 13, 17);
   const Tensor in = from_vector<float>(x);
   const std::vector<std::pair<std::string, std::function<Tensor(const V&)>>> ops = {
+      {"exp", [](const V& v) { return exp(v[0]); }},
+      {"sigmoid", [](const V& v) { return sigmoid(v[0]); }},
+      {"silu", [](const V& v) { return silu(v[0]); }},
       {"erf", [](const V& v) { return erf(v[0]); }},
       {"tanh", [](const V& v) { return tanh(v[0]); }},
       {"gelu", [](const V& v) { return gelu(v[0]); }},

@@ -81,11 +81,13 @@ TEST(Elementwise, TranscendentalsMatchLibmOnLargeArrays) {
   }
 }
 
-// float32 erf and tanh are kiln's own (runtime/src/cpu/vec.h), checked on every 64th float32
-// from 0 to infinity (33 million, every binade, subnormals included) against the float64
-// function: within `bound` ulps, odd to the bit, the same values in the scalar path (every
-// other element of a view: the loop one element at a time), and NaN and the infinities right.
-static void expect_odd_float32_function(Tensor (*op)(const Tensor&), double (*ref)(double), double bound) {
+// float32 exp, erf and tanh are kiln's own (runtime/src/cpu/vec.h), checked on every 64th
+// float32 of each sign (33 million a sign, every binade, subnormals included) against the float64
+// function: within `bound` ulps (of the float32 result, subnormal spacing below the normals), erf
+// and tanh odd to the bit, and the same values in the scalar path (every other element of a
+// view: the loop one element at a time).
+enum class Parity { Odd, None };
+static void expect_float32_function(Tensor (*op)(const Tensor&), double (*ref)(double), double bound, Parity parity) {
   const int64_t n = int64_t(0x7f800000) / 64 + 1;
   std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
@@ -99,29 +101,51 @@ static void expect_odd_float32_function(Tensor (*op)(const Tensor&), double (*re
   double worst = 0;
   float worst_at = 0;
   int64_t not_odd = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const double want = ref(double(v[size_t(i)]));
+  auto check = [&](float at, float got) {
+    const double want = ref(double(at));
     const float w = float(want);
+    if (std::isinf(w)) {  // (an exact result rounds to infinity: overflow)
+      if (got != w) worst = 1e9, worst_at = at;
+      return;
+    }
     const double ulp = w == 0 ? double(std::numeric_limits<float>::denorm_min())
                               : double(std::nextafter(std::fabs(w), INFINITY)) - std::fabs(w);
-    const double e = std::fabs(double(py[i]) - want) / ulp;
-    if (e > worst) worst = e, worst_at = v[size_t(i)];
-    not_odd += pn[i] != -py[i];
+    const double e = std::fabs(double(got) - want) / ulp;
+    if (e > worst) worst = e, worst_at = at;
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    check(v[size_t(i)], py[i]);
+    if (parity == Parity::Odd) not_odd += pn[i] != -py[i];
+    else check(-v[size_t(i)], pn[i]);
   }
   EXPECT_LE(worst, bound) << "at x = " << worst_at;
   EXPECT_EQ(not_odd, 0);
-  Tensor s = x.slice(0, 0, 1 << 20).view({-1, 2}).select(1, 1);
-  EXPECT_TRUE(eq(op(s), y.slice(0, 0, 1 << 20).view({-1, 2}).select(1, 1)).all().item<bool>());
-  expect_values(op(from_vector<float>({NAN, INFINITY, -INFINITY, 0.0f, 100.0f, -100.0f})), {6}, {NAN, 1, -1, 0, 1, -1}, 0);
+  for (Tensor t : {x, -x}) {
+    Tensor s = t.slice(0, 0, 1 << 20).view({-1, 2}).select(1, 1);
+    EXPECT_TRUE(eq(op(s), op(t).slice(0, 0, 1 << 20).view({-1, 2}).select(1, 1)).all().item<bool>());
+  }
 }
 
-// The exhaustive maxima when they were written: erf 0.994 ulp (at x = 0.988), tanh 0.997 (at
-// x = 0.887); SLEEF's u10 functions, used before: 1.096 and 1.0.
+// The exhaustive maxima when they were written: exp 0.77 ulp (at x = -87.86, a subnormal
+// result), erf 0.77 (at x = 0.5007), tanh 0.9985 (at x = 0.975); SLEEF's u10 functions, used
+// before: 0.99, 1.096 and 1.0.
+TEST(Elementwise, Float32ExpWithinAnUlpEverywhere) {
+  expect_float32_function(+[](const Tensor& t) { return exp(t); }, +[](double v) { return std::exp(v); }, 1.0, Parity::None);
+  // overflow past log(FLT_MAX) = 88.72284, zero below log of half the smallest subnormal (-103.972)
+  const std::vector<float> got =
+      exp(from_vector<float>({NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 88.72283f, 88.72284f, -103.97f, -103.98f})).to_vector<float>();
+  EXPECT_TRUE(std::isnan(got[0]));
+  EXPECT_EQ(std::vector<float>(got.begin() + 1, got.end()),
+            (std::vector<float>{INFINITY, 0.0f, 1.0f, 1.0f, float(std::exp(double(88.72283f))), INFINITY,
+                                std::numeric_limits<float>::denorm_min(), 0.0f}));
+}
 TEST(Elementwise, Float32ErfWithinAnUlpEverywhere) {
-  expect_odd_float32_function(+[](const Tensor& t) { return erf(t); }, +[](double v) { return std::erf(v); }, 1.0);
+  expect_float32_function(+[](const Tensor& t) { return erf(t); }, +[](double v) { return std::erf(v); }, 1.0, Parity::Odd);
+  expect_values(erf(from_vector<float>({NAN, INFINITY, -INFINITY, 0.0f, 100.0f, -100.0f})), {6}, {NAN, 1, -1, 0, 1, -1}, 0);
 }
 TEST(Elementwise, Float32TanhWithinAnUlpEverywhere) {
-  expect_odd_float32_function(+[](const Tensor& t) { return tanh(t); }, +[](double v) { return std::tanh(v); }, 1.0);
+  expect_float32_function(+[](const Tensor& t) { return tanh(t); }, +[](double v) { return std::tanh(v); }, 1.0, Parity::Odd);
+  expect_values(tanh(from_vector<float>({NAN, INFINITY, -INFINITY, 0.0f, 100.0f, -100.0f})), {6}, {NAN, 1, -1, 0, 1, -1}, 0);
 }
 
 // pow and atan2 of float tensors run SLEEF's vector forms where the output is contiguous and

@@ -116,8 +116,9 @@ class Builder {
       in.op = EOp::Arg;
     } else {
       in.op = EOp::Load;
-      // size 1: broadcast along that loop; any other size (0 too) walks it
-      for (int d = k_.reduce_from; d < rank_ && d < int(a.sizes.size()); ++d) in.row |= a.sizes[size_t(d)] != 1;
+      // size 1 or stride 0: the same element along that loop; any other size (0 too) walks it
+      for (int d = k_.reduce_from; d < rank_ && d < int(a.sizes.size()); ++d)
+        in.row |= a.sizes[size_t(d)] != 1 && (d >= int(a.strides.size()) || a.strides[size_t(d)] != 0);
     }
     return add(std::move(in));
   }

@@ -98,6 +98,7 @@ template <typename In> struct SumOp {
 };
 template <typename In> struct NanSumOp : SumOp<In> {
   using acc_t = sum_acc_t<In>;
+  static constexpr VectorLanes kVectorLanes = VectorLanes::NanSum;
   acc_t reduce(acc_t a, acc_t x) const { return x != x ? a : a + x; }
 };
 template <typename In> struct MeanOp : SumOp<In> {
@@ -117,6 +118,7 @@ template <typename In> struct ProdOp {
 template <typename In, bool IsMax> struct ExtremumOp {
   using acc_t = opmath_t<In>;
   static constexpr bool valid = true;
+  static constexpr VectorLanes kVectorLanes = IsMax ? VectorLanes::Max : VectorLanes::Min;
   acc_t identity() const {
     if constexpr (std::is_floating_point_v<acc_t>)
       return IsMax ? -std::numeric_limits<acc_t>::infinity() : std::numeric_limits<acc_t>::infinity();

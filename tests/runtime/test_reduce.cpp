@@ -108,6 +108,42 @@ TEST(Reduce, SoftmaxLogSoftmaxLogsumexpCumsum) {
   EXPECT_EQ(cumsum(ones({2}, kInt8), 0).dtype(), kInt64);
 }
 
+// Contiguous float32 rows take the vector path (the row max by vectors, a NaN anywhere in the
+// row turning it all NaN), here rows of 37: two vectors of 16 and a tail of 5. Each row matches
+// the float64 rows (the scalar path) wherever the row holds its NaN or largest value (a max
+// missed would make exp overflow).
+TEST(Reduce, SoftmaxRowsByVectorsKeepNaNAndTheMax) {
+  manual_seed(3);
+  const int64_t n = 37;
+  Tensor x = randn({8, n});
+  std::vector<float> v = x.to_vector<float>();
+  v[size_t(0 * n + 3)] = NAN;        // a NaN in the first vector
+  v[size_t(1 * n + 20)] = NAN;       // in the second
+  v[size_t(2 * n + 35)] = NAN;       // in the tail
+  v[size_t(3 * n + 34)] = 100.0f;    // the row's max in the tail (exp overflows from any other shift)
+  v[size_t(4 * n + 17)] = 100.0f;    // in a vector
+  v[size_t(5 * n + 9)] = INFINITY;   // a row with +inf: NaN, as in PyTorch
+  v[size_t(6 * n + 36)] = -INFINITY;  // -inf takes no share
+  x = from_vector<float>(v, {8, n});
+  for (bool log_form : {false, true}) {
+    Tensor got = log_form ? log_softmax(x, 1) : softmax(x, 1);
+    Tensor want = (log_form ? log_softmax(x.to(kFloat64), 1) : softmax(x.to(kFloat64), 1)).to(kFloat32);
+    std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+    for (int64_t r = 0; r < 8; ++r)
+      for (int64_t c = 0; c < n; ++c) {
+        const size_t i = size_t(r * n + c);
+        if (r == 0 || r == 1 || r == 2 || r == 5) {
+          EXPECT_TRUE(std::isnan(g[i])) << "row " << r << " col " << c;
+        } else if (std::isinf(w[i])) {
+          EXPECT_EQ(g[i], w[i]) << "row " << r << " col " << c;
+        } else {
+          EXPECT_NEAR(g[i], w[i], 1e-6 * std::max(1.0f, std::fabs(w[i]))) << "row " << r << " col " << c;
+        }
+      }
+  }
+  EXPECT_NEAR(softmax(x, 1).select(0, 3).select(0, 34).item<float>(), 1.0f, 1e-6);
+}
+
 TEST(Reduce, LargeRowAndColumnSums) {
   manual_seed(11);
   Tensor x = randn({300, 500}, kFloat64);
@@ -143,6 +179,47 @@ TEST(Reduce, ThreadedFullReductionAndVectorExtrema) {
   Tensor m = rows.amax({1});
   EXPECT_TRUE(std::isnan(m.index({3}).item<float>()));
   EXPECT_FALSE(std::isnan(m.index({4}).item<float>()));
+}
+
+// Contiguous float32 runs of amax, amin and nansum update their lanes by vectors (max and min
+// four blocks of 16 at a time); a strided run takes the scalar lanes. Both give the same result:
+// equal extrema (NaN wherever the row has one) and nansum bit for bit, over rows of 203 (three
+// steps of 64, then 16s, then a tail of 11) and 5000 (split pairwise) and over everything.
+TEST(Reduce, FloatExtremaAndNanSumByVectorsMatchTheScalarLanes) {
+  manual_seed(17);
+  for (int64_t n : {int64_t(203), int64_t(5000)}) {
+    std::vector<float> v = randn({9, n}).to_vector<float>();
+    auto at = [&](int64_t r, int64_t c) -> float& { return v[size_t(r * n + c)]; };
+    at(0, 5) = NAN;            // in a block of 64
+    at(1, 200) = NAN;          // in the tail
+    at(2, 180) = NAN;          // in a block of 16
+    at(3, 7) = 50, at(3, 8) = -50;      // the extrema in the first block
+    at(4, 201) = 50, at(4, 202) = -50;  // in the tail
+    at(5, 190) = INFINITY, at(5, 191) = -INFINITY;
+    at(6, 100) = NAN, at(6, 101) = INFINITY;
+    for (int64_t c = 0; c < n; ++c) at(7, c) = -INFINITY;  // a row of -inf
+    Tensor x = from_vector<float>(v, {9, n});
+    Tensor strided = x.t().contiguous().t();  // the same values, each row at a stride
+    ASSERT_NE(strided.strides()[1], 1);
+    for (auto op : {+[](const Tensor& t, IntArrayRef d) { return amax(t, d); },
+                    +[](const Tensor& t, IntArrayRef d) { return amin(t, d); },
+                    +[](const Tensor& t, IntArrayRef d) { return nansum(t, d); }}) {
+      for (std::vector<int64_t> dims : {std::vector<int64_t>{1}, std::vector<int64_t>{}}) {
+        std::vector<float> got = op(x, dims).contiguous().to_vector<float>(), want = op(strided, dims).contiguous().to_vector<float>();
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(got[i])) << "n " << n << " at " << i;
+          else EXPECT_EQ(got[i], want[i]) << "n " << n << " at " << i;
+        }
+      }
+    }
+    EXPECT_TRUE(std::isnan(amax(x, {1}).index({1}).item<float>()));
+    EXPECT_EQ(amax(x, {1}).index({4}).item<float>(), 50.0f);
+    EXPECT_EQ(amin(x, {1}).index({4}).item<float>(), -50.0f);
+    EXPECT_EQ(amax(x, {1}).index({5}).item<float>(), INFINITY);
+    EXPECT_TRUE(std::isnan(amin(x, {1}).index({6}).item<float>()));
+    EXPECT_EQ(amax(x, {1}).index({7}).item<float>(), -INFINITY);
+  }
 }
 
 // A full reduction over threads cuts the run into one slice per thread, whole vectors each:

@@ -37,6 +37,13 @@ inline VF maxf(VF a, VF b) { return _mm512_maskz_max_ps(0xffff, a, b); }  // (mi
 inline VF rintv(VF x) { return _mm512_maskz_roundscale_ps(0xffff, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 // p * 2^n for integral n, rounded once (denormal results included)
 inline VF ldexpv(VF p, VF n) { return _mm512_maskz_scalef_ps(0xffff, p, n); }
+// The lower and upper half of the lanes, as float64 (masked forms: gcc 12 warns on the plain).
+inline VD cvt_lo(VF v) {
+  return _mm512_maskz_cvtps_pd(0xff, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, _mm512_castps_pd(v), 0)));
+}
+inline VD cvt_hi(VF v) {
+  return _mm512_maskz_cvtps_pd(0xff, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xf, _mm512_castps_pd(v), 1)));
+}
 // Integer lanes: truncation of non-negative floats, back to float, and a lookup in a table of 8
 // floats by each lane's index (0..7). (Masked forms: gcc 12 warns on the plain ones.)
 using VI = __m512i;
@@ -56,7 +63,10 @@ inline MF signs_differ(VF a, VF b) {
                                 _mm512_set1_epi32(int(0x80000000u)));
 }
 inline MF mand(MF a, MF b) { return MF(a & b); }
+inline MF mor(MF a, MF b) { return MF(a | b); }
+inline MF no_lanes() { return MF(0); }
 inline bool all(MF m) { return m == MF(0xffff); }
+inline bool any(MF m) { return m != MF(0); }
 inline VF where(MF m, VF then, VF otherwise) { return _mm512_mask_blend_ps(m, otherwise, then); }
 inline VF sign_of(VF x, VF r) {  // |r| with x's sign (r non-negative)
   const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u)));
@@ -92,6 +102,8 @@ inline VF ldexpv(VF p, VF n) {
   const VF s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
   return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
 }
+inline VD cvt_lo(VF v) { return _mm256_cvtps_pd(_mm256_castps256_ps128(v)); }
+inline VD cvt_hi(VF v) { return _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)); }
 using VI = __m256i;
 inline VI truncate_to_int(VF x) { return _mm256_cvttps_epi32(x); }
 inline VF to_float(VI x) { return _mm256_cvtepi32_ps(x); }
@@ -107,7 +119,10 @@ inline MF signs_differ(VF a, VF b) {
   return _mm256_castsi256_ps(_mm256_srai_epi32(_mm256_castps_si256(_mm256_xor_ps(a, b)), 31));
 }
 inline MF mand(MF a, MF b) { return _mm256_and_ps(a, b); }
+inline MF mor(MF a, MF b) { return _mm256_or_ps(a, b); }
+inline MF no_lanes() { return _mm256_setzero_ps(); }
 inline bool all(MF m) { return _mm256_movemask_ps(m) == 0xff; }
+inline bool any(MF m) { return _mm256_movemask_ps(m) != 0; }
 inline VF where(MF m, VF then, VF otherwise) { return _mm256_blendv_ps(otherwise, then, m); }
 inline VF sign_of(VF x, VF r) { return _mm256_or_ps(r, _mm256_and_ps(x, _mm256_set1_ps(-0.0f))); }
 #endif

@@ -43,6 +43,68 @@ template <typename Out, typename In>
 void convert_loop(const cpu::Iter& it) {
   cpu::unary_loop<Out, In>(it, [](In v) { return convert<Out>(v); });
 }
+
+// A copy whose source is contiguous along another dim than the destination (x.t().contiguous(),
+// a permute's copy): the Iter's inner loop walks the destination, so every element read is a
+// new cache line of the source (a [4096, 1024] float32 transpose took 12 ms, PyTorch 2.9).
+// Tiles of kTile x kTile elements over the two dims are read and written within the L1 cache.
+// Returns false where the layout is not such a transpose.
+bool copy_by_tiles(const cpu::Iter& it, size_t w) {
+  const int nd = it.ndim();
+  if (nd < 2 || it.stride(0, 0) != int64_t(w) || it.stride(1, 0) == int64_t(w)) return false;
+  int j = -1;
+  for (int d = 1; d < nd; ++d)
+    if (it.stride(1, d) == int64_t(w)) j = d;
+  if (j < 0) return false;
+  constexpr int64_t kTile = 32;
+  const std::vector<int64_t>& S = it.shape();
+  if (S[0] < kTile || S[size_t(j)] < kTile) return false;
+  const int64_t t0 = (S[0] + kTile - 1) / kTile, tj = (S[size_t(j)] + kTile - 1) / kTile;
+  int64_t outer = 1;
+  for (int d = 1; d < nd; ++d)
+    if (d != j) outer *= S[size_t(d)];
+  auto tiles = [&](auto tag) {
+    using U = decltype(tag);
+    const int64_t o0 = it.stride(0, 0), oj = it.stride(0, j), i0 = it.stride(1, 0);
+    cpu::parallel_for(t0 * tj * outer, std::max<int64_t>(1, cpu::parallel_grain() / (kTile * kTile)),
+                      [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        int64_t rest = t / (t0 * tj);
+        const int64_t a0 = (t % t0) * kTile, aj = (t / t0 % tj) * kTile;
+        char* out = it.base(0) + a0 * o0 + aj * oj;
+        const char* in = it.base(1) + a0 * i0 + aj * int64_t(w);
+        for (int d = 1; d < nd; ++d) {  // the outer dims' offsets
+          if (d == j) continue;
+          const int64_t k = rest % S[size_t(d)];
+          rest /= S[size_t(d)];
+          out += k * it.stride(0, d);
+          in += k * it.stride(1, d);
+        }
+        const int64_t n0 = std::min(kTile, S[0] - a0), nj = std::min(kTile, S[size_t(j)] - aj);
+        // Through a padded local tile: each source row is read whole, each destination row
+        // written whole. (Strides that are multiples of 4 KiB put every row of a tile in one
+        // L1 set; going back and forth between 32 of them thrashed it.)
+        U tile[kTile][kTile + 1];
+        for (int64_t y = 0; y < n0; ++y) {
+          const U* row = reinterpret_cast<const U*>(in + y * i0);
+          for (int64_t x = 0; x < nj; ++x) tile[x][y] = row[x];
+        }
+        for (int64_t x = 0; x < nj; ++x) {
+          U* row = reinterpret_cast<U*>(out + x * oj);
+          for (int64_t y = 0; y < n0; ++y) row[y] = tile[x][y];
+        }
+      }
+    });
+  };
+  switch (w) {
+    case 1: tiles(uint8_t{}); break;
+    case 2: tiles(uint16_t{}); break;
+    case 4: tiles(uint32_t{}); break;
+    case 8: tiles(uint64_t{}); break;
+    default: return false;
+  }
+  return true;
+}
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src_in) {
@@ -69,6 +131,7 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     return *this;
   }
   cpu::Iter it({*this, src}, sizes());
+  if (src.dtype() == dtype() && copy_by_tiles(it, itemsize(dtype()))) return *this;
   KILN_DISPATCH_ALL(dtype(), "copy_", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
     using Out = scalar_t;
     KILN_DISPATCH_ALL(src.dtype(), "copy_", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_); convert_loop<Out, scalar_t>(it); });

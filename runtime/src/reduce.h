@@ -30,49 +30,65 @@ inline constexpr int64_t kPairwiseBlock = 4096;
 
 // gcc leaves reduce_run's lane loop scalar where an op's reduce selects on NaN: max and min (a
 // NaN lane stays NaN) and nansum (NaN adds nothing); amax over rows ran 17x slower than
-// PyTorch's. Such an op names its kind (Op::kVectorLanes), and a contiguous float32 run then
-// updates the same 16 lanes by vectors: nansum's with the values the scalar loop gives them,
+// PyTorch's. Such an op names its kind (Op::kVectorLanes), and a contiguous float32 or float64
+// run then updates the same 16 lanes by vectors: nansum's with the values the scalar loop gives them,
 // max's and min's with the same extremum (or NaN).
 enum class VectorLanes { Max, Min, NanSum };
 #if KILN_HAVE_VEC
-// Runs the whole blocks of 16 of p[0, n) into lanes; returns how many elements it took.
-template <VectorLanes K, typename A>
-int64_t vector_lanes_f32(const float* p, int64_t n, A* lanes) {
+// Runs the whole blocks of 16 of p[0, n) (float32 or float64) into lanes; returns how many
+// elements it took.
+template <VectorLanes K, typename In, typename A>
+int64_t vector_lanes(const In* p, int64_t n, A* lanes) {
   using namespace cpu::vec;
-  constexpr int V = kLanes / kWF;  // float vectors per block of lanes
+  constexpr bool f32 = std::is_same_v<In, float>;
+  constexpr int W = f32 ? kWF : kWD;  // lanes per vector
+  constexpr int V = kLanes / W;       // vectors per block of 16 lanes
+  auto load = [](const auto* q) {
+    if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(q)>>, float>) return loadf(q);
+    else return loadd(q);
+  };
   int64_t i = 0;
   if constexpr (K == VectorLanes::NanSum) {
     static_assert(std::is_same_v<A, double>);
-    VD acc[2 * V];
-    for (int v = 0; v < 2 * V; ++v) acc[v] = loadd(lanes + v * kWD);
+    // float32 lanes widen to float64 in halves: kLanes / kWD float64 vectors per block
+    VD acc[kLanes / kWD];
+    for (int v = 0; v < kLanes / kWD; ++v) acc[v] = loadd(lanes + v * kWD);
     for (; i + kLanes <= n; i += kLanes)
       for (int v = 0; v < V; ++v) {
-        VF x = loadf(p + i + v * kWF);
-        x = where(nan_lanes(x), setf(0.0f), x);
-        acc[2 * v] = acc[2 * v] + cvt_lo(x);
-        acc[2 * v + 1] = acc[2 * v + 1] + cvt_hi(x);
+        const auto x = load(p + i + v * W);
+        if constexpr (f32) {
+          const VF y = where(nan_lanes(x), setf(0.0f), x);
+          acc[2 * v] = acc[2 * v] + cvt_lo(y);
+          acc[2 * v + 1] = acc[2 * v + 1] + cvt_hi(y);
+        } else {
+          acc[v] = acc[v] + where(nan_lanes(x), setd(0.0), x);
+        }
       }
-    for (int v = 0; v < 2 * V; ++v) stored(lanes + v * kWD, acc[v]);
+    for (int v = 0; v < kLanes / kWD; ++v) stored(lanes + v * kWD, acc[v]);
   } else {
-    static_assert(std::is_same_v<A, float>);
+    static_assert(std::is_same_v<A, In>);
     // (the max of a set is the same in any order, NaN or not: four blocks of lanes at a time,
     // so that the loop is not one chain of selects, folded into the lanes at the end)
     constexpr int U = 4;
-    auto step = [](VF acc, VF x) {
-      const MF better = K == VectorLanes::Max ? lt(acc, x) : lt(x, acc);
+    auto step = [](auto acc, auto x) {
+      const auto better = K == VectorLanes::Max ? lt(acc, x) : lt(x, acc);
       return where(mor(better, nan_lanes(x)), x, acc);
     };
-    VF acc[U][V];
+    using Vec = decltype(load(p));
+    Vec acc[U][V];
     for (int u = 0; u < U; ++u)
-      for (int v = 0; v < V; ++v) acc[u][v] = loadf(lanes + v * kWF);
+      for (int v = 0; v < V; ++v) acc[u][v] = load(lanes + v * W);
     for (; i + U * kLanes <= n; i += U * kLanes)
       for (int u = 0; u < U; ++u)
-        for (int v = 0; v < V; ++v) acc[u][v] = step(acc[u][v], loadf(p + i + u * kLanes + v * kWF));
+        for (int v = 0; v < V; ++v) acc[u][v] = step(acc[u][v], load(p + i + u * kLanes + v * W));
     for (; i + kLanes <= n; i += kLanes)
-      for (int v = 0; v < V; ++v) acc[0][v] = step(acc[0][v], loadf(p + i + v * kWF));
+      for (int v = 0; v < V; ++v) acc[0][v] = step(acc[0][v], load(p + i + v * W));
     for (int u = 1; u < U; ++u)
       for (int v = 0; v < V; ++v) acc[0][v] = step(acc[0][v], acc[u][v]);
-    for (int v = 0; v < V; ++v) storef(lanes + v * kWF, acc[0][v]);
+    for (int v = 0; v < V; ++v) {
+      if constexpr (f32) storef(lanes + v * W, acc[0][v]);
+      else stored(lanes + v * W, acc[0][v]);
+    }
   }
   return i;
 }
@@ -92,8 +108,8 @@ typename Op::acc_t reduce_run(const In* p, int64_t n, int64_t s, const Op& op) {
   int64_t i = 0;
   if (s == 1) {
 #if KILN_HAVE_VEC
-    if constexpr (std::is_same_v<In, float> && requires { Op::kVectorLanes; })
-      i = vector_lanes_f32<Op::kVectorLanes>(p, n, lanes);
+    if constexpr ((std::is_same_v<In, float> || std::is_same_v<In, double>) && requires { Op::kVectorLanes; })
+      i = vector_lanes<Op::kVectorLanes>(p, n, lanes);
 #endif
     for (; i + kLanes <= n; i += kLanes)
       for (int j = 0; j < kLanes; ++j) lanes[j] = op.reduce(lanes[j], A(opmath_t<In>(p[i + j])));

@@ -297,6 +297,101 @@ TEST(Elementwise, WhereClampLerpAddcmulMaskedFill) {
   expect_error([&] { clamp(x, std::optional<Scalar>(), std::optional<Scalar>()); }, "At least one of 'min' or 'max'");
 }
 
+// where and masked_fill move values by a bit mask on their storage (1, 2, 4 and 8 bytes), with
+// fast paths for dense operands and a broadcast second or third one: in each dtype and layout
+// (dense, a scalar either side, a broadcast row, a strided view, in place) every element is the
+// one the condition picks, -0.0 and NaN bits included.
+TEST(Elementwise, WhereAndMaskedFillInEveryLayoutAndSize) {
+  manual_seed(21);
+  Tensor base = randn({37, 41});
+  base.index({3, 4}) = NAN;
+  base.index({5, 6}) = -0.0;
+  Tensor cond = randn({37, 41}) > 0;
+  std::vector<bool> c;
+  for (uint8_t v : cond.to(kUInt8).to_vector<uint8_t>()) c.push_back(v != 0);
+  for (DType d : {kBool, kInt8, kFloat16, kFloat32, kFloat64, kInt64}) {
+    Tensor x = d == kBool ? base > 0.3 : (base * 10).to(d), y = d == kBool ? base < -0.3 : (base * -3).to(d);
+    auto expect_picks = [&](const Tensor& got, const Tensor& a, const Tensor& b, const std::string& what) {
+      Tensor G = got.contiguous(), A = a.expand({37, 41}).contiguous(), B = b.expand({37, 41}).contiguous();
+      const size_t w = itemsize(d);
+      const auto* g = static_cast<const uint8_t*>(G.data_ptr());
+      const auto* va = static_cast<const uint8_t*>(A.data_ptr());
+      const auto* vb = static_cast<const uint8_t*>(B.data_ptr());
+      int64_t wrong = 0;
+      for (size_t i = 0; i < c.size(); ++i) wrong += std::memcmp(g + i * w, (c[i] ? va : vb) + i * w, w) != 0;
+      EXPECT_EQ(wrong, 0) << what << " " << name(d);
+    };
+    Tensor s1 = d == kBool ? scalar_tensor(true, kBool) : scalar_tensor(2, d);
+    expect_picks(where(cond, x, y), x, y, "dense");
+    expect_picks(where(cond, x, s1), x, s1, "scalar third");
+    expect_picks(where(cond, s1, y), s1, y, "scalar second");
+    expect_picks(where(cond, x.select(0, 0), y), x.select(0, 0), y, "broadcast row");
+    Tensor xt = x.t().contiguous().t();  // the same values at other strides
+    expect_picks(where(cond, xt, y), x, y, "strided");
+    expect_picks(masked_fill(y, cond, d == kBool ? Scalar(true) : Scalar(2)), s1, y, "masked_fill");
+    Tensor z = y.clone();
+    z.masked_fill_(cond, d == kBool ? Scalar(true) : Scalar(2));
+    expect_picks(z, s1, y, "masked_fill_");
+  }
+}
+
+// floor, ceil and trunc of floats run the vector rounding instructions where the tensor is
+// contiguous and C's functions elsewhere: bit for bit the same, -0.0, NaN, infinities, halves and
+// values past 2^23 (2^52 for float64) included, in each float dtype.
+TEST(Elementwise, FloorCeilTruncByVectorsAreCs) {
+  std::vector<double> v = {-0.0, 0.0, 0.5, -0.5, 1.5, -1.5, 2.5, -2.99, 1e-40, -1e-40, 8388607.5, -8388607.5,
+                           16777217.0, 4503599627370495.5, -4503599627370495.5, 1e300, NAN, INFINITY, -INFINITY};
+  manual_seed(4);
+  for (double r : (randn({70}) * 1000).to_vector<double>()) v.push_back(r);
+  for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    Tensor x = from_vector<double>(v).to(d);
+    Tensor strided = stack({x, x}, -1).select(-1, 0);  // the same values, step 2: the scalar loop
+    for (auto [op, ref] : {std::pair{+[](const Tensor& t) { return floor(t); }, +[](double a) { return std::floor(a); }},
+                           std::pair{+[](const Tensor& t) { return ceil(t); }, +[](double a) { return std::ceil(a); }},
+                           std::pair{+[](const Tensor& t) { return trunc(t); }, +[](double a) { return std::trunc(a); }}}) {
+      std::vector<double> got = op(x).to_vector<double>(), scalar = op(strided).to_vector<double>(), in = x.to_vector<double>();
+      for (size_t i = 0; i < in.size(); ++i) {
+        const double want = double(from_vector<double>({ref(in[i])}).to(d).item<double>());  // C's, rounded to d
+        if (std::isnan(want)) {
+          EXPECT_TRUE(std::isnan(got[i]) && std::isnan(scalar[i])) << name(d) << " at " << in[i];
+        } else {
+          EXPECT_EQ(got[i], want) << name(d) << " at " << in[i];
+          EXPECT_EQ(std::signbit(got[i]), std::signbit(want)) << name(d) << " at " << in[i];
+          EXPECT_EQ(scalar[i], want) << name(d) << " at " << in[i];
+        }
+      }
+    }
+  }
+}
+
+// nan_to_num runs by explicit vectors for float32 and float64 and one element at a time
+// elsewhere: in each float dtype, contiguous (past a vector's length) and strided, NaN and the
+// infinities become the replacements as the dtype holds them (a replacement past its range
+// becomes infinity, as a cast), and every other value, -0.0 included, stays as it is.
+TEST(Elementwise, NanToNumInEveryFloatDtypeAndLayout) {
+  std::vector<double> v;
+  for (int i = 0; i < 41; ++i) v.push_back(i % 5 == 0 ? NAN : i % 5 == 1 ? INFINITY : i % 5 == 2 ? -INFINITY : i % 5 == 3 ? -0.0 : 1.25 * i);
+  for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {
+    Tensor x = from_vector<double>(v).to(d);
+    Tensor strided = stack({x, x}, -1).select(-1, 0);
+    for (auto [n, p, m] : {std::tuple<std::optional<double>, std::optional<double>, std::optional<double>>{},
+                           std::tuple<std::optional<double>, std::optional<double>, std::optional<double>>{7.5, 1e40, -3.0}}) {
+      auto cast = [&](double a) { return from_vector<double>({a}).to(d).item<double>(); };
+      const double hi = d == kFloat16 ? 65504.0 : d == kBFloat16 ? 3.3895313892515355e38
+                        : d == kFloat32 ? double(std::numeric_limits<float>::max()) : std::numeric_limits<double>::max();
+      const double wn = cast(n.value_or(0.0)), wp = cast(p.value_or(hi)), wm = cast(m.value_or(-hi));
+      for (const Tensor& t : {x, strided}) {
+        std::vector<double> got = nan_to_num(t, n, p, m).to_vector<double>(), in = t.to_vector<double>();
+        for (size_t i = 0; i < in.size(); ++i) {
+          const double want = std::isnan(in[i]) ? wn : in[i] == INFINITY ? wp : in[i] == -INFINITY ? wm : in[i];
+          EXPECT_EQ(got[i], want) << name(d) << " at " << i;
+          EXPECT_EQ(std::signbit(got[i]), std::signbit(want)) << name(d) << " at " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(InPlace, KeepsDestinationDtypeAndWritesBase) {
   Tensor i = from_vector<int32_t>({1, 2, 3});
   i.add_(from_vector<int64_t>({10, 10, 10}));

@@ -181,7 +181,7 @@ TEST(Reduce, ThreadedFullReductionAndVectorExtrema) {
   EXPECT_FALSE(std::isnan(m.index({4}).item<float>()));
 }
 
-// Contiguous float32 runs of amax, amin and nansum update their lanes by vectors (max and min
+// Contiguous float32 and float64 runs of amax, amin and nansum update their lanes by vectors (max and min
 // four blocks of 16 at a time); a strided run takes the scalar lanes. Both give the same result:
 // equal extrema (NaN wherever the row has one) and nansum bit for bit, over rows of 203 (three
 // steps of 64, then 16s, then a tail of 11) and 5000 (split pairwise) and over everything.
@@ -198,27 +198,30 @@ TEST(Reduce, FloatExtremaAndNanSumByVectorsMatchTheScalarLanes) {
     at(5, 190) = INFINITY, at(5, 191) = -INFINITY;
     at(6, 100) = NAN, at(6, 101) = INFINITY;
     for (int64_t c = 0; c < n; ++c) at(7, c) = -INFINITY;  // a row of -inf
-    Tensor x = from_vector<float>(v, {9, n});
-    Tensor strided = x.t().contiguous().t();  // the same values, each row at a stride
-    ASSERT_NE(strided.strides()[1], 1);
-    for (auto op : {+[](const Tensor& t, IntArrayRef d) { return amax(t, d); },
-                    +[](const Tensor& t, IntArrayRef d) { return amin(t, d); },
-                    +[](const Tensor& t, IntArrayRef d) { return nansum(t, d); }}) {
-      for (std::vector<int64_t> dims : {std::vector<int64_t>{1}, std::vector<int64_t>{}}) {
-        std::vector<float> got = op(x, dims).contiguous().to_vector<float>(), want = op(strided, dims).contiguous().to_vector<float>();
-        ASSERT_EQ(got.size(), want.size());
-        for (size_t i = 0; i < got.size(); ++i) {
-          if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(got[i])) << "n " << n << " at " << i;
-          else EXPECT_EQ(got[i], want[i]) << "n " << n << " at " << i;
+    for (DType d : {kFloat32, kFloat64}) {
+      Tensor x = from_vector<float>(v, {9, n}).to(d);
+      Tensor strided = x.t().contiguous().t();  // the same values, each row at a stride
+      ASSERT_NE(strided.strides()[1], 1);
+      for (auto op : {+[](const Tensor& t, IntArrayRef r) { return amax(t, r); },
+                      +[](const Tensor& t, IntArrayRef r) { return amin(t, r); },
+                      +[](const Tensor& t, IntArrayRef r) { return nansum(t, r); }}) {
+        for (std::vector<int64_t> dims : {std::vector<int64_t>{1}, std::vector<int64_t>{}}) {
+          std::vector<double> got = op(x, dims).contiguous().to_vector<double>(),
+                              want = op(strided, dims).contiguous().to_vector<double>();
+          ASSERT_EQ(got.size(), want.size());
+          for (size_t i = 0; i < got.size(); ++i) {
+            if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(got[i])) << name(d) << " n " << n << " at " << i;
+            else EXPECT_EQ(got[i], want[i]) << name(d) << " n " << n << " at " << i;
+          }
         }
       }
+      EXPECT_TRUE(std::isnan(amax(x, {1}).index({1}).item<double>()));
+      EXPECT_EQ(amax(x, {1}).index({4}).item<double>(), 50.0);
+      EXPECT_EQ(amin(x, {1}).index({4}).item<double>(), -50.0);
+      EXPECT_EQ(amax(x, {1}).index({5}).item<double>(), INFINITY);
+      EXPECT_TRUE(std::isnan(amin(x, {1}).index({6}).item<double>()));
+      EXPECT_EQ(amax(x, {1}).index({7}).item<double>(), -INFINITY);
     }
-    EXPECT_TRUE(std::isnan(amax(x, {1}).index({1}).item<float>()));
-    EXPECT_EQ(amax(x, {1}).index({4}).item<float>(), 50.0f);
-    EXPECT_EQ(amin(x, {1}).index({4}).item<float>(), -50.0f);
-    EXPECT_EQ(amax(x, {1}).index({5}).item<float>(), INFINITY);
-    EXPECT_TRUE(std::isnan(amin(x, {1}).index({6}).item<float>()));
-    EXPECT_EQ(amax(x, {1}).index({7}).item<float>(), -INFINITY);
   }
 }
 

@@ -135,6 +135,45 @@ TEST(Views, LargeContiguousCopyIsExactAtEveryByte) {
   EXPECT_EQ(wrong, 0);
 }
 
+// A copy from a source contiguous along another dim than the destination goes through tiles
+// of 32 x 32 (runtime/src/copy.cpp): transposes and permutes of 1, 2, 4 and 8-byte elements,
+// sizes that are not multiples of the tile, views with offsets, extra outer dims, and a copy_
+// into a strided destination. Each element must land where the indices say.
+TEST(Views, TransposedCopiesByTilesAreExact) {
+  // the element of view v at row-major linear index i, read through its strides
+  auto element = [](const Tensor& v, int64_t i) {
+    int64_t off = v.storage_offset();
+    for (int64_t d = v.dim() - 1; d >= 0; --d) {
+      off += (i % v.sizes()[d]) * v.strides()[d];
+      i /= v.sizes()[d];
+    }
+    return off;
+  };
+  auto expect_copy = [&](const Tensor& base, const Tensor& v, const Tensor& got, const std::string& what) {
+    ASSERT_TRUE(got.is_contiguous()) << what;
+    const size_t w = v.element_size();
+    const auto* src = static_cast<const uint8_t*>(base.data_ptr());
+    const auto* dst = static_cast<const uint8_t*>(got.data_ptr());
+    int64_t wrong = 0;
+    for (int64_t i = 0; i < v.numel(); ++i) wrong += std::memcmp(dst + size_t(i) * w, src + size_t(element(v, i)) * w, w) != 0;
+    EXPECT_EQ(wrong, 0) << what << " " << name(v.dtype());
+  };
+  for (DType d : {kUInt8, kBool, kFloat16, kFloat32, kInt64, kFloat64}) {
+    Tensor base = d == kBool ? arange(200 * 67) .remainder(3).eq(0) : arange(200 * 67).remainder(251).to(d);
+    Tensor m = base.view({200, 67});
+    expect_copy(base, m.t(), m.t().contiguous(), "t");
+    expect_copy(base, m.narrow(0, 5, 190).narrow(1, 3, 60).t(), m.narrow(0, 5, 190).narrow(1, 3, 60).t().contiguous(), "t of a window");
+    Tensor c3 = base.narrow(0, 0, 5 * 40 * 66).view({5, 40, 66});
+    expect_copy(base, c3.permute({2, 0, 1}), c3.permute({2, 0, 1}).contiguous(), "permute");
+    expect_copy(base, c3.transpose(1, 2), c3.transpose(1, 2).contiguous(), "batched transpose");
+  }
+  // into a destination that is itself a transpose (the tiles then run the other way round)
+  Tensor src = arange(100 * 70, kFloat32).view({100, 70});
+  Tensor dst = zeros({70, 100}, kFloat32).t();
+  dst.copy_(src);
+  EXPECT_TRUE(eq(dst, src).all().item<bool>());
+}
+
 TEST(Views, InPlaceThroughOverlappingViewIsSafe) {
   // x += x.t() must read the original values, not ones already overwritten
   Tensor x = arange(4, kFloat32).view({2, 2});

@@ -104,16 +104,24 @@ void binary_loop(const Iter& it, F f, int64_t grain = parallel_grain()) {
   }, grain);
 }
 
-// out = f(a, b, c)
+// out = f(a, b, c), with fast paths for contiguous operands and a broadcast (stride 0) b or c
+// (where(c, x, 0.0), masked_fill's value).
 template <typename Out, typename A, typename B, typename C, typename F>
 void ternary_loop(const Iter& it, F f) {
   it.for_each([&](char** p, const int64_t* s, int64_t n) {
-    if (s[0] == sizeof(Out) && s[1] == sizeof(A) && s[2] == sizeof(B) && s[3] == sizeof(C)) {
-      Out* o = reinterpret_cast<Out*>(p[0]);
-      const A* a = reinterpret_cast<const A*>(p[1]);
-      const B* b = reinterpret_cast<const B*>(p[2]);
-      const C* c = reinterpret_cast<const C*>(p[3]);
+    Out* o = reinterpret_cast<Out*>(p[0]);
+    const A* a = reinterpret_cast<const A*>(p[1]);
+    const B* b = reinterpret_cast<const B*>(p[2]);
+    const C* c = reinterpret_cast<const C*>(p[3]);
+    const bool dense = s[0] == sizeof(Out) && s[1] == sizeof(A);
+    if (dense && s[2] == sizeof(B) && s[3] == sizeof(C)) {
       for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i], c[i]);
+    } else if (dense && s[2] == sizeof(B) && s[3] == 0) {
+      const C cv = *c;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], b[i], cv);
+    } else if (dense && s[2] == 0 && s[3] == sizeof(C)) {
+      const B bv = *b;
+      for (int64_t i = 0; i < n; ++i) o[i] = f(a[i], bv, c[i]);
     } else {
       for (int64_t i = 0; i < n; ++i)
         *reinterpret_cast<Out*>(p[0] + i * s[0]) = f(*reinterpret_cast<const A*>(p[1] + i * s[1]),

@@ -52,11 +52,16 @@ inline VF to_float(VI x) { return _mm512_maskz_cvtepi32_ps(0xffff, x); }
 inline VF lookup8(const float* t, VI i) { return _mm512_maskz_permutexvar_ps(0xffff, i, _mm512_maskz_loadu_ps(0xff, t)); }
 inline VF truncv(VF x) { return _mm512_maskz_roundscale_ps(0xffff, x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
 inline VF floorv(VF x) { return _mm512_maskz_roundscale_ps(0xffff, x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+inline VF ceilv(VF x) { return _mm512_maskz_roundscale_ps(0xffff, x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); }
+inline VD truncv(VD x) { return _mm512_maskz_roundscale_pd(0xff, x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+inline VD floorv(VD x) { return _mm512_maskz_roundscale_pd(0xff, x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+inline VD ceilv(VD x) { return _mm512_maskz_roundscale_pd(0xff, x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); }
 // Lane masks: comparisons (ordered: false where either lane is NaN; ne: true there), and, all.
 using MF = __mmask16;
 inline MF lt(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
 inline MF ge(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_GE_OQ); }
 inline MF ne(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_NEQ_UQ); }
+inline MF eq(VF a, VF b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
 inline MF nan_lanes(VF a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q); }
 inline MF signs_differ(VF a, VF b) {
   return _mm512_test_epi32_mask(_mm512_xor_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)),
@@ -72,6 +77,13 @@ inline VF sign_of(VF x, VF r) {  // |r| with x's sign (r non-negative)
   const __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(int(0x80000000u)));
   return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r), sign));
 }
+// The same for float64 lanes.
+using MD = __mmask8;
+inline MD lt(VD a, VD b) { return _mm512_cmp_pd_mask(a, b, _CMP_LT_OQ); }
+inline MD nan_lanes(VD a) { return _mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q); }
+inline MD eq(VD a, VD b) { return _mm512_cmp_pd_mask(a, b, _CMP_EQ_OQ); }
+inline MD mor(MD a, MD b) { return MD(a | b); }
+inline VD where(MD m, VD then, VD otherwise) { return _mm512_mask_blend_pd(m, otherwise, then); }
 #elif defined(__AVX2__)
 using VF = __m256;
 using VD = __m256d;
@@ -110,10 +122,15 @@ inline VF to_float(VI x) { return _mm256_cvtepi32_ps(x); }
 inline VF lookup8(const float* t, VI i) { return _mm256_permutevar8x32_ps(_mm256_loadu_ps(t), i); }
 inline VF truncv(VF x) { return _mm256_round_ps(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
 inline VF floorv(VF x) { return _mm256_round_ps(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+inline VF ceilv(VF x) { return _mm256_round_ps(x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); }
+inline VD truncv(VD x) { return _mm256_round_pd(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+inline VD floorv(VD x) { return _mm256_round_pd(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+inline VD ceilv(VD x) { return _mm256_round_pd(x, _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC); }
 using MF = __m256;  // all ones in the lanes that are set
 inline MF lt(VF a, VF b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
 inline MF ge(VF a, VF b) { return _mm256_cmp_ps(a, b, _CMP_GE_OQ); }
 inline MF ne(VF a, VF b) { return _mm256_cmp_ps(a, b, _CMP_NEQ_UQ); }
+inline MF eq(VF a, VF b) { return _mm256_cmp_ps(a, b, _CMP_EQ_OQ); }
 inline MF nan_lanes(VF a) { return _mm256_cmp_ps(a, a, _CMP_UNORD_Q); }
 inline MF signs_differ(VF a, VF b) {
   return _mm256_castsi256_ps(_mm256_srai_epi32(_mm256_castps_si256(_mm256_xor_ps(a, b)), 31));
@@ -125,6 +142,12 @@ inline bool all(MF m) { return _mm256_movemask_ps(m) == 0xff; }
 inline bool any(MF m) { return _mm256_movemask_ps(m) != 0; }
 inline VF where(MF m, VF then, VF otherwise) { return _mm256_blendv_ps(otherwise, then, m); }
 inline VF sign_of(VF x, VF r) { return _mm256_or_ps(r, _mm256_and_ps(x, _mm256_set1_ps(-0.0f))); }
+using MD = __m256d;
+inline MD lt(VD a, VD b) { return _mm256_cmp_pd(a, b, _CMP_LT_OQ); }
+inline MD nan_lanes(VD a) { return _mm256_cmp_pd(a, a, _CMP_UNORD_Q); }
+inline MD eq(VD a, VD b) { return _mm256_cmp_pd(a, b, _CMP_EQ_OQ); }
+inline MD mor(MD a, MD b) { return _mm256_or_pd(a, b); }
+inline VD where(MD m, VD then, VD otherwise) { return _mm256_blendv_pd(otherwise, then, m); }
 #endif
 
 #if KILN_HAVE_VEC

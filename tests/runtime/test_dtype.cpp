@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <cstring>
+
 using namespace kiln;
 using kiln::testing::expect_values;
 
@@ -53,6 +55,42 @@ TEST(DType, HalfConversionsRoundToNearestEven) {
   EXPECT_TRUE(std::isnan(float(BFloat16(NAN))));
   Tensor h = from_vector<float>({0.1f, 1.5f, -2.25f}).to(kFloat16);
   expect_values(h, {3}, {0.0999755859375, 1.5, -2.25}, 0);
+}
+
+// float16 widens branch-free (half.h), so that loops over it vectorise: every one of the 65536
+// bit patterns gives sign * 2^(e - 15) * (1 + m / 1024), or sign * m * 2^-24 for subnormals,
+// infinities as infinities, and NaN as the quiet NaN with its payload (what F16C gives); every
+// non-NaN value narrows back to its bits; and a tensor's conversion (the vector loop) agrees.
+TEST(DType, EveryHalfWidensExactly) {
+  std::vector<uint16_t> all(65536);
+  int64_t wrong = 0, round_trip = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    all[h] = uint16_t(h);
+    const float got = Half::to_float(uint16_t(h));
+    const int e = int(h >> 10) & 31, m = int(h & 1023);
+    const double sign = (h & 0x8000) ? -1.0 : 1.0;
+    if (e == 31) {
+      uint32_t bits;
+      std::memcpy(&bits, &got, 4);
+      const uint32_t want = (h & 0x8000 ? 0x80000000u : 0u) | 0x7f800000u | (m ? 0x400000u : 0u) | (uint32_t(m) << 13);
+      wrong += bits != want;
+      continue;
+    }
+    const double want = e == 0 ? sign * m * std::ldexp(1.0, -24) : sign * std::ldexp(1.0 + m / 1024.0, e - 15);
+    wrong += double(got) != want || std::signbit(got) != (sign < 0);
+    round_trip += Half(got).bits != h;
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(round_trip, 0);
+  Tensor t = empty({65536}, kFloat16);
+  std::memcpy(t.data_ptr(), all.data(), sizeof(uint16_t) * all.size());
+  std::vector<float> wide = t.to(kFloat32).to_vector<float>();
+  int64_t differ = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float a = wide[h], b = Half::to_float(uint16_t(h));
+    differ += std::memcmp(&a, &b, 4) != 0;
+  }
+  EXPECT_EQ(differ, 0);
 }
 
 TEST(DType, Conversions) {

@@ -144,6 +144,31 @@ TEST(Reduce, SoftmaxRowsByVectorsKeepNaNAndTheMax) {
   EXPECT_NEAR(softmax(x, 1).select(0, 3).select(0, 34).item<float>(), 1.0f, 1e-6);
 }
 
+// softmax over a strided dim of a large tensor runs its rows contiguous (a tiled transpose there
+// and back), and 16-bit rows run in float32 by vectors: each matches the float64 softmax to the
+// dtype's rounding, in both forms, over dim 0 and 1 of [300, 200] and dim 1 of a [4, 3, 5000].
+TEST(Reduce, SoftmaxOverAStridedDimAndIn16BitFloats) {
+  manual_seed(8);
+  Tensor base = randn({300, 200}) * 4;
+  Tensor b3 = randn({4, 3, 5000});
+  for (DType d : {kFloat32, kFloat16, kBFloat16}) {
+    const double tol = d == kFloat32 ? 2e-6 : d == kFloat16 ? 2e-3 : 1.6e-2;
+    for (auto [x, dim] : {std::pair{base, int64_t(0)}, std::pair{base, int64_t(1)}, std::pair{b3, int64_t(1)}}) {
+      Tensor xd = x.to(d);
+      for (bool log_form : {false, true}) {
+        Tensor got = (log_form ? log_softmax(xd, dim) : softmax(xd, dim)).to(kFloat64);
+        Tensor want = log_form ? log_softmax(xd.to(kFloat64), dim) : softmax(xd.to(kFloat64), dim);
+        EXPECT_EQ(got.sizes().vec(), x.sizes().vec());
+        // relative, against max(|want|, floor): log-probabilities near 0 against 1, and 16-bit
+        // probabilities below float16's normals (which underflow) against 1e-4
+        const double floor = log_form ? 1.0 : d == kFloat32 ? 1e-30 : 1e-4;
+        const double err = ((got - want).abs() / want.abs().clamp(floor)).amax().item<double>();
+        EXPECT_LT(err, tol) << name(d) << " dim " << dim << (log_form ? " log" : "");
+      }
+    }
+  }
+}
+
 TEST(Reduce, LargeRowAndColumnSums) {
   manual_seed(11);
   Tensor x = randn({300, 500}, kFloat64);

@@ -18,32 +18,35 @@ struct Half {
   Half(float f) : bits(from_float(f)) {}
   operator float() const { return to_float(bits); }
 
+  // Branch-free, so that loops over arrays of it vectorise (with branches a float16 relu took
+  // 60 times PyTorch's time). Exponent and mantissa move to float32's places with the exponent
+  // rebiased by 224 (a half's 31, inf and NaN, becomes float32's 255), then one multiply by
+  // 2^-112 finishes the rebias exactly: normal values and inf keep their bits, a NaN comes out
+  // quiet (as the F16C instructions give it). Subnormals (and zero) instead: the mantissa as the
+  // low bits of a float32 0.5 + man 2^-24, minus 0.5, exact. The sign goes on last.
   static float to_float(uint16_t h) {
-    uint32_t sign = uint32_t(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    if (exp == 0x1f) return detail::bits_f32(sign | 0x7f800000u | (man << 13));  // inf / nan
-    if (exp == 0) {
-      // zero or subnormal: value = man * 2^-24, exact in float
-      float v = float(man) * 5.9604644775390625e-08f;
-      return sign ? -v : v;
-    }
-    return detail::bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    const uint32_t w = uint32_t(h) << 17;  // exponent and mantissa at the top, sign shifted out
+    const float normal = detail::bits_f32((w >> 4) + (224u << 23)) * 1.925929944387236e-34f;  // 2^-112
+    const float subnormal = detail::bits_f32((w >> 17) | (126u << 23)) - 0.5f;
+    const uint32_t mag = w < (1u << 27) ? detail::f32_bits(subnormal) : detail::f32_bits(normal);
+    return detail::bits_f32((uint32_t(h & 0x8000) << 16) | mag);
   }
-  // Round to nearest, ties to even; overflow goes to inf, NaN stays NaN (quiet).
+  // Round to nearest, ties to even; overflow goes to inf, NaN stays NaN (quiet, its payload's
+  // top bits kept). Branch-free too, with the FPU doing the rounding: adding the power of two at
+  // the rounded half's last place (the subnormals' 2^-24 at least) to |f| (times 4, exact) leaves
+  // the half's exponent and mantissa at the bottom of the float32 sum's bits. Overflow and NaN
+  // are integer selects (no float trick a -ffast-math user build could fold away). Bit for bit
+  // the branchy form it replaced, over every float32 input.
   static uint16_t from_float(float f) {
-    uint32_t x = detail::f32_bits(f);
-    uint16_t sign = uint16_t((x >> 16) & 0x8000);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return uint16_t(sign | 0x7e00 | ((ax >> 13) & 0x3ff));
-    if (ax >= 0x477ff000u) return uint16_t(sign | 0x7c00);  // rounds to >= 65520: inf
-    if (ax < 0x38800000u) {
-      // result is subnormal or zero: let the FPU round by adding a magic constant
-      float m = detail::bits_f32(ax) + 0.5f;  // 0.5 = 2^-1: shifts the value's bits to the bottom
-      return uint16_t(sign | (detail::f32_bits(m) - 0x3f000000u));
-    }
-    uint32_t odd = (ax >> 13) & 1;
-    ax += 0xc8000fffu + odd;  // rebias exponent (-112 << 23) and round to nearest even
-    return uint16_t(sign | (ax >> 13));
+    const uint32_t w = detail::f32_bits(f), ax = w & 0x7fffffffu;
+    uint32_t bias = (w + w) & 0xff000000u;  // the exponent, one place up
+    bias = bias < 0x71000000u ? 0x71000000u : bias;
+    const float sum = detail::bits_f32((bias >> 1) + 0x07800000u) + detail::bits_f32(ax) * 4.0f;
+    const uint32_t b = detail::f32_bits(sum);
+    uint32_t mag = ((b >> 13) & 0x7c00u) + (b & 0x0fffu);
+    mag = ax >= 0x477ff000u ? 0x7c00u : mag;                                // rounds to >= 65520: inf
+    mag = ax > 0x7f800000u ? 0x7e00u | ((ax >> 13) & 0x3ffu) : mag;         // NaN
+    return uint16_t(((w >> 16) & 0x8000u) | mag);
   }
 };
 

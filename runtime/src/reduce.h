@@ -31,8 +31,8 @@ inline constexpr int64_t kPairwiseBlock = 4096;
 // gcc leaves reduce_run's lane loop scalar where an op's reduce selects on NaN: max and min (a
 // NaN lane stays NaN) and nansum (NaN adds nothing); amax over rows ran 17x slower than
 // PyTorch's. Such an op names its kind (Op::kVectorLanes), and a contiguous float32 or float64
-// run then updates the same 16 lanes by vectors: nansum's with the values the scalar loop gives them,
-// max's and min's with the same extremum (or NaN).
+// run then updates the same 16 lanes by vectors: nansum's with the values the scalar loop gives
+// them, max's and min's with the same extremum (or NaN).
 enum class VectorLanes { Max, Min, NanSum };
 #if KILN_HAVE_VEC
 // Runs the whole blocks of 16 of p[0, n) (float32 or float64) into lanes; returns how many

@@ -60,11 +60,57 @@ void walk(IntArrayRef sizes, IntArrayRef sa, IntArrayRef sb, Visit&& visit) {
   }
 }
 
+// nonzero of a large contiguous tensor: blocks counted on the kernel threads (a loop gcc
+// vectorises), then each block writes its own rows from its offset in the count. A row is
+// written whether or not the element is nonzero and kept by advancing past it only when it is
+// (no branch to mispredict on random data), through a local buffer with a row to spare, so that
+// no block writes into its neighbour's rows. One thread walking every element with a branch
+// took 20 ms for 4M floats, PyTorch 9.9.
+template <typename T>
+Tensor nonzero_blocks(const Tensor& x) {
+  const int64_t nd = x.dim(), N = x.numel();
+  const T* p = reinterpret_cast<const T*>(first_element(x));
+  const int64_t blocks = int64_t(cpu::num_threads()) * 8, per = (N + blocks - 1) / blocks;
+  std::vector<int64_t> start(size_t(blocks) + 1, 0);
+  cpu::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      int64_t n = 0;
+      for (int64_t i = k * per, hi = std::min(N, (k + 1) * per); i < hi; ++i) n += convert<bool>(p[i]);
+      start[size_t(k) + 1] = n;
+    }
+  });
+  std::partial_sum(start.begin(), start.end(), start.begin());
+  Tensor out = empty({start.back(), nd}, kInt64);
+  int64_t* o = reinterpret_cast<int64_t*>(first_element(out));
+  const std::vector<int64_t> sizes = x.sizes().vec();
+  cpu::parallel_for(blocks, 1, [&](int64_t b, int64_t e) {
+    constexpr int64_t kRows = 256;
+    std::vector<int64_t> buf(size_t((kRows + 1) * nd));
+    std::vector<int64_t> idx(static_cast<size_t>(nd));
+    for (int64_t k = b; k < e; ++k) {
+      const int64_t lo = k * per, hi = std::min(N, (k + 1) * per);
+      if (lo >= hi) continue;
+      for (int64_t d = nd - 1, r = lo; d >= 0; --d) idx[size_t(d)] = r % sizes[size_t(d)], r /= sizes[size_t(d)];
+      int64_t* dst = o + start[size_t(k)] * nd;
+      int64_t rows = 0;
+      for (int64_t i = lo; i < hi; ++i) {
+        std::copy(idx.begin(), idx.end(), buf.begin() + rows * nd);
+        rows += convert<bool>(p[i]);
+        if (rows == kRows) dst = std::copy(buf.begin(), buf.begin() + kRows * nd, dst), rows = 0;
+        for (int64_t d = nd - 1; d >= 0 && ++idx[size_t(d)] == sizes[size_t(d)]; --d) idx[size_t(d)] = 0;
+      }
+      std::copy(buf.begin(), buf.begin() + rows * nd, dst);
+    }
+  });
+  return out;
+}
+
 Tensor nonzero_impl(const Tensor& x) {
   check_cpu("nonzero", {x});
   const int64_t nd = x.dim();
   return KILN_DISPATCH_ALL(x.dtype(), "nonzero", [&](auto scalar_tag_) -> Tensor {
     using T = decltype(scalar_tag_);
+    if (nd > 0 && x.is_contiguous() && x.numel() >= cpu::parallel_grain()) return nonzero_blocks<T>(x);
     const T* p = reinterpret_cast<const T*>(first_element(x));
     int64_t n = 0;
     walk(x.sizes(), x.strides(), x.strides(), [&](int64_t off, int64_t, const int64_t*) {

@@ -413,10 +413,41 @@ Tensor cumsum(const Tensor& x_in, int64_t dim) {
   if (x.dim() == 0) return out.copy_(x);
   int64_t n = x.sizes()[d], sx = x.strides()[d], so = out.strides()[d];
   Tensor xf = x.narrow(d, 0, 1), of = out.narrow(d, 0, 1);
+  // A contiguous input scanned along an outer dim: every scan steps a whole row of the inner
+  // dims at once, so each of a block of inner positions keeps its running sum in a local array
+  // and the rows are read and written in order (the same sums in the same order as a walk down
+  // each column, which on [4096, 1024] over dim 0 took 22 ms: a new page every element).
+  int64_t inner = 1, outer = 1;
+  for (int64_t k = d + 1; k < x.dim(); ++k) inner *= x.sizes()[k];
+  for (int64_t k = 0; k < d; ++k) outer *= x.sizes()[k];
+  const bool by_rows = x.is_contiguous() && inner >= 16;
   KILN_DISPATCH_ALL(out_dt, "cumsum", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
     using T = scalar_t;
     using A = sum_acc_t<T>;
     if constexpr (!std::is_same_v<T, bool>) {
+      if (by_rows) {
+        constexpr int64_t kBlock = 512;
+        const int64_t blocks = (inner + kBlock - 1) / kBlock;
+        const T* in = static_cast<const T*>(x.data_ptr());
+        T* o = static_cast<T*>(out.data_ptr());
+        cpu::parallel_for(outer * blocks, std::max<int64_t>(1, cpu::parallel_grain() / (n * kBlock)), [&](int64_t b, int64_t e) {
+          A acc[kBlock];
+          for (int64_t t = b; t < e; ++t) {
+            const int64_t j0 = (t % blocks) * kBlock, m = std::min(kBlock, inner - j0);
+            const int64_t base = (t / blocks) * n * inner + j0;
+            for (int64_t j = 0; j < m; ++j) acc[j] = 0;
+            for (int64_t i = 0; i < n; ++i) {
+              const T* row = in + base + i * inner;
+              T* orow = o + base + i * inner;
+              for (int64_t j = 0; j < m; ++j) {
+                acc[j] += A(opmath_t<T>(row[j]));
+                orow[j] = T(acc[j]);
+              }
+            }
+          }
+        });
+        return;
+      }
       cpu::Iter it({of, xf}, of.sizes());
       it.for_each([&](char** p, const int64_t* st, int64_t cnt) {
         for (int64_t k = 0; k < cnt; ++k) {

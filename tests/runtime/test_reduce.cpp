@@ -169,6 +169,35 @@ TEST(Reduce, SoftmaxOverAStridedDimAndIn16BitFloats) {
   }
 }
 
+// cumsum of a contiguous tensor along an outer dim steps whole rows (a running sum per inner
+// position, in blocks of 512): the same sums in the same order as the walk down each column
+// that a strided view of the same values takes, bit for bit, in float32 (float64 sums), float64,
+// bfloat16 and int32 (into int64), over dim 0 and a middle dim, inner sizes past a block.
+TEST(Reduce, CumsumAlongAnOuterDimByRows) {
+  manual_seed(12);
+  for (DType d : {kFloat32, kFloat64, kBFloat16, kInt32}) {
+    Tensor x = (randn({6, 40, 700}) * 100).to(d);
+    for (int64_t dim : {int64_t(0), int64_t(1)}) {
+      Tensor strided = stack({x, x}, -1).select(-1, 0);
+      ASSERT_FALSE(strided.is_contiguous());
+      Tensor got = cumsum(x, dim), want = cumsum(strided, dim);
+      ASSERT_EQ(got.dtype(), want.dtype());
+      EXPECT_TRUE(eq(got, want).all().item<bool>()) << name(d) << " dim " << dim;
+    }
+  }
+  // and the running sums themselves, against float64 ones
+  Tensor y = randn({300, 70});
+  std::vector<double> v = y.to_vector<double>(), c = cumsum(y, 0).to_vector<double>();
+  std::vector<double> acc(70, 0.0);
+  double worst = 0;
+  for (int64_t i = 0; i < 300; ++i)
+    for (int64_t j = 0; j < 70; ++j) {
+      acc[size_t(j)] += v[size_t(i * 70 + j)];
+      worst = std::max(worst, std::abs(c[size_t(i * 70 + j)] - double(float(acc[size_t(j)]))));
+    }
+  EXPECT_EQ(worst, 0.0);
+}
+
 TEST(Reduce, LargeRowAndColumnSums) {
   manual_seed(11);
   Tensor x = randn({300, 500}, kFloat64);

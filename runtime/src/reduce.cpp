@@ -320,6 +320,24 @@ std::tuple<Tensor, Tensor> arg_extremum(std::string_view op, const Tensor& x, in
     it.for_each([&](char** p, const int64_t* st, int64_t cnt) {
       for (int64_t k = 0; k < cnt; ++k) {
         const T* row = reinterpret_cast<const T*>(p[2] + k * st[2]);
+        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+          if (s == 1 && n >= 64) {
+            // Contiguous float rows in two passes: the extremum by vectors (reduce_run, NaN if
+            // any), then the first element equal to it (the first NaN if it is NaN); that is the
+            // element the walk below keeps, a zero's sign included (-0.0 == 0.0 stops at the
+            // first zero, as a strict comparison keeps the first).
+            const T m = is_max ? reduce_run(row, n, 1, MaxOp<T>{}) : reduce_run(row, n, 1, MinOp<T>{});
+            int64_t bi = 0;
+            if (m != m) {
+              while (row[bi] == row[bi]) ++bi;
+            } else {
+              while (row[bi] != m) ++bi;
+            }
+            *reinterpret_cast<T*>(p[0] + k * st[0]) = row[bi];
+            *reinterpret_cast<int64_t*>(p[1] + k * st[1]) = bi;
+            continue;
+          }
+        }
         M best = M(row[0]);
         int64_t bi = 0;
         for (int64_t i = 1; i < n; ++i) {

@@ -1,5 +1,7 @@
 #include "test_util.h"
 
+#include <cstring>
+
 #include <omp.h>
 
 #include <atomic>
@@ -196,6 +198,41 @@ TEST(Reduce, CumsumAlongAnOuterDimByRows) {
       worst = std::max(worst, std::abs(c[size_t(i * 70 + j)] - double(float(acc[size_t(j)]))));
     }
   EXPECT_EQ(worst, 0.0);
+}
+
+// max/min with indices and argmax/argmin over contiguous float rows take two passes (the
+// extremum by vectors, then its first occurrence); a strided view takes the one-element walk.
+// Both give the same index and the same element: the first of repeated extrema, the first NaN,
+// the first zero of a -0.0 / 0.0 tie with its sign, and a row of -inf.
+TEST(Reduce, ArgExtremaOfFloatRowsMatchTheWalk) {
+  manual_seed(14);
+  for (DType d : {kFloat32, kFloat64}) {
+    std::vector<double> v = (randn({8, 150}) * 3).to_vector<double>();
+    auto at = [&](int64_t r, int64_t c) -> double& { return v[size_t(r * 150 + c)]; };
+    at(0, 10) = 20, at(0, 90) = 20, at(0, 11) = -20, at(0, 140) = -20;  // repeated extrema
+    at(1, 70) = NAN, at(1, 100) = NAN;                                  // the first NaN wins
+    for (int64_t c = 0; c < 150; ++c) at(2, c) = c % 3 == 0 ? 0.0 : -1.0;
+    at(2, 0) = -0.0;                                                    // -0.0 first, then 0.0s
+    for (int64_t c = 0; c < 150; ++c) at(3, c) = -INFINITY;
+    at(4, 149) = 50;                                                    // the last element
+    Tensor x = from_vector<double>(v, {8, 150}).to(d);
+    Tensor strided = stack({x, x}, -1).select(-1, 0);
+    for (bool is_max : {true, false}) {
+      auto [gv, gi] = is_max ? max(x, 1) : min(x, 1);
+      auto [wv, wi] = is_max ? max(strided, 1) : min(strided, 1);
+      EXPECT_EQ(gi.to_vector<int64_t>(), wi.to_vector<int64_t>()) << name(d) << (is_max ? " max" : " min");
+      EXPECT_EQ((is_max ? argmax(x, 1) : argmin(x, 1)).to_vector<int64_t>(), wi.to_vector<int64_t>());
+      std::vector<double> a = gv.to_vector<double>(), b = wv.to_vector<double>();
+      for (size_t r = 0; r < a.size(); ++r) {
+        EXPECT_TRUE(std::memcmp(&a[r], &b[r], sizeof(double)) == 0 || (std::isnan(a[r]) && std::isnan(b[r])))
+            << name(d) << " row " << r << ": " << a[r] << " vs " << b[r];
+      }
+    }
+    EXPECT_EQ(argmax(x, 1).index({1}).item<int64_t>(), 70);
+    EXPECT_EQ(argmax(x, 1).index({0}).item<int64_t>(), 10);
+    EXPECT_EQ(argmin(x, 1).index({0}).item<int64_t>(), 11);
+    EXPECT_TRUE(std::signbit(std::get<0>(max(x, 1)).index({2}).item<double>()));
+  }
 }
 
 TEST(Reduce, LargeRowAndColumnSums) {

@@ -96,13 +96,7 @@ bool copy_by_tiles(const cpu::Iter& it, size_t w) {
       }
     });
   };
-  switch (w) {
-    case 1: tiles(uint8_t{}); break;
-    case 2: tiles(uint16_t{}); break;
-    case 4: tiles(uint32_t{}); break;
-    case 8: tiles(uint64_t{}); break;
-    default: return false;
-  }
+  by_storage_size(int64_t(w), tiles);
   return true;
 }
 }  // namespace

@@ -49,6 +49,18 @@ inline Arg kept(const Tensor& t) {
   return a;
 }
 
+// go(U{}) with U the unsigned integer of an element of `w` bytes (1, 2, 4 or 8): for the ops
+// that only move values (where, masked_fill, copies by tiles), dispatched on the storage size.
+template <typename F>
+void by_storage_size(int64_t w, F go) {
+  switch (w) {
+    case 1: go(uint8_t{}); break;
+    case 2: go(uint16_t{}); break;
+    case 4: go(uint32_t{}); break;
+    default: go(uint64_t{}); break;
+  }
+}
+
 // The first element of `t`'s view on its own device, without data_ptr()'s host-access hook
 // (and without its refusal of GPU tensors).
 inline char* first_element(const Tensor& t) {

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu/float16_blocks.h"
 #include "ops_common.h"
 
 namespace kiln {
@@ -41,7 +42,21 @@ DType result_type(std::initializer_list<Tensor> tensors, std::initializer_list<S
 namespace {
 template <typename Out, typename In>
 void convert_loop(const cpu::Iter& it) {
-  cpu::unary_loop<Out, In>(it, [](In v) { return convert<Out>(v); });
+  if constexpr ((std::is_same_v<Out, float> && is_reduced_float_v<In>) ||
+                (std::is_same_v<In, float> && is_reduced_float_v<Out>)) {
+    // (float32 to and from 16-bit floats by vectors: float16_blocks.h)
+    it.for_each([&](char** p, const int64_t* s, int64_t n) {
+      if (s[0] == sizeof(Out) && s[1] == sizeof(In)) {
+        if constexpr (std::is_same_v<Out, float>) cpu::widen(reinterpret_cast<const In*>(p[1]), reinterpret_cast<float*>(p[0]), n);
+        else cpu::narrow(reinterpret_cast<const float*>(p[1]), reinterpret_cast<Out*>(p[0]), n);
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          *reinterpret_cast<Out*>(p[0] + i * s[0]) = convert<Out>(*reinterpret_cast<const In*>(p[1] + i * s[1]));
+      }
+    });
+  } else {
+    cpu::unary_loop<Out, In>(it, [](In v) { return convert<Out>(v); });
+  }
 }
 
 // A copy whose source is contiguous along another dim than the destination (x.t().contiguous(),

@@ -5,6 +5,7 @@
 #include <functional>
 #include <limits>
 
+#include "cpu/float16_blocks.h"
 #include "cpu/vec.h"
 #include "elementwise.h"
 #include "ops_common.h"
@@ -63,16 +64,8 @@ Tensor float_unary(std::string_view op, const Tensor& x, SF sf, VF vf, VD vd, in
         if constexpr (is_reduced_float_v<T> && !std::is_same_v<VF, std::nullptr_t>) {
           // 16-bit floats: widen a block to float32, run the vector form, round back
           if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
-            constexpr int64_t kBlock = 256;
-            alignas(64) float buf[kBlock];
-            T* o = reinterpret_cast<T*>(p[0]);
-            const T* a = reinterpret_cast<const T*>(p[1]);
-            for (int64_t b = 0; b < n; b += kBlock) {
-              int64_t m = std::min(kBlock, n - b);
-              for (int64_t i = 0; i < m; ++i) buf[i] = float(a[b + i]);
-              cpu::vec::map_f32(buf, buf, m, vf);
-              for (int64_t i = 0; i < m; ++i) o[b + i] = T(buf[i]);
-            }
+            cpu::by_widened_blocks(reinterpret_cast<const T*>(p[1]), reinterpret_cast<T*>(p[0]), n,
+                                   [&](float* buf, int64_t m) { cpu::vec::map_f32(buf, buf, m, vf); });
             return;
           }
         }
@@ -104,8 +97,7 @@ Tensor same_unary(std::string_view op, const Tensor& x, bool allow_bool, F f, Te
   KILN_CHECK(allow_bool || ct != kBool, op, "\"", op, "\" not implemented for 'bool'");
   return run(op, {x}, ct, ct, [&](const cpu::Iter& it) {
     KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
-      using T = scalar_t;
-      cpu::unary_loop<T, T>(it, [&](T v) { return T(f(opmath_t<T>(v))); });
+      opmath_unary_loop<scalar_t>(it, f);
     });
   }, self);
 }
@@ -212,8 +204,7 @@ void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd, int cost = 1) {
     return;
   }
 #endif
-  using M = opmath_t<T>;
-  cpu::binary_loop<T, T, T>(it, [&](T x, T y) { return T(f(M(x), M(y))); }, grain);
+  opmath_binary_loop<T>(it, f, grain);
 }
 
 // Transcendental ops with a SLEEF vector form.
@@ -445,9 +436,7 @@ namespace {
 template <typename F>
 void same_binary_launch(const cpu::Iter& it, DType ct, std::string_view op, F f) {
   KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
-    using T = scalar_t;
-    using M = opmath_t<T>;
-    cpu::binary_loop<T, T, T>(it, [&](T a, T b) { return T(f(M(a), M(b))); });
+    opmath_binary_loop<scalar_t>(it, f);
   });
 }
 
@@ -473,13 +462,13 @@ Tensor add_impl(std::string_view op, const Arg& a, const Arg& b, const Scalar& a
         uint64_t al = uint64_t(alpha.to<int64_t>());
         cpu::binary_loop<T, T, T>(it, [=](T x, T y) { return T(uint64_t(x) + al * uint64_t(y)); });
       } else if (unit) {
-        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(M(x) + M(y)); });
+        opmath_binary_loop<T>(it, [](M x, M y) { return x + y; });
       } else {
         // One fused multiply-add, as PyTorch's vec::fmadd and kiln's compiled kernels (EOp::Fma):
         // alpha * y is not rounded on its own. Written out, not left to the compiler's
         // contraction, which GCC does at -O2 and up only.
         M al = alpha.to<M>();
-        cpu::binary_loop<T, T, T>(it, [=](T x, T y) { return T(std::fma(al, M(y), M(x))); });
+        opmath_binary_loop<T>(it, [=](M x, M y) { return std::fma(al, y, x); });
       }
     });
   }, self);
@@ -576,9 +565,9 @@ Tensor div_impl(std::string_view op, const Arg& a, const Arg& b, DivMode mode, T
           return T(x / y);
         });
       } else if (mode == DivMode::True) {
-        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(M(x) / M(y)); });
+        opmath_binary_loop<T>(it, [](M x, M y) { return x / y; });
       } else if (mode == DivMode::Trunc) {
-        cpu::binary_loop<T, T, T>(it, [](T x, T y) { return T(std::trunc(M(x) / M(y))); });
+        opmath_binary_loop<T>(it, [](M x, M y) { return std::trunc(x / y); });
       } else {
         binary_loop_vec<T>(it, [](M x, M y) { return floor_div_float(x, y); }, KILN_VF2(cpu::vec::floor_divf(x, y)), nullptr);
       }

@@ -91,6 +91,7 @@ using sum_acc_t = std::conditional_t<std::is_floating_point_v<In>, double,
 template <typename In> struct SumOp {
   using acc_t = sum_acc_t<In>;
   static constexpr bool valid = !std::is_same_v<In, bool>;
+  static constexpr Fold kFold = Fold::Add;
   acc_t identity() const { return 0; }
   acc_t reduce(acc_t a, acc_t x) const { return a + x; }
   acc_t combine(acc_t a, acc_t b) const { return a + b; }
@@ -119,6 +120,7 @@ template <typename In, bool IsMax> struct ExtremumOp {
   using acc_t = opmath_t<In>;
   static constexpr bool valid = true;
   static constexpr VectorLanes kVectorLanes = IsMax ? VectorLanes::Max : VectorLanes::Min;
+  static constexpr Fold kFold = IsMax ? Fold::Max : Fold::Min;
   acc_t identity() const {
     if constexpr (std::is_floating_point_v<acc_t>)
       return IsMax ? -std::numeric_limits<acc_t>::infinity() : std::numeric_limits<acc_t>::infinity();

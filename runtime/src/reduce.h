@@ -7,6 +7,7 @@
 #pragma once
 #include <vector>
 
+#include "cpu/float16_blocks.h"
 #include "cpu/vec.h"
 #include "ops_common.h"
 
@@ -35,10 +36,11 @@ inline constexpr int64_t kPairwiseBlock = 4096;
 // them, max's and min's with the same extremum (or NaN).
 enum class VectorLanes { Max, Min, NanSum };
 #if KILN_HAVE_VEC
-// Runs the whole blocks of 16 of p[0, n) (float32 or float64) into lanes; returns how many
-// elements it took.
+// Runs the whole blocks of 16 of p[0, n) (float32 or float64) into 16 lanes that start at
+// `identity`, and stores them to `lanes`; returns how many elements it took. (The lanes start in
+// registers: loading them after the scalar stores that set them stalled on every row.)
 template <VectorLanes K, typename In, typename A>
-int64_t vector_lanes(const In* p, int64_t n, A* lanes) {
+[[gnu::always_inline]] inline int64_t vector_lanes(const In* p, int64_t n, A identity, A* lanes) {
   using namespace cpu::vec;
   constexpr bool f32 = std::is_same_v<In, float>;
   constexpr int W = f32 ? kWF : kWD;  // lanes per vector
@@ -52,7 +54,7 @@ int64_t vector_lanes(const In* p, int64_t n, A* lanes) {
     static_assert(std::is_same_v<A, double>);
     // float32 lanes widen to float64 in halves: kLanes / kWD float64 vectors per block
     VD acc[kLanes / kWD];
-    for (int v = 0; v < kLanes / kWD; ++v) acc[v] = loadd(lanes + v * kWD);
+    for (int v = 0; v < kLanes / kWD; ++v) acc[v] = setd(identity);
     for (; i + kLanes <= n; i += kLanes)
       for (int v = 0; v < V; ++v) {
         const auto x = load(p + i + v * W);
@@ -70,14 +72,14 @@ int64_t vector_lanes(const In* p, int64_t n, A* lanes) {
     // (the max of a set is the same in any order, NaN or not: four blocks of lanes at a time,
     // so that the loop is not one chain of selects, folded into the lanes at the end)
     constexpr int U = 4;
-    auto step = [](auto acc, auto x) {
-      const auto better = K == VectorLanes::Max ? lt(acc, x) : lt(x, acc);
-      return where(mor(better, nan_lanes(x)), x, acc);
-    };
+    auto step = [](auto acc, auto x) { return K == VectorLanes::Max ? running_max(acc, x) : running_min(acc, x); };
     using Vec = decltype(load(p));
     Vec acc[U][V];
     for (int u = 0; u < U; ++u)
-      for (int v = 0; v < V; ++v) acc[u][v] = load(lanes + v * W);
+      for (int v = 0; v < V; ++v) {
+        if constexpr (f32) acc[u][v] = setf(identity);
+        else acc[u][v] = setd(identity);
+      }
     for (; i + U * kLanes <= n; i += U * kLanes)
       for (int u = 0; u < U; ++u)
         for (int v = 0; v < V; ++v) acc[u][v] = step(acc[u][v], load(p + i + u * kLanes + v * W));
@@ -94,6 +96,73 @@ int64_t vector_lanes(const In* p, int64_t n, A* lanes) {
 }
 #endif
 
+// How an op's combine folds two accumulators, where it is one of these (Op::kFold): the lanes
+// of a run then fold by vectors in the same tree as the scalar fold below, with the same
+// operand order, so the result is the same bit for bit. (Scalar, the fold went through the
+// stack, and max's compare-and-branch on random data mispredicted: amax over rows of 64 ran
+// 6.6x slower than PyTorch's.)
+enum class Fold { Add, Max, Min };
+
+template <typename Op, typename A>
+A fold_lanes(A* lanes, const Op& op) {
+#if KILN_HAVE_VEC
+  if constexpr ((std::is_same_v<A, float> || std::is_same_v<A, double>) && requires { Op::kFold; }) {
+    using namespace cpu::vec;
+    constexpr bool f32 = std::is_same_v<A, float>;
+    constexpr int W = f32 ? kWF : kWD, N = kLanes / W;
+    auto load = [](const A* q) {
+      if constexpr (f32) return loadf(q);
+      else return loadd(q);
+    };
+    using Vec = decltype(load(lanes));  // (not conditional_t: it drops the vector attributes)
+    auto combine = [](Vec a, Vec x) {
+      if constexpr (Op::kFold == Fold::Add) return a + x;
+      else return Op::kFold == Fold::Max ? running_max(a, x) : running_min(a, x);
+    };
+    Vec v[N];
+    for (int j = 0; j < N; ++j) v[j] = load(lanes + j * W);
+    for (int w = kLanes / 2; w > 0; w /= 2) {
+      if (w >= W)
+        for (int j = 0; j < w / W; ++j) v[j] = combine(v[j], v[j + w / W]);
+      else
+        v[0] = combine(v[0], shift_down(v[0], w));
+    }
+    return first(v[0]);
+  }
+#endif
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) lanes[j] = op.combine(lanes[j], lanes[j + w]);
+  return lanes[0];
+}
+
+// One element into an accumulator, in the tails of runs. max's and min's select is written as
+// the running_max and running_min of vec.h: gcc makes the plain select a branch there, which
+// random data mispredicts (amax over rows of 10: 4x PyTorch's time).
+template <typename Op, typename A>
+A reduce_one(const Op& op, A a, A x) {
+#if KILN_HAVE_VEC
+  if constexpr (requires { Op::kFold; }) {
+    constexpr bool is_max = Op::kFold == Fold::Max;
+    if constexpr (Op::kFold != Fold::Add && std::is_same_v<A, float>) {
+      const __m128 av = _mm_set_ss(a), xv = _mm_set_ss(x);
+      return _mm_cvtss_f32(_mm_blendv_ps(is_max ? _mm_max_ss(xv, av) : _mm_min_ss(xv, av), xv, _mm_cmpunord_ss(xv, xv)));
+    } else if constexpr (Op::kFold != Fold::Add && std::is_same_v<A, double>) {
+      const __m128d av = _mm_set_sd(a), xv = _mm_set_sd(x);
+      return _mm_cvtsd_f64(_mm_blendv_pd(is_max ? _mm_max_sd(xv, av) : _mm_min_sd(xv, av), xv, _mm_cmpunord_sd(xv, xv)));
+    }
+  }
+#endif
+  return op.reduce(a, x);
+}
+
+// Whether contiguous runs of In go through vector_lanes for Op.
+template <typename Op, typename In>
+constexpr bool takes_vector_lanes() {
+  if constexpr ((std::is_same_v<In, float> || std::is_same_v<In, double>) && requires { Op::kVectorLanes; })
+    return Op::kVectorLanes != VectorLanes::NanSum || std::is_same_v<typename Op::acc_t, double>;
+  else return false;
+}
+
 // Reduces n elements at stride s (elements) into one accumulator: lanes within a block,
 // blocks combined pairwise.
 template <typename In, typename Op>
@@ -103,24 +172,40 @@ typename Op::acc_t reduce_run(const In* p, int64_t n, int64_t s, const Op& op) {
     int64_t half = (n / 2 + kLanes - 1) / kLanes * kLanes;
     return op.combine(reduce_run(p, half, s, op), reduce_run(p + half * s, n - half, s, op));
   }
+  if constexpr (std::is_same_v<In, Half>) {
+    if (s == 1) {
+      // float16: the run widened to float32 by F16C (the same values the lanes would convert,
+      // a third of the time), then reduced as float32 by the same op. (bfloat16 widens by a
+      // shift, which the lane loop vectorises as it is.)
+      alignas(64) float wide[kPairwiseBlock];
+      cpu::widen(p, wide, n);
+      return reduce_run(static_cast<const float*>(wide), n, 1, op);
+    }
+  }
   A lanes[kLanes];
-  for (int j = 0; j < kLanes; ++j) lanes[j] = op.identity();
   int64_t i = 0;
-  if (s == 1) {
 #if KILN_HAVE_VEC
-    if constexpr ((std::is_same_v<In, float> || std::is_same_v<In, double>) && requires { Op::kVectorLanes; })
-      i = vector_lanes<Op::kVectorLanes>(p, n, lanes);
+  if constexpr (takes_vector_lanes<Op, In>())
+    if (s == 1) i = vector_lanes<Op::kVectorLanes>(p, n, op.identity(), lanes);
+  if (i == 0)
 #endif
+    for (int j = 0; j < kLanes; ++j) lanes[j] = op.identity();
+  if (s == 1) {
     for (; i + kLanes <= n; i += kLanes)
       for (int j = 0; j < kLanes; ++j) lanes[j] = op.reduce(lanes[j], A(opmath_t<In>(p[i + j])));
   } else {
     for (; i + kLanes <= n; i += kLanes)
       for (int j = 0; j < kLanes; ++j) lanes[j] = op.reduce(lanes[j], A(opmath_t<In>(p[(i + j) * s])));
   }
-  for (; i < n; ++i) lanes[0] = op.reduce(lanes[0], A(opmath_t<In>(p[i * s])));
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) lanes[j] = op.combine(lanes[j], lanes[j + w]);
-  return lanes[0];
+  // (a run shorter than a block leaves lanes other than the first at the identity, which
+  // folding would not change)
+  if (i == 0) {
+    A acc = lanes[0];
+    for (; i < n; ++i) acc = reduce_one(op, acc, A(opmath_t<In>(p[i * s])));
+    return acc;
+  }
+  for (; i < n; ++i) lanes[0] = reduce_one(op, lanes[0], A(opmath_t<In>(p[i * s])));
+  return fold_lanes(lanes, op);
 }
 
 template <typename In, typename Out, typename Op>
@@ -190,9 +275,26 @@ void reduce_kernel(const Tensor& x, const std::vector<bool>& mask, const Tensor&
     // One accumulator per output element; the innermost reduced dim is the vector loop.
     const auto& r0 = plan.reduced[0];
     cpu::parallel_for(plan.out_numel, std::max<int64_t>(1, cpu::parallel_grain() / count), [&](int64_t b, int64_t e) {
+      // (the offsets of consecutive outputs by increments: a division per output cost as much
+      // as reducing a short row)
+      const auto& K = plan.kept;
+      std::vector<int64_t> idx(K.size());
+      int64_t ib, ob;
+      kept_offsets(b, 0, ib, ob);
+      for (size_t d = 0, rest = size_t(b); d < K.size(); ++d) {
+        idx[d] = int64_t(rest) % K[d].size;
+        rest = size_t(int64_t(rest) / K[d].size);
+      }
       for (int64_t lin = b; lin < e; ++lin) {
-        int64_t ib, ob;
-        kept_offsets(lin, 0, ib, ob);
+        if (lin > b)
+          for (size_t d = 0; d < K.size(); ++d) {
+            ib += K[d].in_stride;
+            ob += K[d].out_stride;
+            if (++idx[d] < K[d].size) break;
+            ib -= K[d].in_stride * K[d].size;
+            ob -= K[d].out_stride * K[d].size;
+            idx[d] = 0;
+          }
         A acc = op.identity();
         bool first = true;
         for_reduced(1, [&](int64_t roff) {

@@ -78,15 +78,14 @@ Tensor clamp_impl(std::string_view op, const Tensor& x, const std::optional<Arg>
             M n = lnan ? l : h;
             cpu::unary_loop<T, T>(it, [=](T) { return T(n); });
           } else if (has_lo && has_hi) {
-            cpu::unary_loop<T, T>(it, [=](T t) {
-              M v = M(t);  // a NaN x stays NaN: both compares are false
-              v = v < l ? l : v;
-              return T(v > h ? h : v);  // min > max gives max, as min(max(x, lo), hi)
+            opmath_unary_loop<T>(it, [=](M v) {
+              v = v < l ? l : v;  // a NaN x stays NaN: both compares are false
+              return v > h ? h : v;  // min > max gives max, as min(max(x, lo), hi)
             });
           } else if (has_lo) {
-            cpu::unary_loop<T, T>(it, [=](T t) { M v = M(t); return T(v < l ? l : v); });
+            opmath_unary_loop<T>(it, [=](M v) { return v < l ? l : v; });
           } else {
-            cpu::unary_loop<T, T>(it, [=](T t) { M v = M(t); return T(v > h ? h : v); });
+            opmath_unary_loop<T>(it, [=](M v) { return v > h ? h : v; });
           }
         }
       });

@@ -1,6 +1,8 @@
 #include "test_util.h"
 
+#include <cmath>
 #include <cstring>
+#include <functional>
 
 using namespace kiln;
 using kiln::testing::expect_values;
@@ -91,6 +93,105 @@ TEST(DType, EveryHalfWidensExactly) {
     differ += std::memcmp(&a, &b, 4) != 0;
   }
   EXPECT_EQ(differ, 0);
+}
+
+// float32 tensors narrow to float16 and bfloat16 by vectors (F16C's vcvtps2ph, an integer
+// rounding for bfloat16: runtime/src/cpu/float16_blocks.cpp) and give half.h's scalar rounding
+// bit for bit: every pattern of the low 16 bits (where the rounding is decided) under a few top
+// mantissa bits, at the exponents where the results change kind (zero and subnormal inputs,
+// float16's subnormal and overflow edges, 1, float32's largest, inf and NaN), both signs; and 2^21
+// random bit patterns. Lengths not a multiple of the vector leave a scalar tail too.
+TEST(DType, Float32NarrowsLikeTheScalarRoundingEverywhere) {
+  std::vector<uint32_t> bits;
+  for (uint32_t sign : {0u, 1u})
+    for (uint32_t e : {0u, 1u, 101u, 102u, 103u, 112u, 113u, 127u, 142u, 143u, 254u, 255u})
+      for (uint32_t top : {0u, 1u, 0x3fu, 0x40u, 0x7fu})
+        for (uint32_t low = 0; low < 65536; ++low) bits.push_back(sign << 31 | e << 23 | top << 16 | low);
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < (1 << 21) + 5; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    bits.push_back(uint32_t(state >> 32));
+  }
+  Tensor f = empty({int64_t(bits.size())}, kFloat32);
+  std::memcpy(f.data_ptr(), bits.data(), bits.size() * 4);
+  const Tensor h = f.to(kFloat16), b = f.to(kBFloat16);
+  const uint16_t* hp = static_cast<const uint16_t*>(h.data_ptr());
+  const uint16_t* bp = static_cast<const uint16_t*>(b.data_ptr());
+  int64_t wrong_h = 0, wrong_b = 0;
+  for (size_t i = 0; i < bits.size(); ++i) {
+    float x;
+    std::memcpy(&x, &bits[i], 4);
+    wrong_h += hp[i] != Half(x).bits;
+    wrong_b += bp[i] != BFloat16(x).bits;
+  }
+  EXPECT_EQ(wrong_h, 0);
+  EXPECT_EQ(wrong_b, 0);
+  // and every bfloat16 widens to its bits shifted up
+  std::vector<uint16_t> all(65536);
+  for (uint32_t i = 0; i < 65536; ++i) all[i] = uint16_t(i);
+  Tensor t = empty({65536}, kBFloat16);
+  std::memcpy(t.data_ptr(), all.data(), 2 * all.size());
+  std::vector<float> wide = t.to(kFloat32).to_vector<float>();
+  int64_t differ = 0;
+  for (uint32_t i = 0; i < 65536; ++i) {
+    uint32_t w;
+    std::memcpy(&w, &wide[i], 4);
+    differ += w != i << 16;
+  }
+  EXPECT_EQ(differ, 0);
+}
+
+// Unary ops on 16-bit floats run on widened blocks of 256 (float16_blocks.h): every element,
+// block tails and vector tails included, is the op on the widened value rounded once, as one
+// element at a time gives it (a strided view takes the element-wise loop).
+TEST(DType, SixteenBitUnaryOpsByWidenedBlocks) {
+  manual_seed(31);
+  for (DType d : {kFloat16, kBFloat16})
+    for (int64_t n : {int64_t(1), int64_t(15), int64_t(256), int64_t(1000)}) {
+      Tensor x = (randn({n}) * 3).to(d);
+      Tensor strided = stack({x, x}, 1).select(1, 0);
+      ASSERT_TRUE(n == 1 || !strided.is_contiguous());
+      for (auto op : {+[](const Tensor& t) { return relu(t); }, +[](const Tensor& t) { return neg(t); },
+                      +[](const Tensor& t) { return abs(t); }, +[](const Tensor& t) { return exp(t); }}) {
+        Tensor got = op(x), want = op(strided);
+        ASSERT_EQ(got.dtype(), d);
+        EXPECT_EQ(std::memcmp(got.data_ptr(), want.contiguous().data_ptr(), size_t(n) * 2), 0)
+            << name(d) << " n " << n;
+      }
+    }
+}
+
+// Binary ops on 16-bit floats go by widened blocks too (elementwise.h, opmath_binary_loop),
+// with either operand contiguous or broadcast: each element is the float32 op on the widened
+// operands rounded once, as one element at a time computes it.
+TEST(DType, SixteenBitBinaryOpsByWidenedBlocks) {
+  manual_seed(37);
+  for (DType d : {kFloat16, kBFloat16}) {
+    auto to_d = [&](float v) { return d == kFloat16 ? float(Half(v)) : float(BFloat16(v)); };
+    for (int64_t n : {int64_t(1), int64_t(17), int64_t(300), int64_t(1000)}) {
+      Tensor a = (randn({n}) * 3).to(d), b = (randn({n}) * 3).to(d), one = (randn({1}) * 3).to(d);
+      const std::vector<float> av = a.to(kFloat32).to_vector<float>(), bv = b.to(kFloat32).to_vector<float>();
+      const float ov = one.to(kFloat32).item<float>();
+      struct Case { const char* what; Tensor got; std::function<float(size_t)> want; };
+      const std::vector<Case> cases = {
+          {"a + b", a + b, [&](size_t i) { return av[i] + bv[i]; }},
+          {"a * b", a * b, [&](size_t i) { return av[i] * bv[i]; }},
+          {"a / b", a / b, [&](size_t i) { return av[i] / bv[i]; }},
+          {"a - b", a - b, [&](size_t i) { return std::fma(-1.0f, bv[i], av[i]); }},
+          {"one + b", one.expand({n}) + b, [&](size_t i) { return ov + bv[i]; }},
+          {"a * one", a * one.expand({n}), [&](size_t i) { return av[i] * ov; }},
+          {"a + 2.5 b", add(a, b, 2.5), [&](size_t i) { return std::fma(2.5f, bv[i], av[i]); }},
+          {"clamp", clamp(a, -1.0, 1.5), [&](size_t i) { return std::min(std::max(av[i], -1.0f), 1.5f); }},
+      };
+      for (const Case& c : cases) {
+        ASSERT_EQ(c.got.dtype(), d);
+        const std::vector<float> got = c.got.to(kFloat32).to_vector<float>();
+        int64_t wrong = 0;
+        for (size_t i = 0; i < size_t(n); ++i) wrong += got[i] != to_d(c.want(i));
+        EXPECT_EQ(wrong, 0) << name(d) << " " << c.what << " n " << n;
+      }
+    }
+  }
 }
 
 TEST(DType, Conversions) {

@@ -5,6 +5,7 @@
 #include <omp.h>
 
 #include <atomic>
+#include <bit>
 #include <cstdio>
 #include <filesystem>
 
@@ -333,6 +334,101 @@ TEST(Reduce, ThreadedFullReductionsCoverTheWholeRun) {
     EXPECT_EQ(arange(n, kFloat64).amax().item<double>(), double(n - 1));
     EXPECT_EQ(ones({n}).mean().item<double>(), 1.0);
   }
+}
+
+// A run's order of operations, as reduce.h defines it (runs up to 4096 long): element i goes
+// into lane i % 16 by whole blocks of 16, the rest into lane 0 in turn, then the lanes fold in
+// halves (lane j with lane j + 8, then j + 4, ...). Where the reduced dim is not the innermost
+// (rows at a stride), each output accumulates its elements in turn. Sums and extrema over rows
+// of every length class, contiguous and strided, give exactly that, bit for bit: rows of zeros
+// of random signs make max's result depend on the order, and float64 sums of wide magnitudes
+// round differently in other orders. (NaN rows give NaN; which NaN's payload is not specified.)
+template <typename T, typename F>
+T lane_order_reference(const T* x, int64_t n, T identity, F reduce) {
+  T lanes[16];
+  for (T& l : lanes) l = identity;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) lanes[j] = reduce(lanes[j], x[i + j]);
+  for (; i < n; ++i) lanes[0] = reduce(lanes[0], x[i]);
+  for (int w = 8; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) lanes[j] = reduce(lanes[j], lanes[j + w]);
+  return lanes[0];
+}
+template <typename T, typename F>
+T in_turn_reference(const T* x, int64_t n, T identity, F reduce) {
+  T acc = identity;
+  for (int64_t i = 0; i < n; ++i) acc = reduce(acc, x[i]);
+  return acc;
+}
+
+template <typename T>
+void check_lane_order(DType d) {
+  manual_seed(23);
+  auto max_step = [](T a, T x) { return x > a || x != x ? x : a; };
+  auto min_step = [](T a, T x) { return x < a || x != x ? x : a; };
+  auto add = [](T a, T x) { return a + x; };
+  auto same = [](T a, T b) { return std::memcmp(&a, &b, sizeof(T)) == 0 || (a != a && b != b); };
+  for (int64_t n : {1, 5, 10, 15, 16, 17, 31, 48, 64, 100, 203, 1000}) {
+    const int64_t rows = 12;
+    std::vector<double> r = (randn({rows, n}) * 4).to_vector<double>();
+    std::vector<double> u = rand({rows, n}).to_vector<double>();
+    std::vector<T> v(size_t(rows * n));
+    for (int64_t i = 0; i < rows * n; ++i) {
+      const int64_t row = i / n;
+      if (row < 4) v[size_t(i)] = u[size_t(i)] < 0.5 ? T(-0.0) : T(0.0);  // zeros of random signs
+      else if (row < 6) v[size_t(i)] = u[size_t(i)] < 0.1 ? std::numeric_limits<T>::quiet_NaN() : T(r[size_t(i)]);
+      else v[size_t(i)] = T(r[size_t(i)] * std::exp(3 * r[size_t(i)]));  // wide magnitudes
+    }
+    Tensor x = from_vector<T>(v, {rows, n});
+    ASSERT_EQ(x.dtype(), d);
+    Tensor strided = x.t().contiguous().t();
+    for (const Tensor& t : {x, strided}) {
+      const bool lanes = t.is_contiguous();
+      const std::vector<T> mx = amax(t, {1}).template to_vector<T>(), mn = amin(t, {1}).template to_vector<T>(),
+                           sm = sum(t, {1}).template to_vector<T>();
+      for (int64_t row = 0; row < rows; ++row) {
+        const T* p = v.data() + row * n;
+        SCOPED_TRACE(std::string(name(d)) + " n " + std::to_string(n) + " row " + std::to_string(row) +
+                     (lanes ? " contiguous" : " strided"));
+        auto want = [&](T identity, auto step) {
+          return lanes ? lane_order_reference<T>(p, n, identity, step) : in_turn_reference<T>(p, n, identity, step);
+        };
+        EXPECT_TRUE(same(mx[size_t(row)], want(-INFINITY, max_step)));
+        EXPECT_TRUE(same(mn[size_t(row)], want(INFINITY, min_step)));
+        // (float32 sums accumulate in float64, not in this reference)
+        if (std::is_same_v<T, double>) {
+          EXPECT_TRUE(same(sm[size_t(row)], want(T(0), add)));
+        }
+      }
+    }
+  }
+}
+
+TEST(Reduce, RunsFoldTheirLanesInTheDocumentedOrder) {
+  check_lane_order<float>(kFloat32);
+  check_lane_order<double>(kFloat64);
+}
+
+// 16-bit float rows reduce their values widened to float32 (float16's by F16C first, reduce.h):
+// the same lane order over the widened values, accumulated in float32 (sums), rounded once.
+TEST(Reduce, SixteenBitRowsReduceTheirWidenedValuesInLaneOrder) {
+  manual_seed(29);
+  for (DType d : {kFloat16, kBFloat16})
+    for (int64_t n : {1, 10, 16, 100, 203, 1000}) {
+      Tensor rows = (randn({4, n}) * 3).to(d);
+      const std::vector<float> w = rows.to(kFloat32).to_vector<float>();
+      const std::vector<float> s = rows.sum({1}).to(kFloat32).to_vector<float>(),
+                               m = rows.amax({1}).to(kFloat32).to_vector<float>();
+      for (int64_t r = 0; r < 4; ++r) {
+        const float* p = w.data() + r * n;
+        const float sum_want = lane_order_reference<float>(p, n, 0.0f, [](float a, float x) { return a + x; });
+        const float max_want = lane_order_reference<float>(p, n, -INFINITY, [](float a, float x) { return x > a || x != x ? x : a; });
+        const float rounded = d == kFloat16 ? float(Half(sum_want)) : float(BFloat16(sum_want));
+        EXPECT_EQ(s[size_t(r)], rounded) << name(d) << " n " << n << " row " << r;
+        EXPECT_EQ(m[size_t(r)], max_want) << name(d) << " n " << n << " row " << r;
+      }
+    }
 }
 
 // ---- eager ops' threads and OpenMP's wait policy ----

@@ -84,6 +84,24 @@ inline MD nan_lanes(VD a) { return _mm512_cmp_pd_mask(a, a, _CMP_UNORD_Q); }
 inline MD eq(VD a, VD b) { return _mm512_cmp_pd_mask(a, b, _CMP_EQ_OQ); }
 inline MD mor(MD a, MD b) { return MD(a | b); }
 inline VD where(MD m, VD then, VD otherwise) { return _mm512_mask_blend_pd(m, otherwise, then); }
+// Lane j of shift_down(v, w) is lane j + w of v (mod the width); first(v) is lane 0.
+inline VF shift_down(VF v, int w) {
+  const VI j = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  return _mm512_maskz_permutexvar_ps(0xffff, _mm512_and_si512(_mm512_add_epi32(j, _mm512_set1_epi32(w)), _mm512_set1_epi32(15)), v);
+}
+inline VD shift_down(VD v, int w) {
+  const VI j = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  return _mm512_maskz_permutexvar_pd(0xff, _mm512_and_si512(_mm512_add_epi64(j, _mm512_set1_epi64(w)), _mm512_set1_epi64(7)), v);
+}
+// A NaN-keeping running max and min: x where x > a (x < a) or x is NaN, else a. vmaxps(x, a)
+// is x > a ? x : a, and the mask, which does not depend on a, keeps NaN lanes of x: one
+// instruction on the chain through a.
+inline VF running_max(VF a, VF x) { return _mm512_mask_max_ps(x, MF(~nan_lanes(x)), x, a); }
+inline VF running_min(VF a, VF x) { return _mm512_mask_min_ps(x, MF(~nan_lanes(x)), x, a); }
+inline VD running_max(VD a, VD x) { return _mm512_mask_max_pd(x, MD(~nan_lanes(x)), x, a); }
+inline VD running_min(VD a, VD x) { return _mm512_mask_min_pd(x, MD(~nan_lanes(x)), x, a); }
+inline float first(VF v) { return _mm512_cvtss_f32(v); }
+inline double first(VD v) { return _mm512_cvtsd_f64(v); }
 #elif defined(__AVX2__)
 using VF = __m256;
 using VD = __m256d;
@@ -148,6 +166,21 @@ inline MD nan_lanes(VD a) { return _mm256_cmp_pd(a, a, _CMP_UNORD_Q); }
 inline MD eq(VD a, VD b) { return _mm256_cmp_pd(a, b, _CMP_EQ_OQ); }
 inline MD mor(MD a, MD b) { return _mm256_or_pd(a, b); }
 inline VD where(MD m, VD then, VD otherwise) { return _mm256_blendv_pd(otherwise, then, m); }
+inline VF shift_down(VF v, int w) {
+  const VI j = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+  return _mm256_permutevar8x32_ps(v, _mm256_and_si256(_mm256_add_epi32(j, _mm256_set1_epi32(w)), _mm256_set1_epi32(7)));
+}
+inline VD shift_down(VD v, int w) {  // (as pairs of float32 lanes: AVX2 has no variable float64 permute)
+  const VI j = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+  const VI k = _mm256_and_si256(_mm256_add_epi32(j, _mm256_set1_epi32(2 * w)), _mm256_set1_epi32(7));
+  return _mm256_castps_pd(_mm256_permutevar8x32_ps(_mm256_castpd_ps(v), k));
+}
+inline VF running_max(VF a, VF x) { return _mm256_blendv_ps(_mm256_max_ps(x, a), x, nan_lanes(x)); }
+inline VF running_min(VF a, VF x) { return _mm256_blendv_ps(_mm256_min_ps(x, a), x, nan_lanes(x)); }
+inline VD running_max(VD a, VD x) { return _mm256_blendv_pd(_mm256_max_pd(x, a), x, nan_lanes(x)); }
+inline VD running_min(VD a, VD x) { return _mm256_blendv_pd(_mm256_min_pd(x, a), x, nan_lanes(x)); }
+inline float first(VF v) { return _mm256_cvtss_f32(v); }
+inline double first(VD v) { return _mm256_cvtsd_f64(v); }
 #endif
 
 #if KILN_HAVE_VEC

@@ -147,6 +147,43 @@ TEST(Reduce, SoftmaxRowsByVectorsKeepNaNAndTheMax) {
   EXPECT_NEAR(softmax(x, 1).select(0, 3).select(0, 34).item<float>(), 1.0f, 1e-6);
 }
 
+// Contiguous float64 rows go by vectors too (SLEEF's exp, 1 ulp): against softmax written out in
+// long double, within a few ulps of the largest term, with NaN rows, a max in the tail, +inf (NaN) and -inf (no
+// share), in both forms, over rows of 37 (a vector tail) and 1000.
+TEST(Reduce, Float64SoftmaxRowsByVectors) {
+  manual_seed(5);
+  for (int64_t n : {int64_t(37), int64_t(1000)}) {
+    std::vector<double> v = (randn({7, n}, kFloat64) * 5).to_vector<double>();
+    v[size_t(0 * n + 3)] = NAN;
+    v[size_t(1 * n + n - 2)] = NAN;        // in the tail
+    v[size_t(2 * n + n - 1)] = 800.0;      // the max in the tail (exp overflows from any other shift)
+    v[size_t(3 * n + 5)] = INFINITY;       // NaN, as in PyTorch
+    v[size_t(4 * n + 6)] = -INFINITY;      // no share
+    const Tensor x = from_vector<double>(v, {7, n});
+    for (bool log_form : {false, true}) {
+      const std::vector<double> got = (log_form ? log_softmax(x, 1) : softmax(x, 1)).to_vector<double>();
+      for (int64_t r = 0; r < 7; ++r) {
+        const double* row = v.data() + r * n;
+        long double mx = -INFINITY, sum = 0;
+        for (int64_t c = 0; c < n; ++c) mx = std::max<long double>(mx, row[c]);
+        for (int64_t c = 0; c < n; ++c) sum += std::exp((long double)row[c] - mx);
+        for (int64_t c = 0; c < n; ++c) {
+          const double g = got[size_t(r * n + c)];
+          SCOPED_TRACE("n " + std::to_string(n) + " row " + std::to_string(r) + " col " + std::to_string(c) +
+                       (log_form ? " log" : ""));
+          if (r <= 1 || r == 3) {
+            EXPECT_TRUE(std::isnan(g));
+            continue;
+          }
+          const long double want = log_form ? (long double)row[c] - mx - std::log(sum) : std::exp((long double)row[c] - mx) / sum;
+          if (std::isinf(double(want))) EXPECT_EQ(g, double(want));
+          else EXPECT_NEAR(g, double(want), 4e-15 * std::max({1.0, std::fabs(double(want)), std::fabs(double(row[c] - mx))}));
+        }
+      }
+    }
+  }
+}
+
 // softmax over a strided dim of a large tensor runs its rows contiguous (a tiled transpose there
 // and back), and 16-bit rows run in float32 by vectors: each matches the float64 softmax to the
 // dtype's rounding, in both forms, over dim 0 and 1 of [300, 200] and dim 1 of a [4, 3, 5000].
@@ -417,16 +454,27 @@ TEST(Reduce, SixteenBitRowsReduceTheirWidenedValuesInLaneOrder) {
   for (DType d : {kFloat16, kBFloat16})
     for (int64_t n : {1, 10, 16, 100, 203, 1000}) {
       Tensor rows = (randn({4, n}) * 3).to(d);
+      rows.index({3, n / 2}) = NAN;  // (nansum skips it)
       const std::vector<float> w = rows.to(kFloat32).to_vector<float>();
       const std::vector<float> s = rows.sum({1}).to(kFloat32).to_vector<float>(),
-                               m = rows.amax({1}).to(kFloat32).to_vector<float>();
+                               ns = rows.nansum({1}).to(kFloat32).to_vector<float>(),
+                               m = rows.amin({1}).to(kFloat32).to_vector<float>();
+      auto round = [&](float v) { return d == kFloat16 ? float(Half(v)) : float(BFloat16(v)); };
       for (int64_t r = 0; r < 4; ++r) {
         const float* p = w.data() + r * n;
         const float sum_want = lane_order_reference<float>(p, n, 0.0f, [](float a, float x) { return a + x; });
-        const float max_want = lane_order_reference<float>(p, n, -INFINITY, [](float a, float x) { return x > a || x != x ? x : a; });
-        const float rounded = d == kFloat16 ? float(Half(sum_want)) : float(BFloat16(sum_want));
-        EXPECT_EQ(s[size_t(r)], rounded) << name(d) << " n " << n << " row " << r;
-        EXPECT_EQ(m[size_t(r)], max_want) << name(d) << " n " << n << " row " << r;
+        const float nansum_want = lane_order_reference<float>(p, n, 0.0f, [](float a, float x) { return x != x ? a : a + x; });
+        const float min_want = lane_order_reference<float>(p, n, INFINITY, [](float a, float x) { return x < a || x != x ? x : a; });
+        SCOPED_TRACE(std::string(name(d)) + " n " + std::to_string(n) + " row " + std::to_string(r));
+        if (r < 3) {
+          EXPECT_EQ(s[size_t(r)], round(sum_want));
+        }
+        EXPECT_EQ(ns[size_t(r)], round(nansum_want));
+        if (r < 3) {
+          EXPECT_EQ(m[size_t(r)], min_want);
+        } else {
+          EXPECT_TRUE(std::isnan(m[size_t(r)]));
+        }
       }
     }
 }

@@ -45,6 +45,36 @@ const std::map<std::string, std::function<Tensor(const Tensor&, const Tensor&)>>
       {"to_float16", [](const Tensor& x, const Tensor&) { return x.to(kFloat16); }},
       {"to_bfloat16", [](const Tensor& x, const Tensor&) { return x.to(kBFloat16); }},
       {"transpose_copy", [](const Tensor& x, const Tensor&) { return x.t().contiguous(); }},
+      {"sub", [](const Tensor& x, const Tensor& y) { return x - y; }},
+      {"div", [](const Tensor& x, const Tensor& y) { return x / y; }},
+      {"floor_divide", [](const Tensor& x, const Tensor& y) { return floor_divide(x, y); }},
+      {"remainder", [](const Tensor& x, const Tensor& y) { return remainder(x, y); }},
+      {"pow_scalar", [](const Tensor& x, const Tensor&) { return pow(x, 2.5); }},
+      {"pow", [](const Tensor& x, const Tensor& y) { return pow(x, y); }},
+      {"maximum", [](const Tensor& x, const Tensor& y) { return maximum(x, y); }},
+      {"lt", [](const Tensor& x, const Tensor& y) { return x < y; }},
+      {"masked_fill", [](const Tensor& x, const Tensor& y) { return masked_fill(x, y > 0, 0.0); }},
+      {"sigmoid", [](const Tensor& x, const Tensor&) { return sigmoid(x); }},
+      {"silu", [](const Tensor& x, const Tensor&) { return silu(x); }},
+      {"sqrt", [](const Tensor& x, const Tensor&) { return sqrt(x); }},
+      {"log", [](const Tensor& x, const Tensor&) { return log(x); }},
+      {"sin", [](const Tensor& x, const Tensor&) { return sin(x); }},
+      {"abs", [](const Tensor& x, const Tensor&) { return abs(x); }},
+      {"floor", [](const Tensor& x, const Tensor&) { return floor(x); }},
+      {"sum_all", [](const Tensor& x, const Tensor&) { return x.sum(); }},
+      {"prod_rows", [](const Tensor& x, const Tensor&) { return x.prod({1}); }},
+      {"min_rows", [](const Tensor& x, const Tensor&) { return std::get<0>(x.min(1)); }},
+      {"std_rows", [](const Tensor& x, const Tensor&) { return x.std({1}); }},
+      {"norm_rows", [](const Tensor& x, const Tensor&) { return x.norm(2, {1}); }},
+      {"logsumexp_rows", [](const Tensor& x, const Tensor&) { return x.logsumexp({1}); }},
+      {"log_softmax_rows", [](const Tensor& x, const Tensor&) { return log_softmax(x, 1); }},
+      {"cumsum_rows", [](const Tensor& x, const Tensor&) { return x.cumsum(1); }},
+      {"cat_rows", [](const Tensor& x, const Tensor& y) { return cat({x, y}, 0); }},
+      {"cat_cols", [](const Tensor& x, const Tensor& y) { return cat({x, y}, 1); }},
+      {"index_select_rows", [](const Tensor& x, const Tensor&) {
+         static Tensor idx = randint(0, x.sizes()[0], {x.sizes()[0]});
+         return index_select(x, 0, idx);
+       }},
   };
   return table;
 }

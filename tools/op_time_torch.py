@@ -30,7 +30,35 @@ OPS = {
     "to_float16": lambda x, y: x.to(torch.float16),
     "to_bfloat16": lambda x, y: x.to(torch.bfloat16),
     "transpose_copy": lambda x, y: x.t().contiguous(),
+    "sub": lambda x, y: x - y,
+    "div": lambda x, y: x / y,
+    "floor_divide": lambda x, y: torch.floor_divide(x, y),
+    "remainder": lambda x, y: torch.remainder(x, y),
+    "pow_scalar": lambda x, y: torch.pow(x, 2.5),
+    "pow": lambda x, y: torch.pow(x, y),
+    "maximum": lambda x, y: torch.maximum(x, y),
+    "lt": lambda x, y: x < y,
+    "masked_fill": lambda x, y: x.masked_fill(y > 0, 0.0),
+    "sigmoid": lambda x, y: torch.sigmoid(x),
+    "silu": lambda x, y: torch.nn.functional.silu(x),
+    "sqrt": lambda x, y: torch.sqrt(x),
+    "log": lambda x, y: torch.log(x),
+    "sin": lambda x, y: torch.sin(x),
+    "abs": lambda x, y: torch.abs(x),
+    "floor": lambda x, y: torch.floor(x),
+    "sum_all": lambda x, y: x.sum(),
+    "prod_rows": lambda x, y: x.prod(1),
+    "min_rows": lambda x, y: x.min(1)[0],
+    "std_rows": lambda x, y: x.std(1),
+    "norm_rows": lambda x, y: x.norm(2, 1),
+    "logsumexp_rows": lambda x, y: x.logsumexp(1),
+    "log_softmax_rows": lambda x, y: torch.log_softmax(x, 1),
+    "cumsum_rows": lambda x, y: x.cumsum(1),
+    "cat_rows": lambda x, y: torch.cat([x, y], 0),
+    "cat_cols": lambda x, y: torch.cat([x, y], 1),
+    "index_select_rows": lambda x, y: torch.index_select(x, 0, INDEX[0]),
 }
+INDEX = []
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -47,6 +75,7 @@ def main():
     dtype = args[3] if len(args) > 3 else "float32"
     x = torch.randn(rows, cols).to(DTYPES[dtype])
     y = x.clone()
+    INDEX.append(torch.randint(0, rows, (rows,)))
     f = OPS[op]
     ms = []
     for i in range(10 + reps):

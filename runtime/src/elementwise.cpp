@@ -61,11 +61,15 @@ Tensor float_unary(std::string_view op, const Tensor& x, SF sf, VF vf, VD vd, in
             return;
           }
         }
-        if constexpr (is_reduced_float_v<T> && !std::is_same_v<VF, std::nullptr_t>) {
-          // 16-bit floats: widen a block to float32, run the vector form, round back
+        if constexpr (is_reduced_float_v<T>) {
+          // 16-bit floats: widen a block to float32, run the vector form (or the scalar one,
+          // which gcc vectorises where it can), round back
           if (s[0] == sizeof(T) && s[1] == sizeof(T)) {
             cpu::by_widened_blocks(reinterpret_cast<const T*>(p[1]), reinterpret_cast<T*>(p[0]), n,
-                                   [&](float* buf, int64_t m) { cpu::vec::map_f32(buf, buf, m, vf); });
+                                   [&](float* buf, int64_t m) {
+                                     if constexpr (!std::is_same_v<VF, std::nullptr_t>) cpu::vec::map_f32(buf, buf, m, vf);
+                                     else for (int64_t i = 0; i < m; ++i) buf[i] = float(sf(buf[i]));
+                                   });
             return;
           }
         }
@@ -201,6 +205,11 @@ void binary_loop_vec(const cpu::Iter& it, F f, VF vf, VD vd, int cost = 1) {
         *reinterpret_cast<T*>(p[0] + i * s[0]) =
             T(f(*reinterpret_cast<const T*>(p[1] + i * s[1]), *reinterpret_cast<const T*>(p[2] + i * s[2])));
     }, grain);
+    return;
+  }
+  if constexpr (is_reduced_float_v<T> && !std::is_same_v<VF, std::nullptr_t>) {
+    // (16-bit floats: widened blocks through the float32 vector form)
+    opmath_binary_loop<T>(it, f, grain, vf);
     return;
   }
 #endif
@@ -723,13 +732,11 @@ Tensor minmax(std::string_view op, const Tensor& a, const Tensor& b, F pick) {
   DType ct = result_type({a, b});
   return run(op, {a, b}, ct, ct, [&](const cpu::Iter& it) {
     KILN_DISPATCH_ALL(ct, op, [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
-      using T = scalar_t;
-      using M = opmath_t<T>;
-      cpu::binary_loop<T, T, T>(it, [&](T x, T y) {
-        M u = M(x), v = M(y);
+      using M = opmath_t<scalar_t>;
+      opmath_binary_loop<scalar_t>(it, [&](M u, M v) {
         if constexpr (std::is_floating_point_v<M>)
-          if (std::isnan(u) || std::isnan(v)) return T(std::numeric_limits<M>::quiet_NaN());
-        return T(pick(u, v));
+          if (std::isnan(u) || std::isnan(v)) return std::numeric_limits<M>::quiet_NaN();
+        return M(pick(u, v));
       });
     });
   });

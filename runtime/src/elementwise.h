@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "cpu/float16_blocks.h"
+#include "cpu/vec.h"
 #include "ops_common.h"
 
 namespace kiln::detail {
@@ -43,8 +44,9 @@ void opmath_unary_loop(const cpu::Iter& it, G g) {
 // operand contiguous or broadcast, so that the float32 loop vectorises: their element-wise
 // conversions cost more than the op (a float16 add took 2.8x PyTorch's time). The values are
 // the element-wise ones: the same conversions, the same g, one rounding.
-template <typename T, typename G>
-void opmath_binary_loop(const cpu::Iter& it, G g, int64_t grain = cpu::parallel_grain()) {
+// `vf` (optional): g's float32 vector form, which the widened blocks then run.
+template <typename T, typename G, typename VF = std::nullptr_t>
+void opmath_binary_loop(const cpu::Iter& it, G g, int64_t grain = cpu::parallel_grain(), VF vf = nullptr) {
   using M = opmath_t<T>;
   if constexpr (is_reduced_float_v<T>) {
     it.for_each([&](char** p, const int64_t* s, int64_t n) {
@@ -64,7 +66,11 @@ void opmath_binary_loop(const cpu::Iter& it, G g, int64_t grain = cpu::parallel_
           float* out = s[1] ? wa : wb;
           if (s[1] == 0 && s[2] == 0) out = nullptr;
           if (out) {
-            for (int64_t i = 0; i < m; ++i) out[i] = float(g(wa[i], wb[i]));
+#if KILN_HAVE_VEC
+            if constexpr (!std::is_same_v<VF, std::nullptr_t>) cpu::vec::map2(wa, 1, wb, 1, out, m, vf);
+            else
+#endif
+              for (int64_t i = 0; i < m; ++i) out[i] = float(g(wa[i], wb[i]));
             cpu::narrow(out, o + i0, m);
           } else {
             const T v = T(g(wa[0], wb[0]));

@@ -322,18 +322,28 @@ std::tuple<Tensor, Tensor> arg_extremum(std::string_view op, const Tensor& x, in
     it.for_each([&](char** p, const int64_t* st, int64_t cnt) {
       for (int64_t k = 0; k < cnt; ++k) {
         const T* row = reinterpret_cast<const T*>(p[2] + k * st[2]);
-        if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        if constexpr (std::is_floating_point_v<M>) {
           if (s == 1 && n >= 64) {
             // Contiguous float rows in two passes: the extremum by vectors (reduce_run, NaN if
             // any), then the first element equal to it (the first NaN if it is NaN); that is the
             // element the walk below keeps, a zero's sign included (-0.0 == 0.0 stops at the
-            // first zero, as a strict comparison keeps the first).
-            const T m = is_max ? reduce_run(row, n, 1, MaxOp<T>{}) : reduce_run(row, n, 1, MinOp<T>{});
+            // first zero, as a strict comparison keeps the first). 16-bit rows are widened to
+            // float32 first (exact, and in the same order: the walk compares the same values).
+            const M* r = nullptr;
+            thread_local std::vector<float> wide;
+            if constexpr (std::is_same_v<T, M>) {
+              r = row;
+            } else {
+              wide.resize(size_t(n));
+              cpu::widen(row, wide.data(), n);
+              r = wide.data();
+            }
+            const M m = is_max ? reduce_run(r, n, 1, MaxOp<M>{}) : reduce_run(r, n, 1, MinOp<M>{});
             int64_t bi = 0;
             if (m != m) {
-              while (row[bi] == row[bi]) ++bi;
+              while (r[bi] == r[bi]) ++bi;
             } else {
-              while (row[bi] != m) ++bi;
+              while (r[bi] != m) ++bi;
             }
             *reinterpret_cast<T*>(p[0] + k * st[0]) = row[bi];
             *reinterpret_cast<int64_t*>(p[1] + k * st[1]) = bi;
@@ -474,6 +484,16 @@ Tensor cumsum(const Tensor& x_in, int64_t dim) {
           T* o = reinterpret_cast<T*>(p[0] + k * st[0]);
           const T* a = reinterpret_cast<const T*>(p[1] + k * st[1]);
           A acc = 0;
+          if constexpr (is_reduced_float_v<T>) {
+            if (sx == 1 && so == 1) {
+              // (16-bit rows scan float32 blocks widened from them: the conversions one at a time
+              // cost 4x PyTorch's time; the same sums, rounded the same way)
+              cpu::by_widened_blocks(a, o, n, [&](float* buf, int64_t m) {
+                for (int64_t i = 0; i < m; ++i) buf[i] = float(acc += A(buf[i]));
+              });
+              continue;
+            }
+          }
           for (int64_t i = 0; i < n; ++i) {
             acc += A(opmath_t<T>(a[i * sx]));
             o[i * so] = T(acc);

@@ -182,6 +182,7 @@ TEST(DType, SixteenBitBinaryOpsByWidenedBlocks) {
           {"a * one", a * one.expand({n}), [&](size_t i) { return av[i] * ov; }},
           {"a + 2.5 b", add(a, b, 2.5), [&](size_t i) { return std::fma(2.5f, bv[i], av[i]); }},
           {"clamp", clamp(a, -1.0, 1.5), [&](size_t i) { return std::min(std::max(av[i], -1.0f), 1.5f); }},
+          {"maximum", maximum(a, b), [&](size_t i) { return std::max(av[i], bv[i]); }},
       };
       for (const Case& c : cases) {
         ASSERT_EQ(c.got.dtype(), d);
@@ -190,6 +191,26 @@ TEST(DType, SixteenBitBinaryOpsByWidenedBlocks) {
         for (size_t i = 0; i < size_t(n); ++i) wrong += got[i] != to_d(c.want(i));
         EXPECT_EQ(wrong, 0) << name(d) << " " << c.what << " n " << n;
       }
+      // ops with a float32 vector form run it on the widened blocks (and float32 tensors run
+      // the same one), and ops without run their scalar form there: exactly the float32 op
+      // on the widened values, rounded once
+      const Tensor aw = a.to(kFloat32), bw = b.to(kFloat32), pos = a.abs() + 0.5, posw = pos.to(kFloat32);
+      const std::vector<std::pair<std::string, std::pair<Tensor, Tensor>>> widened = {
+          {"pow", {pow(pos, b), pow(posw, bw).to(d)}},
+          {"remainder", {remainder(a, b), remainder(aw, bw).to(d)}},
+          {"atan2", {atan2(a, b), atan2(aw, bw).to(d)}},
+          {"sqrt", {sqrt(pos), sqrt(posw).to(d)}},
+          {"log", {log(pos), log(posw).to(d)}},
+      };
+      for (const auto& [what, pair] : widened) {
+        EXPECT_EQ(std::memcmp(pair.first.data_ptr(), pair.second.data_ptr(), size_t(n) * 2), 0)
+            << name(d) << " " << what << " n " << n;
+      }
+      // maximum keeps a NaN
+      Tensor with_nan = a.clone();
+      with_nan.index({n / 2}) = NAN;
+      EXPECT_TRUE(std::isnan(maximum(with_nan, b).index({n / 2}).item<float>()));
+      EXPECT_TRUE(std::isnan(maximum(b, with_nan).index({n / 2}).item<float>()));
     }
   }
 }

@@ -244,7 +244,7 @@ TEST(Reduce, CumsumAlongAnOuterDimByRows) {
 // the first zero of a -0.0 / 0.0 tie with its sign, and a row of -inf.
 TEST(Reduce, ArgExtremaOfFloatRowsMatchTheWalk) {
   manual_seed(14);
-  for (DType d : {kFloat32, kFloat64}) {
+  for (DType d : {kFloat32, kFloat64, kFloat16, kBFloat16}) {  // (16-bit rows: widened first)
     std::vector<double> v = (randn({8, 150}) * 3).to_vector<double>();
     auto at = [&](int64_t r, int64_t c) -> double& { return v[size_t(r * 150 + c)]; };
     at(0, 10) = 20, at(0, 90) = 20, at(0, 11) = -20, at(0, 140) = -20;  // repeated extrema
@@ -445,6 +445,20 @@ void check_lane_order(DType d) {
 TEST(Reduce, RunsFoldTheirLanesInTheDocumentedOrder) {
   check_lane_order<float>(kFloat32);
   check_lane_order<double>(kFloat64);
+}
+
+// cumsum of contiguous 16-bit rows scans widened blocks: the same values, bit for bit, as the
+// element-wise scan a strided row takes.
+TEST(Reduce, SixteenBitCumsumRowsByWidenedBlocks) {
+  manual_seed(41);
+  for (DType d : {kFloat16, kBFloat16})
+    for (int64_t n : {int64_t(5), int64_t(300), int64_t(2000)}) {
+      Tensor x = (randn({3, n}) * 2).to(d);
+      Tensor strided = x.t().contiguous().t();
+      ASSERT_FALSE(strided.is_contiguous());
+      Tensor got = x.cumsum(1), want = strided.cumsum(1).contiguous();
+      EXPECT_EQ(std::memcmp(got.data_ptr(), want.data_ptr(), size_t(3 * n) * 2), 0) << name(d) << " n " << n;
+    }
 }
 
 // 16-bit float rows reduce their values widened to float32 (float16's by F16C first, reduce.h):

@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""PyTorch eager and torch.compile on the 16-bit float graphs of this folder (each *.ir here is
+the same program as kiln's text form, timed by `kiln-bench --ir FILE`): median ms of at least
+20 calls and 1 s, after 5 warm-up calls (torch.compile: after the compiling call), 2 threads.
+
+Usage: python3 tools/bench/graphs/torch_16bit.py
+"""
+import statistics
+import time
+
+import torch
+
+torch.set_num_threads(2)
+x = torch.randn(4096, 1024).half()
+y = torch.randn(4096, 1024).half()
+xb = x.bfloat16()
+PROGRAMS = [
+    ("f16_chain", lambda a, b: torch.relu((a + b) * a), (x, y)),
+    ("f16_rowsum", lambda a: a.sum(1), (x,)),
+    ("bf16_rowsum", lambda a: a.sum(1), (xb,)),
+    ("f16_softmax", lambda a: torch.softmax(a, 1), (x,)),
+    ("f16_lse", lambda a: a.logsumexp(1), (x,)),
+]
+
+
+def median_ms(f):
+    for _ in range(5):
+        f()
+    times = []
+    end = time.perf_counter() + 1.0
+    while time.perf_counter() < end or len(times) < 20:
+        t0 = time.perf_counter()
+        f()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+for name, program, args in PROGRAMS:
+    compiled = torch.compile(program)
+    compiled(*args)
+    eager = median_ms(lambda: program(*args))
+    comp = median_ms(lambda: compiled(*args))
+    print(f"{name:12s} torch eager {eager:.3f} ms  torch.compile {comp:.3f} ms")

@@ -255,11 +255,11 @@ class Emitter : ScalarBuilder {
       self->replaceOperandWith(0, self);
       latch->setMetadata(llvm::LLVMContext::MD_loop, self);
     } else if (width > 0) {
-      llvm::Metadata* on[] = {llvm::MDString::get(C, "llvm.loop.vectorize.enable"),
-                              llvm::ConstantAsMetadata::get(B.getTrue())};
+      // (the width alone, without llvm.loop.vectorize.enable: a loop the vectorizer is told it
+      // must transform, and cannot, e.g. for a scalar call, makes LLVM print a warning)
       llvm::Metadata* w[] = {llvm::MDString::get(C, "llvm.loop.vectorize.width"),
                              llvm::ConstantAsMetadata::get(B.getInt32(width))};
-      llvm::Metadata* ops[] = {nullptr, llvm::MDNode::get(C, on), llvm::MDNode::get(C, w)};
+      llvm::Metadata* ops[] = {nullptr, llvm::MDNode::get(C, w)};
       llvm::MDNode* self = llvm::MDNode::getDistinct(C, ops);
       self->replaceOperandWith(0, self);
       latch->setMetadata(llvm::LLVMContext::MD_loop, self);

@@ -8,6 +8,8 @@
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/DiagnosticHandler.h>
+#include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/MC/TargetRegistry.h>
@@ -173,7 +175,18 @@ void Jit::prepare(llvm::Module& m) const {
   }
 }
 
+namespace {
+// Drops LLVM's remarks and warnings about a kernel (an error keeps LLVM's own handling). Passes
+// print some remarks unasked: the loop vectorizer always prints why it left a loop scalar when
+// the loop carries a width hint (emit.cpp's float16 loops), which a user of a compiled function
+// should never see on stderr.
+struct QuietDiagnostics : llvm::DiagnosticHandler {
+  bool handleDiagnostics(const llvm::DiagnosticInfo& d) override { return d.getSeverity() != llvm::DS_Error; }
+};
+}  // namespace
+
 void Jit::optimize(llvm::Module& m) const {
+  m.getContext().setDiagnosticHandler(std::make_unique<QuietDiagnostics>());
   auto tm = impl_->machine();
   llvm::LoopAnalysisManager lam;
   llvm::FunctionAnalysisManager fam;

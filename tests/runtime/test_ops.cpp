@@ -543,6 +543,44 @@ TEST(Join, IndexSelectMatchesSliceCopies) {
     }
 }
 
+// Large operands contiguous along another dim than the output's innermost (a transpose, a
+// permute) are copied into the output's order first (elementwise.cpp, in_walk_order): every op
+// gives exactly the values it gives on a contiguous copy, in binary, unary, ternary and in-place
+// forms, broadcast too, in float32, float16 and int64.
+TEST(Elementwise, TransposedOperandsGiveTheContiguousResult) {
+  manual_seed(43);
+  auto same = [](const Tensor& a, const Tensor& b) {
+    return a.sizes() == b.sizes() && a.dtype() == b.dtype() && eq(a, b).all().item<bool>();
+  };
+  for (DType d : {kFloat32, kFloat16, kInt64}) {
+    SCOPED_TRACE(name(d));
+    const Tensor t = (randn({400, 300}) * 4).to(d).t();            // [300, 400], strides {1, 300}
+    const Tensor p = (randn({8, 120, 90}) * 4).to(d).permute({0, 2, 1});  // [8, 90, 120]
+    const Tensor b = (randn({300, 400}) * 4).to(d), tc = t.contiguous(), pc = p.contiguous();
+    ASSERT_FALSE(t.is_contiguous());
+    EXPECT_TRUE(same(t + b, tc + b));
+    EXPECT_TRUE(same(b * t, b * tc));
+    EXPECT_TRUE(same(t - t, tc - tc));
+    EXPECT_TRUE(same(p + p, pc + pc));
+    EXPECT_TRUE(same(maximum(p, pc), pc));
+    EXPECT_TRUE(same(t.unsqueeze(0) + b.unsqueeze(0).expand({3, 300, 400}), (tc + b).unsqueeze(0).expand({3, 300, 400})));
+    EXPECT_TRUE(same(where(t > b, t, b), where(tc > b, tc, b)));
+    EXPECT_TRUE(same(neg(t), neg(tc)));
+    if (d != kInt64) {
+      EXPECT_TRUE(same(exp(t), exp(tc)));
+    }
+    Tensor in_place = b.clone(), want = b.clone();
+    in_place.add_(t);
+    want.add_(tc);
+    EXPECT_TRUE(same(in_place, want));
+    // (an in-place update reading its own transpose)
+    Tensor sq = (randn({300, 300}) * 4).to(d);
+    const Tensor sq_want = sq + sq.t().contiguous();
+    sq.add_(sq.t());
+    EXPECT_TRUE(same(sq, sq_want));
+  }
+}
+
 TEST(Elementwise, FastPathsAgreeWithGeneralForms) {
   manual_seed(21);
   Tensor x = randn({5000});

@@ -14,42 +14,28 @@ namespace {
 
 // One row of n elements at stride s (elements); float32 rows with s == 1 use SIMD exp.
 #if KILN_HAVE_VEC
-// The row max with NaN propagation, by vectors: the lanes' max ignores NaN (max keeps the
-// running max where the loaded lane is NaN) and a mask remembers whether any lane was NaN.
-// (gcc left the plain loop with a NaN flag per lane scalar: half of softmax's time.)
-inline float row_max_f32(const float* x, int64_t n) {
+// The max of a contiguous float32 or float64 row, NaN if it has one, by vectors: running_max
+// keeps a NaN lane, and the lanes and the tail fold the same way. (gcc left the plain loop with
+// a NaN flag per lane scalar: half of softmax's time.)
+template <typename T>
+inline T row_max(const T* x, int64_t n) {
   using namespace cpu::vec;
-  VF m = setf(-std::numeric_limits<float>::infinity());
-  MF nan = no_lanes();
+  constexpr bool f32 = std::is_same_v<T, float>;
+  constexpr int W = f32 ? kWF : kWD;
+  auto m = [] {
+    if constexpr (f32) return setf(-std::numeric_limits<float>::infinity());
+    else return setd(-std::numeric_limits<double>::infinity());
+  }();
   int64_t i = 0;
-  for (; i + kWF <= n; i += kWF) {
-    const VF v = loadf(x + i);
-    m = maxf(v, m);
-    nan = mor(nan, nan_lanes(v));
+  for (; i + W <= n; i += W) {
+    if constexpr (f32) m = running_max(m, loadf(x + i));
+    else m = running_max(m, loadd(x + i));
   }
-  alignas(64) float lanes[kWF];
-  storef(lanes, m);
-  float r = lanes[0];
-  bool any_nan = any(nan);
-  for (int j = 1; j < kWF; ++j) r = lanes[j] > r ? lanes[j] : r;
-  for (; i < n; ++i) {
-    r = x[i] > r ? x[i] : r;
-    any_nan |= x[i] != x[i];
-  }
-  return any_nan ? std::numeric_limits<float>::quiet_NaN() : r;
-}
-
-// The max of a float64 row, NaN if it has one: running_max keeps a NaN lane, and the lanes
-// fold the same way.
-inline double row_max_f64(const double* x, int64_t n) {
-  using namespace cpu::vec;
-  VD m = setd(-std::numeric_limits<double>::infinity());
-  int64_t i = 0;
-  for (; i + kWD <= n; i += kWD) m = running_max(m, loadd(x + i));
-  alignas(64) double lanes[kWD];
-  stored(lanes, m);
-  double r = lanes[0];
-  for (int j = 1; j < kWD; ++j) r = lanes[j] > r || lanes[j] != lanes[j] ? lanes[j] : r;
+  alignas(64) T lanes[W];
+  if constexpr (f32) storef(lanes, m);
+  else stored(lanes, m);
+  T r = lanes[0];
+  for (int j = 1; j < W; ++j) r = lanes[j] > r || lanes[j] != lanes[j] ? lanes[j] : r;
   for (; i < n; ++i) r = x[i] > r || x[i] != x[i] ? x[i] : r;
   return r;
 }
@@ -74,34 +60,22 @@ template <typename T>
 void softmax_row(const T* x, T* o, int64_t n, int64_t s, int64_t so, bool log_form) {
   using M = opmath_t<T>;
 #if KILN_HAVE_VEC
-  if constexpr (std::is_same_v<T, float>) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
     if (s == 1 && so == 1) {
-      // contiguous float32: exp(x - max) once into the output, then scale or take logs
-      float mx = row_max_f32(x, n);
-      cpu::vec::map_f32(x, o, n, [mx](cpu::vec::VF v) { return cpu::vec::expf(v - mx); });
-      float sum = row_sum(o, n);
+      // contiguous float32 and float64: exp(x - max) once into the output (kiln's own float32
+      // exp, SLEEF's float64 one: the scalar loop below takes two of libm's per element, which
+      // gcc does not vectorise), then scale or take logs
+      const T mx = row_max(x, n);
+      if constexpr (std::is_same_v<T, float>)
+        cpu::vec::map_f32(x, o, n, [mx](cpu::vec::VF v) { return cpu::vec::expf(v - mx); });
+      else
+        cpu::vec::map_f64(x, o, n, [mx](cpu::vec::VD v) { return KILN_SLEEF_D(exp)(v - cpu::vec::setd(mx)); });
+      const T sum = row_sum(o, n);
       if (log_form) {
-        float lse = std::log(sum);
+        const T lse = std::log(sum);
         for (int64_t i = 0; i < n; ++i) o[i] = (x[i] - mx) - lse;
       } else {
-        float inv = 1.0f / sum;
-        for (int64_t i = 0; i < n; ++i) o[i] *= inv;
-      }
-      return;
-    }
-  }
-  if constexpr (std::is_same_v<T, double>) {
-    if (s == 1 && so == 1) {
-      // contiguous float64 the same way, with SLEEF's exp (1 ulp; the scalar loop below takes
-      // two of libm's per element, which gcc does not vectorise: 1.9x PyTorch's time)
-      const double mx = row_max_f64(x, n);
-      cpu::vec::map_f64(x, o, n, [mx](cpu::vec::VD v) { return KILN_SLEEF_D(exp)(v - cpu::vec::setd(mx)); });
-      const double sum = row_sum(o, n);
-      if (log_form) {
-        const double lse = std::log(sum);
-        for (int64_t i = 0; i < n; ++i) o[i] = (x[i] - mx) - lse;
-      } else {
-        const double inv = 1.0 / sum;
+        const T inv = T(1) / sum;
         for (int64_t i = 0; i < n; ++i) o[i] *= inv;
       }
       return;

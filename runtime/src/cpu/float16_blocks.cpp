@@ -1,7 +1,7 @@
 // 16-bit floats by blocks: see float16_blocks.h.
 #include "float16_blocks.h"
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__) || defined(__AVX2__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 

@@ -621,7 +621,7 @@ class Builder {
     // Float sums accumulate in float64, integer and bool sums in int64; a 16-bit float sum of
     // 16-bit floats in float32, as eager's does (reduce.cpp) and PyTorch's: widening each element
     // to float64 made a float16 row sum compute-bound, 2.2x torch.compile's time.
-    // (The same for mean's, softmax's and logsumexp's sums.)
+    // (The same for products, and for mean's, softmax's and logsumexp's sums.)
     const bool sixteen = is_floating(t) && itemsize(n.outputs[0]->type.dtype) == 2 && itemsize(n.inputs[0]->type.dtype) == 2;
     const DType fsum = sixteen ? DType::Float32 : DType::Float64;
     DType acc = is_floating(t) ? fsum : DType::Int64;

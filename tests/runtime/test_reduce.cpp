@@ -147,41 +147,50 @@ TEST(Reduce, SoftmaxRowsByVectorsKeepNaNAndTheMax) {
   EXPECT_NEAR(softmax(x, 1).select(0, 3).select(0, 34).item<float>(), 1.0f, 1e-6);
 }
 
-// Contiguous float64 rows go by vectors too (SLEEF's exp, 1 ulp): against softmax written out in
-// long double, within a few ulps of the largest term, with NaN rows, a max in the tail, +inf (NaN) and -inf (no
-// share), in both forms, over rows of 37 (a vector tail) and 1000.
-TEST(Reduce, Float64SoftmaxRowsByVectors) {
+// Contiguous float32 and float64 rows go by vectors (kiln's float32 exp, SLEEF's float64 one):
+// against softmax written out in long double, within a few ulps of the largest term, in both
+// forms, with NaN rows, the max in the tail, +inf (NaN), -inf (no share) and an all -inf row
+// (NaN, as in PyTorch), over rows shorter than a vector, of one vector, one and a half and more.
+template <typename T>
+void expect_softmax_rows_match_long_double(DType dtype, double ulps) {
   manual_seed(5);
-  for (int64_t n : {int64_t(37), int64_t(1000)}) {
-    std::vector<double> v = (randn({7, n}, kFloat64) * 5).to_vector<double>();
-    v[size_t(0 * n + 3)] = NAN;
-    v[size_t(1 * n + n - 2)] = NAN;        // in the tail
-    v[size_t(2 * n + n - 1)] = 800.0;      // the max in the tail (exp overflows from any other shift)
-    v[size_t(3 * n + 5)] = INFINITY;       // NaN, as in PyTorch
-    v[size_t(4 * n + 6)] = -INFINITY;      // no share
-    const Tensor x = from_vector<double>(v, {7, n});
+  for (int64_t n : {1, 2, 5, 8, 15, 16, 17, 31, 33, 37, 1000}) {
+    std::vector<T> v = (randn({8, n}, dtype) * 5).template to_vector<T>();
+    v[size_t(0 * n + 3 % n)] = NAN;
+    v[size_t(1 * n + (n >= 2 ? n - 2 : 0))] = NAN;   // in the tail
+    v[size_t(2 * n + n - 1)] = T(80);                // the max in the tail (exp overflows from any other shift)
+    v[size_t(3 * n + 5 % n)] = INFINITY;             // NaN, as in PyTorch
+    v[size_t(4 * n + 6 % n)] = -INFINITY;            // no share
+    for (int64_t c = 0; c < n; ++c) v[size_t(5 * n + c)] = -INFINITY;  // NaN
+    const Tensor x = from_vector<T>(v, {8, n});
     for (bool log_form : {false, true}) {
-      const std::vector<double> got = (log_form ? log_softmax(x, 1) : softmax(x, 1)).to_vector<double>();
-      for (int64_t r = 0; r < 7; ++r) {
-        const double* row = v.data() + r * n;
+      const std::vector<T> got = (log_form ? log_softmax(x, 1) : softmax(x, 1)).template to_vector<T>();
+      for (int64_t r = 0; r < 8; ++r) {
+        const T* row = v.data() + r * n;
         long double mx = -INFINITY, sum = 0;
         for (int64_t c = 0; c < n; ++c) mx = std::max<long double>(mx, row[c]);
         for (int64_t c = 0; c < n; ++c) sum += std::exp((long double)row[c] - mx);
         for (int64_t c = 0; c < n; ++c) {
           const double g = got[size_t(r * n + c)];
-          SCOPED_TRACE("n " + std::to_string(n) + " row " + std::to_string(r) + " col " + std::to_string(c) +
-                       (log_form ? " log" : ""));
-          if (r <= 1 || r == 3) {
+          SCOPED_TRACE(std::string(name(dtype)) + " n " + std::to_string(n) + " row " + std::to_string(r) + " col " +
+                       std::to_string(c) + (log_form ? " log" : ""));
+          if (r <= 1 || r == 3 || r == 5 || (r == 4 && n == 1)) {
             EXPECT_TRUE(std::isnan(g));
             continue;
           }
           const long double want = log_form ? (long double)row[c] - mx - std::log(sum) : std::exp((long double)row[c] - mx) / sum;
+          const double eps = std::numeric_limits<T>::epsilon() * ulps;
           if (std::isinf(double(want))) EXPECT_EQ(g, double(want));
-          else EXPECT_NEAR(g, double(want), 4e-15 * std::max({1.0, std::fabs(double(want)), std::fabs(double(row[c] - mx))}));
+          else EXPECT_NEAR(g, double(want), eps * std::max({1.0, std::fabs(double(want)), std::fabs(double(row[c] - mx))}));
         }
       }
     }
   }
+}
+
+TEST(Reduce, Float32AndFloat64SoftmaxRowsByVectors) {
+  expect_softmax_rows_match_long_double<float>(kFloat32, 4);
+  expect_softmax_rows_match_long_double<double>(kFloat64, 18);
 }
 
 // softmax over a strided dim of a large tensor runs its rows contiguous (a tiled transpose there
@@ -287,6 +296,72 @@ TEST(Reduce, LargeRowAndColumnSums) {
     double ref = 0;
     for (int r = 0; r < 300; ++r) ref += v[size_t(r * 500 + c)];
     EXPECT_NEAR(cols.index({c}).item<double>(), ref, 1e-10);
+  }
+}
+
+// Sums over an outer dim (x.sum(0)) accumulate blocks of up to 256 columns four rows a pass,
+// and a narrow matrix's rows run in slices of 1024, each summed from zero, the slices then added
+// in order: the documented order written out here, bit for bit, with addends of very different
+// sizes so that another order would round differently. Shapes: [4100, 16] (one block, five
+// slices, rows that follow one another), [1030, 300] (two blocks, no slices, a tail of two rows)
+// and [2051, 3] (three slices, the last of three rows); float64, float16 (widened, float32
+// accumulators) and int64; max with a NaN, var, and any and all on a sliced bool column.
+TEST(Reduce, OuterDimSumsInSlicesInTheDocumentedOrder) {
+  manual_seed(19);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{4100, 16}, {1030, 300}, {2051, 3}}) {
+    SCOPED_TRACE("[" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    const int64_t slice = cols < 8 * 256 && rows >= 2048 ? 1024 : rows;
+    Tensor x = randn({rows, cols}, kFloat64) * exp(randn({rows, cols}, kFloat64) * 8);
+    auto documented = [&](const std::vector<double>& v, auto acc0) {
+      std::vector<double> want(static_cast<size_t>(cols));
+      for (int64_t c = 0; c < cols; ++c) {
+        decltype(acc0) total = 0;
+        for (int64_t lo = 0; lo < rows; lo += slice) {
+          decltype(acc0) part = 0;
+          for (int64_t r = lo; r < std::min(rows, lo + slice); ++r) part += decltype(acc0)(v[size_t(r * cols + c)]);
+          total = lo == 0 ? part : total + part;
+        }
+        want[size_t(c)] = double(total);
+      }
+      return want;
+    };
+    EXPECT_EQ(x.sum({0}).to_vector<double>(), documented(x.to_vector<double>(), 0.0));
+    const Tensor h = x.clamp(-60000, 60000).to(kFloat16);
+    std::vector<double> hw = documented(h.to(kFloat64).to_vector<double>(), 0.0f);
+    for (double& w : hw) w = double(float(Half(float(w))));
+    EXPECT_EQ(h.sum({0}).to(kFloat64).to_vector<double>(), hw);
+    const Tensor i = (x.clamp(-1e15, 1e15)).to(kInt64);
+    EXPECT_EQ(i.sum({0}).to(kFloat64).to_vector<double>(), documented(i.to(kFloat64).to_vector<double>(), int64_t(0)));
+    // max: the same in any order, NaN in the column that has one
+    std::vector<double> v = x.to_vector<double>();
+    v[size_t((rows - 2) * cols + 1)] = NAN;
+    const std::vector<double> mx = from_vector<double>(v, {rows, cols}).amax({0}).to_vector<double>();
+    for (int64_t c = 0; c < cols; ++c) {
+      double m = -INFINITY;
+      for (int64_t r = 0; r < rows; ++r) m = std::max(m, v[size_t(r * cols + c)]);
+      if (c == 1) EXPECT_TRUE(std::isnan(mx[size_t(c)]));
+      else EXPECT_EQ(mx[size_t(c)], m) << "col " << c;
+    }
+    // var: the slices' moments combine
+    const Tensor u = randn({rows, cols}, kFloat64) + 3;
+    const std::vector<double> uv = u.to_vector<double>(), var = u.var({0}).to_vector<double>();
+    for (int64_t c = 0; c < cols; ++c) {
+      long double mean = 0, ss = 0;
+      for (int64_t r = 0; r < rows; ++r) mean += uv[size_t(r * cols + c)];
+      mean /= rows;
+      for (int64_t r = 0; r < rows; ++r) ss += (uv[size_t(r * cols + c)] - mean) * (uv[size_t(r * cols + c)] - mean);
+      EXPECT_NEAR(var[size_t(c)], double(ss / (rows - 1)), 1e-12) << "col " << c;
+    }
+    // any and all: one true (false) in the last slice, one in the first
+    Tensor b = zeros({rows, cols}, kBool);
+    b.index({rows - 1, 0}) = true;
+    b.index({3, cols - 1}) = true;
+    const std::vector<bool> any = b.any({0}).to_vector<bool>(), all = b.logical_not().all({0}).to_vector<bool>();
+    for (int64_t c = 0; c < cols; ++c) {
+      const bool hit = c == 0 || c == cols - 1;
+      EXPECT_EQ(bool(any[size_t(c)]), hit) << "col " << c;
+      EXPECT_EQ(bool(all[size_t(c)]), !hit) << "col " << c;
+    }
   }
 }
 

@@ -102,6 +102,16 @@ inline VD running_max(VD a, VD x) { return _mm512_mask_max_pd(x, MD(~nan_lanes(x
 inline VD running_min(VD a, VD x) { return _mm512_mask_min_pd(x, MD(~nan_lanes(x)), x, a); }
 inline float first(VF v) { return _mm512_cvtss_f32(v); }
 inline double first(VD v) { return _mm512_cvtsd_f64(v); }
+// The first k lanes (0 < k < the width) loaded from p and the rest `fill`, and the first k
+// lanes of v stored to p: rows' tails without a padded copy.
+inline VF loadf_part(const float* p, int64_t k, float fill) {
+  return _mm512_mask_loadu_ps(setf(fill), __mmask16((1u << k) - 1), p);
+}
+inline VD loadd_part(const double* p, int64_t k, double fill) {
+  return _mm512_mask_loadu_pd(setd(fill), __mmask8((1u << k) - 1), p);
+}
+inline void storef_part(float* p, VF v, int64_t k) { _mm512_mask_storeu_ps(p, __mmask16((1u << k) - 1), v); }
+inline void stored_part(double* p, VD v, int64_t k) { _mm512_mask_storeu_pd(p, __mmask8((1u << k) - 1), v); }
 #elif defined(__AVX2__)
 using VF = __m256;
 using VD = __m256d;
@@ -181,9 +191,34 @@ inline VD running_max(VD a, VD x) { return _mm256_blendv_pd(_mm256_max_pd(x, a),
 inline VD running_min(VD a, VD x) { return _mm256_blendv_pd(_mm256_min_pd(x, a), x, nan_lanes(x)); }
 inline float first(VF v) { return _mm256_cvtss_f32(v); }
 inline double first(VD v) { return _mm256_cvtsd_f64(v); }
+inline __m256i first_lanes32(int64_t k) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(int(k)), _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0));
+}
+inline __m256i first_lanes64(int64_t k) {
+  return _mm256_cmpgt_epi64(_mm256_set1_epi64x(k), _mm256_set_epi64x(3, 2, 1, 0));
+}
+inline VF loadf_part(const float* p, int64_t k, float fill) {
+  const __m256i m = first_lanes32(k);
+  return _mm256_blendv_ps(setf(fill), _mm256_maskload_ps(p, m), _mm256_castsi256_ps(m));
+}
+inline VD loadd_part(const double* p, int64_t k, double fill) {
+  const __m256i m = first_lanes64(k);
+  return _mm256_blendv_pd(setd(fill), _mm256_maskload_pd(p, m), _mm256_castsi256_pd(m));
+}
+inline void storef_part(float* p, VF v, int64_t k) { _mm256_maskstore_ps(p, first_lanes32(k), v); }
+inline void stored_part(double* p, VD v, int64_t k) { _mm256_maskstore_pd(p, first_lanes64(k), v); }
 #endif
 
 #if KILN_HAVE_VEC
+// v's lanes folded by halves: lane j with lane j + W/2, then with j + W/4, and so on; lane 0's
+// result. (A tree: combine(a, b) = a + b rounds as a vector sum of pairs does.)
+template <typename V, typename Combine>
+inline auto fold_halves(V v, Combine combine) {
+  constexpr int W = int(sizeof(V) / sizeof(first(v)));
+  for (int w = W / 2; w > 0; w /= 2) v = combine(v, shift_down(v, w));
+  return first(v);
+}
+
 // exp of float32 lanes, within 0.77 ulp of the float64 exp over every float32 input (measured
 // exhaustively, the worst among the denormal results; SLEEF's expf_u10: 0.99), at 0.125 against
 // SLEEF's 0.164 ns per element on a Zen 5 core. x = n ln2 + r, |r| <= ln2 / 2, with n = rint(x /

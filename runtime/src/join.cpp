@@ -39,9 +39,39 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
     out_shape[d] += t.sizes()[d];
   }
   Tensor out = empty(out_shape, dt);
+  auto skipped = [&](const Tensor& t) { return t.dim() == 1 && t.numel() == 0 && nd != 1; };
+  bool slabs = d > 0;
+  for (auto& t : ts) slabs &= skipped(t) || (t.dtype() == dt && t.is_contiguous());
+  if (slabs) {
+    // Inputs of out's dtype, each contiguous: at every index of the dims before d, each input's
+    // slab of bytes goes next to the one before in out's row. (Through copy_ into narrowed views,
+    // a cat of narrow matrices along dim 1 paid an iteration step for every row: [65536, 16]
+    // with itself took 2-3x PyTorch's time.)
+    int64_t outer = 1, inner = 1;
+    for (int64_t k = 0; k < d; ++k) outer *= out_shape[size_t(k)];
+    for (int64_t k = d + 1; k < nd; ++k) inner *= out_shape[size_t(k)];
+    const int64_t item = int64_t(itemsize(dt)), row = out_shape[size_t(d)] * inner * item;
+    struct Slab { const char* src; int64_t bytes, at; };
+    std::vector<Slab> parts;
+    int64_t at = 0;
+    for (auto& t : ts) {
+      if (skipped(t)) continue;
+      const int64_t bytes = t.sizes()[d] * inner * item;
+      if (bytes == 0) continue;  // (an empty input's data may be null: memcpy must not see it)
+      parts.push_back({static_cast<const char*>(t.data_ptr()), bytes, at});
+      at += bytes;
+    }
+    char* o = static_cast<char*>(out.data_ptr());
+    cpu::parallel_for(outer, std::max<int64_t>(1, 4 * cpu::parallel_grain() / std::max<int64_t>(row, 1)),
+                      [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i)
+        for (const Slab& p : parts) std::memcpy(o + i * row + p.at, p.src + i * p.bytes, size_t(p.bytes));
+    });
+    return out;
+  }
   int64_t off = 0;
   for (auto& t : ts) {
-    if (t.dim() == 1 && t.numel() == 0 && nd != 1) continue;
+    if (skipped(t)) continue;
     out.narrow(d, off, t.sizes()[d]).copy_(t);
     off += t.sizes()[d];
   }

@@ -161,6 +161,29 @@ TEST(DType, SixteenBitUnaryOpsByWidenedBlocks) {
     }
 }
 
+// neg and abs of 16-bit floats flip or clear the sign bit of every pattern, NaNs included (as
+// PyTorch's do), contiguous and strided; float32 and float64 abs clear a NaN's sign too.
+TEST(DType, SixteenBitNegAndAbsOnTheSignBit) {
+  std::vector<uint16_t> bits(65536);
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = uint16_t(i);
+  for (DType d : {kFloat16, kBFloat16}) {
+    Tensor x = empty({65536}, d);
+    std::memcpy(x.data_ptr(), bits.data(), bits.size() * 2);
+    const Tensor strided = stack({x, x}, 1).select(1, 1);
+    for (bool is_abs : {false, true})
+      for (const Tensor& in : {x, strided}) {
+        const Tensor got = (is_abs ? abs(in) : neg(in)).contiguous();
+        ASSERT_EQ(got.dtype(), d);
+        const uint16_t* g = static_cast<const uint16_t*>(got.data_ptr());
+        for (size_t i = 0; i < bits.size(); ++i)
+          ASSERT_EQ(g[i], is_abs ? uint16_t(i & 0x7fff) : uint16_t(i ^ 0x8000))
+              << name(d) << (is_abs ? " abs" : " neg") << " of 0x" << std::hex << i;
+      }
+  }
+  EXPECT_FALSE(std::signbit(abs(full({3}, -NAN)).to_vector<float>()[0]));
+  EXPECT_FALSE(std::signbit(abs(full({3}, -NAN, kFloat64)).to_vector<double>()[2]));
+}
+
 // Binary ops on 16-bit floats go by widened blocks too (elementwise.h, opmath_binary_loop),
 // with either operand contiguous or broadcast: each element is the float32 op on the widened
 // operands rounded once, as one element at a time computes it.

@@ -505,6 +505,50 @@ TEST(Join, CatStackIndexSelectGather) {
   expect_error([&] { gather(a, 1, from_vector<int64_t>({3}, {1, 1})); }, "out of bounds");
 }
 
+// cat of contiguous inputs of out's dtype along an inner dim copies each input's slab into each
+// outer row; against copies into narrowed views of the output (the general path), bit for bit:
+// middle and last dims, an input empty along the dim, PyTorch's legacy [0], 16-bit and bool
+// elements, rows enough to run on the threads; a strided input and mixed dtypes take the
+// general path and agree too.
+TEST(Join, CatAlongAnInnerDimCopiesSlabs) {
+  manual_seed(9);
+  auto reference = [](const std::vector<Tensor>& ts, int64_t d, DType dt) {
+    std::vector<int64_t> shape;
+    for (const Tensor& t : ts)
+      if (t.dim() > 1) shape = t.sizes().vec();
+    shape[size_t(d)] = 0;
+    for (const Tensor& t : ts)
+      if (t.dim() > 1) shape[size_t(d)] += t.sizes()[d];
+    Tensor out = empty(shape, dt);
+    int64_t at = 0;
+    for (const Tensor& t : ts) {
+      if (t.dim() == 1) continue;
+      out.narrow(d, at, t.sizes()[d]).copy_(t);
+      at += t.sizes()[d];
+    }
+    return out;
+  };
+  struct Case { std::string what; std::vector<Tensor> ts; int64_t dim; };
+  const std::vector<Case> cases = {
+      {"middle dim, an empty input", {randn({7, 3, 5}), randn({7, 0, 5}), randn({7, 2, 5})}, 1},
+      {"last dim", {randn({3, 4, 5}), randn({3, 4, 1}), randn({3, 4, 2})}, 2},
+      {"negative dim, legacy empty", {randn({6, 2}), empty({0}), randn({6, 3})}, -1},
+      {"float16", {randn({9, 16}).to(kFloat16), randn({9, 1}).to(kFloat16)}, 1},
+      {"bool", {randint(0, 2, {5, 3}).to(kBool), randint(0, 2, {5, 4}).to(kBool)}, 1},
+      {"threaded rows", {randint(-9, 9, {70000, 3}, kInt32), randint(-9, 9, {70000, 5}, kInt32)}, 1},
+      {"strided input", {randn({8, 6}).t(), randn({6, 2})}, 1},
+      {"mixed dtypes", {randn({4, 3}), randint(0, 5, {4, 2}, kInt64)}, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const Tensor got = cat(c.ts, c.dim);
+    const Tensor want = reference(c.ts, c.dim < 0 ? c.dim + got.dim() : c.dim, got.dtype());
+    ASSERT_EQ(got.sizes().vec(), want.sizes().vec());
+    ASSERT_TRUE(got.is_contiguous());
+    EXPECT_EQ(std::memcmp(got.data_ptr(), want.contiguous().data_ptr(), size_t(got.nbytes())), 0);
+  }
+}
+
 // index_select's two paths (a memcpy per block when x is contiguous and the slices after dim d
 // hold at least 16 elements; one gather over every element otherwise) against slice-by-slice
 // copies: every dim, contiguous and strided sources, short and long slices, repeated and int32

@@ -110,6 +110,7 @@ template <typename In> struct MeanOp : SumOp<In> {
 template <typename In> struct ProdOp {
   using acc_t = sum_acc_t<In>;
   static constexpr bool valid = !std::is_same_v<In, bool>;
+  static constexpr Fold kFold = Fold::Mul;
   acc_t identity() const { return 1; }
   acc_t reduce(acc_t a, acc_t x) const { return a * x; }
   acc_t combine(acc_t a, acc_t b) const { return a * b; }

@@ -454,7 +454,8 @@ TEST(Reduce, ThreadedFullReductionsCoverTheWholeRun) {
 // (rows at a stride), each output accumulates its elements in turn. Sums and extrema over rows
 // of every length class, contiguous and strided, give exactly that, bit for bit: rows of zeros
 // of random signs make max's result depend on the order, and float64 sums of wide magnitudes
-// round differently in other orders. (NaN rows give NaN; which NaN's payload is not specified.)
+// round differently in other orders, and so do their products. (NaN rows give NaN; which NaN's
+// payload is not specified.)
 template <typename T, typename F>
 T lane_order_reference(const T* x, int64_t n, T identity, F reduce) {
   T lanes[16];
@@ -480,6 +481,7 @@ void check_lane_order(DType d) {
   auto max_step = [](T a, T x) { return x > a || x != x ? x : a; };
   auto min_step = [](T a, T x) { return x < a || x != x ? x : a; };
   auto add = [](T a, T x) { return a + x; };
+  auto mul = [](T a, T x) { return a * x; };
   auto same = [](T a, T b) { return std::memcmp(&a, &b, sizeof(T)) == 0 || (a != a && b != b); };
   for (int64_t n : {1, 5, 10, 15, 16, 17, 31, 48, 64, 100, 203, 1000}) {
     const int64_t rows = 12;
@@ -498,7 +500,7 @@ void check_lane_order(DType d) {
     for (const Tensor& t : {x, strided}) {
       const bool lanes = t.is_contiguous();
       const std::vector<T> mx = amax(t, {1}).template to_vector<T>(), mn = amin(t, {1}).template to_vector<T>(),
-                           sm = sum(t, {1}).template to_vector<T>();
+                           sm = sum(t, {1}).template to_vector<T>(), pr = prod(t, {1}).template to_vector<T>();
       for (int64_t row = 0; row < rows; ++row) {
         const T* p = v.data() + row * n;
         SCOPED_TRACE(std::string(name(d)) + " n " + std::to_string(n) + " row " + std::to_string(row) +
@@ -511,6 +513,7 @@ void check_lane_order(DType d) {
         // (float32 sums accumulate in float64, not in this reference)
         if (std::is_same_v<T, double>) {
           EXPECT_TRUE(same(sm[size_t(row)], want(T(0), add)));
+          EXPECT_TRUE(same(pr[size_t(row)], want(T(1), mul)));
         }
       }
     }

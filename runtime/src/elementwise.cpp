@@ -1,5 +1,6 @@
 // Elementwise ops: unary math, binary arithmetic, comparisons, logical/bitwise ops, and their
 // in-place forms (where, clamp, lerp, addcmul and masked_fill: ternary.cpp).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -16,17 +17,33 @@ namespace kiln {
 using namespace detail;
 
 namespace {
-// An operand that is contiguous along another dim than the output's innermost (x.t() + y) is
-// read a new cache line per element by the output-order walk: a [4096, 4096] float32 x.t() + y
-// took 46 ms. Large ones are first copied into the output's order by the tiled transpose (copy.cpp,
-// 1 ms per 16 MiB), which the op then reads contiguously: the same values, read in order.
+// The walk follows the output's memory order (the Iter puts its smallest stride innermost). An
+// operand contiguous along another dim than that innermost one (x.t() + y; x.t().add_(y), whose
+// output is the transposed one) is read a new cache line per element: a [4096, 4096] float32
+// x.t() + y took 46 ms, x.t().add_(y) 55 (PyTorch's: 61 and 56). Large ones are first copied
+// into the output's layout by the tiled transpose (copy.cpp, 1 ms per 16 MiB), which the op then
+// reads in order: the same values. Only for an output whose elements fill its memory in some
+// order of its dims (a permutation of a contiguous tensor), where that layout is defined.
 Tensor in_walk_order(const Tensor& t, const Tensor& out) {
-  const int64_t nd = t.dim();
-  if (nd < 2 || t.numel() < (int64_t(1) << 16) || !out.is_contiguous()) return t;
-  if (t.strides()[size_t(nd - 1)] == 1 || t.sizes()[size_t(nd - 1)] == 1) return t;
-  for (int64_t d = 0; d < nd - 1; ++d)
-    if (t.strides()[size_t(d)] == 1 && t.sizes()[size_t(d)] > 1) return t.contiguous();
-  return t;
+  const int64_t nd = t.dim(), od = out.dim();
+  if (nd < 2 || t.numel() < (int64_t(1) << 16) || nd > od) return t;
+  // out's dims, outermost in memory first (a stable sort: size-1 dims keep their place)
+  std::vector<int64_t> perm(static_cast<size_t>(od));
+  for (int64_t d = 0; d < od; ++d) perm[size_t(d)] = d;
+  std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) {
+    return out.sizes()[a] > 1 && out.sizes()[b] > 1 && out.strides()[a] > out.strides()[b];
+  });
+  const bool identity = std::is_sorted(perm.begin(), perm.end());
+  if (!out.permute(perm).is_contiguous() || (!identity && nd != od)) return t;
+  const int64_t inner = perm.back() - (od - nd);  // (t's dims align with out's last ones)
+  if (inner < 0 || t.strides()[size_t(inner)] == 1 || t.sizes()[size_t(inner)] == 1) return t;
+  bool other = false;
+  for (int64_t d = 0; d < nd; ++d) other |= d != inner && t.strides()[size_t(d)] == 1 && t.sizes()[size_t(d)] > 1;
+  if (!other) return t;
+  if (identity) return t.contiguous();
+  std::vector<int64_t> back(static_cast<size_t>(od));
+  for (int64_t d = 0; d < od; ++d) back[size_t(perm[size_t(d)])] = d;
+  return t.permute(perm).contiguous().permute(back);
 }
 }  // namespace
 

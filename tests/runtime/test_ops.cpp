@@ -622,6 +622,29 @@ TEST(Elementwise, TransposedOperandsGiveTheContiguousResult) {
     const Tensor sq_want = sq + sq.t().contiguous();
     sq.add_(sq.t());
     EXPECT_TRUE(same(sq, sq_want));
+    // in-place into a transposed or permuted destination: the operands go into its layout
+    Tensor base = (randn({400, 300}) * 4).to(d);
+    const Tensor base_want = (base.t().contiguous() + b).t().contiguous();
+    base.t().add_(b);
+    EXPECT_TRUE(same(base, base_want));
+    Tensor base3 = (randn({8, 120, 90}) * 4).to(d);
+    const Tensor other = (randn({8, 90, 120}) * 4).to(d);
+    const Tensor base3_want = (base3.permute({0, 2, 1}).contiguous() * other).permute({0, 2, 1}).contiguous();
+    base3.permute({0, 2, 1}).mul_(other);
+    EXPECT_TRUE(same(base3, base3_want));
+    Tensor base4 = (randn({16, 80, 60}) * 4).to(d);  // (a permutation that is not its own inverse)
+    const Tensor other4 = (randn({80, 60, 16}) * 4).to(d);
+    const Tensor base4_want = (base4.permute({1, 2, 0}).contiguous() - other4).permute({2, 0, 1}).contiguous();
+    base4.permute({1, 2, 0}).sub_(other4);
+    EXPECT_TRUE(same(base4, base4_want));
+    Tensor row_base = (randn({400, 300}) * 4).to(d), row = (randn({400}) * 4).to(d);  // (a broadcast row)
+    const Tensor row_want = (row_base.t().contiguous() - row).t().contiguous();
+    row_base.t().sub_(row);
+    EXPECT_TRUE(same(row_base, row_want));
+    Tensor sq2 = (randn({300, 300}) * 4).to(d);
+    const Tensor sq2_want = (sq2.t().contiguous() + sq2).t().contiguous();
+    sq2.t().add_(sq2);
+    EXPECT_TRUE(same(sq2, sq2_want));
   }
 }
 

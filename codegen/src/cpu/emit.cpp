@@ -93,6 +93,7 @@ class Emitter : ScalarBuilder {
     prefetch_ = wants_prefetch();
     plan_streams();
     chunk_ = !tile_ && (prefetch_ || streaming());
+    columns_ = wants_columns();
     staged_.assign(k_.loads.size(), Staged{});
     if (tile_) {
       for (size_t j = 0; j < k_.loads.size(); ++j) {
@@ -170,6 +171,7 @@ class Emitter : ScalarBuilder {
   std::vector<llvm::AllocaInst*> nan_;  // per float max/min reduction: the row met a NaN
   std::vector<llvm::AllocaInst*> scan_;  // per Scan instruction: its running value
   bool tile_ = false;
+  bool columns_ = false;   // the reduction runs by columns (wants_columns)
   bool prefetch_ = false;  // the innermost loop runs in chunks that prefetch their streams ahead
   bool chunk_ = false;     // the innermost loop runs in chunks (to prefetch, or for streaming stores)
   std::vector<llvm::AllocaInst*> stream_buf_;  // per store: its chunk's staging buffer when it streams
@@ -314,6 +316,10 @@ class Emitter : ScalarBuilder {
     }
     Value* lo = d == 0 ? begin : llvm::ConstantInt::get(idx_, 0);
     Value* hi = d == 0 ? end : extent_[size_t(d)];
+    if (columns_ && d == reduce_from() - 1) {
+      columns(d, lo, hi);
+      return;
+    }
     if (tile_ && d == rank() - 2) {
       tiled(d, lo, hi);
       return;
@@ -834,6 +840,77 @@ class Emitter : ScalarBuilder {
       start[size_t(rank() - 1)] = llvm::ConstantInt::get(idx_, 0);
       copy_out(j, stream_buf_[j], address_at(k_.loads.size() + j, start), extent_[size_t(rank() - 1)]);
     }
+  }
+
+  // A reduction over rows strided in memory into outputs that neighbour each other in memory
+  // (x.sum(0) of a row-major matrix: a bias gradient) runs by columns: loop K (the innermost
+  // outer loop) in blocks of kColumns outputs whose accumulators are a stack array, each row of
+  // the block read along K into them, the vector lanes along K. Output by output, every row is
+  // a new cache line, and LLVM walked each column with gathers: [4096, 1024].sum(0) took 15 ms
+  // compiled against eager's 0.4. Kernels with one pass of reductions, no scans and only
+  // per-row stores, where a load runs contiguously along K and none along a reduction loop.
+  static constexpr uint64_t kColumns = 256;
+  bool wants_columns() const {
+    const int K = reduce_from() - 1;
+    if (K < 0 || reduce_from() >= rank() || part_ != ReductionPart::Whole || generic_ || code_.depth != 1 ||
+        (flat_ > 1 && flat_ > K) || tile_ || chunk_ || streaming() || k_.loops[size_t(K)] < 8)
+      return false;
+    for (const Instr& in : code_.code)
+      if (in.op == EOp::Scan || in.op == EOp::RowIndex) return false;
+    const RowPlan plan = row_plan(k_, code_, true);
+    if (!plan.in_row.empty() || !plan.early.empty()) return false;
+    bool along_k = false;
+    for (const passes::Access& a : k_.loads) {
+      along_k = along_k || (moves(a, size_t(K)) && a.strides[size_t(K)] == 1);
+      for (int d = reduce_from(); d < rank(); ++d)
+        if (moves(a, size_t(d)) && std::abs(a.strides[size_t(d)]) == 1) return false;
+    }
+    return along_k;
+  }
+  void columns(int K, Value* lo, Value* hi) {
+    const RowPlan plan = row_plan(k_, code_, true);
+    const std::vector<int>& reduces = plan.reduces[1];
+    acc_.assign(code_.code.size(), nullptr);
+    nan_.assign(code_.code.size(), nullptr);
+    std::vector<llvm::AllocaInst*> block(code_.code.size(), nullptr);
+    for (int r : reduces) {
+      llvm::IRBuilder<> eb(entry_, entry_->begin());
+      block[size_t(r)] = eb.CreateAlloca(compute_type(code_.code[size_t(r)].type), eb.getInt64(kColumns), "acc.cols");
+      block[size_t(r)]->setAlignment(llvm::Align(64));
+    }
+    auto forget_all = [&] { std::fill(memo_.begin(), memo_.end(), nullptr); };
+    auto width = llvm::ConstantInt::get(idx_, kColumns);
+    Value* blocks = B.CreateUDiv(B.CreateAdd(B.CreateSub(hi, lo), llvm::ConstantInt::get(idx_, kColumns - 1)), width);
+    loop(llvm::ConstantInt::get(idx_, 0), blocks, "cols.block", [&](Value* b) {
+      Value* c0 = B.CreateAdd(lo, B.CreateMul(b, width));
+      Value* rest = B.CreateSub(hi, c0);
+      Value* n = B.CreateSelect(B.CreateICmpSLT(rest, width), rest, width);
+      auto at = [&](int r, Value* c) {
+        return B.CreateInBoundsGEP(compute_type(code_.code[size_t(r)].type), block[size_t(r)], c);
+      };
+      loop(llvm::ConstantInt::get(idx_, 0), n, "cols.init", [&](Value* c) {
+        for (int r : reduces) B.CreateStore(identity(code_.code[size_t(r)]), at(r, c));
+      });
+      row_loops(reduce_from(), [&] {
+        loop(llvm::ConstantInt::get(idx_, 0), n, "cols", [&](Value* c) {
+          iv_[size_t(K)] = B.CreateAdd(c0, c);
+          for (int id : plan.needs[0]) value(id);
+          for (int r : reduces) {
+            const Instr& in = code_.code[size_t(r)];
+            Value* a = B.CreateLoad(compute_type(in.type), at(r, c));
+            B.CreateStore(combine(in, a, value(in.args[0])), at(r, c));
+          }
+          forget_all();
+        });
+      });
+      loop(llvm::ConstantInt::get(idx_, 0), n, "cols.store", [&](Value* c) {
+        iv_[size_t(K)] = B.CreateAdd(c0, c);
+        for (int r : reduces) memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), at(r, c));
+        store_all(plan.per_row);
+        forget_all();
+      });
+      iv_[size_t(K)] = nullptr;
+    });
   }
 
   // A split reduction's last step: every reduction's accumulator combined over the parts

@@ -46,10 +46,6 @@ template <VectorLanes K, typename In, typename A>
   constexpr bool f32 = std::is_same_v<In, float>;
   constexpr int W = f32 ? kWF : kWD;  // lanes per vector
   constexpr int V = kLanes / W;       // vectors per block of 16 lanes
-  auto load = [](const auto* q) {
-    if constexpr (std::is_same_v<std::remove_cv_t<std::remove_pointer_t<decltype(q)>>, float>) return loadf(q);
-    else return loadd(q);
-  };
   int64_t i = 0;
   if constexpr (K == VectorLanes::NanSum && std::is_same_v<A, float>) {
     // (16-bit floats' nansum: float32 values widened from them, float32 lanes)
@@ -88,10 +84,7 @@ template <VectorLanes K, typename In, typename A>
     using Vec = decltype(load(p));
     Vec acc[U][V];
     for (int u = 0; u < U; ++u)
-      for (int v = 0; v < V; ++v) {
-        if constexpr (f32) acc[u][v] = setf(identity);
-        else acc[u][v] = setd(identity);
-      }
+      for (int v = 0; v < V; ++v) acc[u][v] = splat(identity);
     for (; i + U * kLanes <= n; i += U * kLanes)
       for (int u = 0; u < U; ++u)
         for (int v = 0; v < V; ++v) acc[u][v] = step(acc[u][v], load(p + i + u * kLanes + v * W));
@@ -99,10 +92,7 @@ template <VectorLanes K, typename In, typename A>
       for (int v = 0; v < V; ++v) acc[0][v] = step(acc[0][v], load(p + i + v * W));
     for (int u = 1; u < U; ++u)
       for (int v = 0; v < V; ++v) acc[0][v] = step(acc[0][v], acc[u][v]);
-    for (int v = 0; v < V; ++v) {
-      if constexpr (f32) storef(lanes + v * W, acc[0][v]);
-      else stored(lanes + v * W, acc[0][v]);
-    }
+    for (int v = 0; v < V; ++v) store(lanes + v * W, acc[0][v]);
   }
   return i;
 }
@@ -122,10 +112,6 @@ template <typename Op, typename A>
     using namespace cpu::vec;
     constexpr bool f32 = std::is_same_v<A, float>;
     constexpr int W = f32 ? kWF : kWD, N = kLanes / W;
-    auto load = [](const A* q) {
-      if constexpr (f32) return loadf(q);
-      else return loadd(q);
-    };
     using Vec = decltype(load(lanes));  // (not conditional_t: it drops the vector attributes)
     auto combine = [](Vec a, Vec x) {
       if constexpr (Op::kFold == Fold::Add) return a + x;

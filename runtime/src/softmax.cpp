@@ -25,37 +25,17 @@ __attribute__((always_inline)) inline void softmax_row_vec(const T* x, T* o, int
   constexpr bool f32 = std::is_same_v<T, float>;
   constexpr int64_t W = f32 ? kWF : kWD;
   constexpr T kNegInf = -std::numeric_limits<T>::infinity();
-  auto set = [](T v) {
-    if constexpr (f32) return setf(v);
-    else return setd(v);
-  };
-  using V = decltype(set(T(0)));  // (not conditional_t: it drops the vector attributes)
-  auto load = [](const T* p) {
-    if constexpr (f32) return loadf(p);
-    else return loadd(p);
-  };
-  auto load_part = [](const T* p, int64_t k, T fill) {
-    if constexpr (f32) return loadf_part(p, k, fill);
-    else return loadd_part(p, k, fill);
-  };
-  auto store = [](T* p, V v) {
-    if constexpr (f32) storef(p, v);
-    else stored(p, v);
-  };
-  auto store_part = [](T* p, V v, int64_t k) {
-    if constexpr (f32) storef_part(p, v, k);
-    else stored_part(p, v, k);
-  };
+  using V = decltype(load(x));  // (not conditional_t: it drops the vector attributes)
   auto exp = [](V v) {
     if constexpr (f32) return cpu::vec::expf(v);
     else return KILN_SLEEF_D(exp)(v);
   };
   const int64_t full = n - n % W, k = n - full;
-  V m = set(kNegInf);
+  V m = splat(kNegInf);
   for (int64_t i = 0; i < full; i += W) m = running_max(m, load(x + i));
   if (k) m = running_max(m, load_part(x + full, k, kNegInf));
-  const V mx = set(fold_halves(m, [](V a, V b) { return running_max(a, b); }));
-  V s = set(0);
+  const V mx = splat(fold_halves(m, [](V a, V b) { return running_max(a, b); }));
+  V s = splat(T(0));
   for (int64_t i = 0; i < full; i += W) {
     const V e = exp(load(x + i) - mx);
     if (!log_form) store(o + i, e);
@@ -68,11 +48,11 @@ __attribute__((always_inline)) inline void softmax_row_vec(const T* x, T* o, int
   }
   const T sum = fold_halves(s, [](V a, V b) { return a + b; });
   if (log_form) {
-    const V lse = set(std::log(sum));
+    const V lse = splat(std::log(sum));
     for (int64_t i = 0; i < full; i += W) store(o + i, (load(x + i) - mx) - lse);
     if (k) store_part(o + full, (load_part(x + full, k, 0) - mx) - lse, k);
   } else {
-    const V inv = set(T(1) / sum);
+    const V inv = splat(T(1) / sum);
     for (int64_t i = 0; i < full; i += W) store(o + i, load(o + i) * inv);
     if (k) store_part(o + full, load_part(o + full, k, 0) * inv, k);
   }

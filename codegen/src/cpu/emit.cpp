@@ -881,8 +881,6 @@ class Emitter : ScalarBuilder {
   void columns(int K, Value* lo, Value* hi) {
     const RowPlan plan = row_plan(k_, code_, true);
     const std::vector<int>& reduces = plan.reduces[1];
-    acc_.assign(code_.code.size(), nullptr);
-    nan_.assign(code_.code.size(), nullptr);
     std::vector<llvm::AllocaInst*> block(code_.code.size(), nullptr);
     for (int r : reduces) {
       llvm::IRBuilder<> eb(entry_, entry_->begin());

@@ -210,6 +210,18 @@ inline void stored_part(double* p, VD v, int64_t k) { _mm256_maskstore_pd(p, fir
 #endif
 
 #if KILN_HAVE_VEC
+// The same by element type, for code written once over float32 and float64.
+inline VF load(const float* p) { return loadf(p); }
+inline VD load(const double* p) { return loadd(p); }
+inline void store(float* p, VF v) { storef(p, v); }
+inline void store(double* p, VD v) { stored(p, v); }
+inline VF load_part(const float* p, int64_t k, float fill) { return loadf_part(p, k, fill); }
+inline VD load_part(const double* p, int64_t k, double fill) { return loadd_part(p, k, fill); }
+inline void store_part(float* p, VF v, int64_t k) { storef_part(p, v, k); }
+inline void store_part(double* p, VD v, int64_t k) { stored_part(p, v, k); }
+inline VF splat(float x) { return setf(x); }
+inline VD splat(double x) { return setd(x); }
+
 // v's lanes folded by halves: lane j with lane j + W/2, then with j + W/4, and so on; lane 0's
 // result. (A tree: combine(a, b) = a + b rounds as a vector sum of pairs does.)
 template <typename V, typename Combine>
@@ -381,12 +393,7 @@ template <typename T, typename F>
 inline void map2(const T* a, int64_t sa, const T* b, int64_t sb, T* o, int64_t n, F f) {
   constexpr bool f32 = std::is_same_v<T, float>;
   constexpr int64_t w = f32 ? kWF : kWD;
-  auto load = [](const T* p) { if constexpr (f32) return loadf(p); else return loadd(p); };
-  auto in = [&](const T* p, int64_t step, int64_t i) {
-    if constexpr (f32) return step ? loadf(p + i) : setf(*p);
-    else return step ? loadd(p + i) : setd(*p);
-  };
-  auto store = [](T* p, auto v) { if constexpr (f32) storef(p, v); else stored(p, v); };
+  auto in = [&](const T* p, int64_t step, int64_t i) { return step ? load(p + i) : splat(*p); };
   int64_t i = 0;
   for (; i + w <= n; i += w) store(o + i, f(in(a, sa, i), in(b, sb, i)));
   if (i < n) {

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""PyTorch eager and torch.compile on the 16-bit float graphs of this folder (each *.ir here is
-the same program as kiln's text form, timed by `kiln-bench --ir FILE`): median ms of at least
-20 calls and 1 s, after 5 warm-up calls (torch.compile: after the compiling call), 2 threads.
+"""PyTorch eager and torch.compile on the graphs of this folder (each *.ir here is the same
+program as kiln's text form, timed by `kiln-bench --ir FILE`): median ms of at least 20 calls
+and 1 s, after 5 warm-up calls (torch.compile: after the compiling call), 2 threads.
 
-Usage: python3 tools/bench/graphs/torch_16bit.py
+Usage: python3 tools/bench/graphs/torch_graphs.py [NAME ...]   (no names: every graph)
 """
+import sys
 import statistics
 import time
 
@@ -14,12 +15,19 @@ torch.set_num_threads(2)
 x = torch.randn(4096, 1024).half()
 y = torch.randn(4096, 1024).half()
 xb = x.bfloat16()
+wide = torch.randn(4096, 1024)
+narrow = torch.randn(65536, 16)
 PROGRAMS = [
     ("f16_chain", lambda a, b: torch.relu((a + b) * a), (x, y)),
     ("f16_rowsum", lambda a: a.sum(1), (x,)),
     ("bf16_rowsum", lambda a: a.sum(1), (xb,)),
     ("f16_softmax", lambda a: torch.softmax(a, 1), (x,)),
     ("f16_lse", lambda a: a.logsumexp(1), (x,)),
+    ("col_sum_wide", lambda a: a.sum(0), (wide,)),
+    ("col_sum_narrow", lambda a: a.sum(0), (narrow,)),
+    ("amax_rows16_f64", lambda a: a.amax(1), (narrow.double(),)),
+    ("sum_rows32_f64", lambda a: a.sum(1), (torch.randn(65536, 32).double(),)),
+    ("softmax_rows16", lambda a: torch.softmax(a, 1), (narrow,)),
 ]
 
 
@@ -36,8 +44,10 @@ def median_ms(f):
 
 
 for name, program, args in PROGRAMS:
+    if len(sys.argv) > 1 and name not in sys.argv[1:]:
+        continue
     compiled = torch.compile(program)
     compiled(*args)
     eager = median_ms(lambda: program(*args))
     comp = median_ms(lambda: compiled(*args))
-    print(f"{name:12s} torch eager {eager:.3f} ms  torch.compile {comp:.3f} ms")
+    print(f"{name:16s} torch eager {eager:.3f} ms  torch.compile {comp:.3f} ms")

@@ -45,7 +45,7 @@ namespace {
 // 2: kernels take a status word (integer division's zero-divisor check); 3: split full
 // reductions (partial and finish functions), size-generic kernels; 4: [begin, end) over the
 // leading loops flattened (thread_loops); 5: reductions over strided rows by columns, short rows
-// by the SLP vectoriser (emit.cpp, wants_columns, scalar_rows_).
+// by the SLP vectoriser (emit_rows.cpp's wants_columns, emit.cpp's scalar_rows_).
 constexpr int64_t kCpuCodegenVersion = 5;
 // The kernel program's own format version (kernel.h's text form feeds the key).
 constexpr int64_t kKernelIrVersion = 1;

@@ -1,8 +1,8 @@
 // Scalar instructions as LLVM IR (internal to codegen/cpu): the storage and compute types of
 // each dtype, conversions, reduction identities and combines, total integer division, math
 // calls, comparisons, and arith(), which lowers every kernel-code instruction whose value
-// depends only on its arguments'. The loop nest, operands and row state are emit.cpp's
-// Emitter, which builds on this class.
+// depends only on its arguments'. The loop nest, operands and row state are the
+// Emitter's (emitter.h), which builds on this class.
 #pragma once
 #include <limits>
 #include <stdexcept>

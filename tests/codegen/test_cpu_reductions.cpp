@@ -735,3 +735,63 @@ TEST(CpuOpsReductionEdgeCases, MathCallsReducedInTheirPass) {
 }
 
 }  // namespace
+
+// A reduction by columns into 4 to 256 outputs over at least 256 rows (x.sum(0) of a narrow
+// matrix: a bias gradient, a centre of mass) splits along its rows (emit.h's splits_columns):
+// each thread reduces its part of the rows for every output into its own slots, then one call
+// combines them per output, in order; on one thread too (one part), since the partial runs
+// its outputs as one block of a constant count. Outputs 4 to 256 wide, rows from the minimum
+// to sizes no part count divides, narrowed rows (padded, at an offset), every reducer, an
+// epilogue, NaN and infinities in the later calls, on 1, 2 and 3 threads; and the split is
+// checked to be taken (emit_cpu says so), and not taken under 4 or past 256 outputs, or under
+// 256 rows.
+TEST(CpuOpsReductionEdgeCases, NarrowColumnReductionsSplitAlongTheRows) {
+  auto plan = [](const Fn& fn, const V& in) {
+    auto f = compile(fn, cpu_options());
+    (void)f(in);
+    passes::Module m = passes::optimize(ir::parse(f.explain(in).graphs.at(0).text));
+    return codegen::emit_cpu(*m.program, codegen::CpuEmit::Code);
+  };
+  const std::string split = "by columns split along the rows";
+  struct Shape {
+    std::vector<int64_t> sizes;
+    Layout layout;
+    bool splits;
+  };
+  const std::vector<Shape> shapes = {{{256, 4}, Layout::Contiguous, true},     {{4099, 5}, Layout::Contiguous, true},
+                                     {{4099, 3}, Layout::Contiguous, false},
+                                     {{1001, 16}, Layout::Narrowed, true},     {{3001, 100}, Layout::Contiguous, true},
+                                     {{300, 256}, Layout::Contiguous, true},   {{300, 257}, Layout::Contiguous, false},
+                                     {{255, 16}, Layout::Contiguous, false}};
+  for (DType dt : {kFloat32, kFloat64, kFloat16, kInt64, kInt8, kBool}) {
+    const Fn fn = [dt](const V& in) {
+      const Tensor& x = in[0];
+      if (dt == kBool) return V{x.any({0}), x.all({0}), x.sum({0})};
+      V out = {x.sum({0}), x.amax({0}), x.amin({0})};
+      if (is_floating(dt)) {
+        out.push_back(x.mean({0}));
+        out.push_back(relu(x.sum({0}) * 0.5 + 1));
+        out.push_back((x * x).sum({0}));
+      }
+      return out;
+    };
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(std::string(name(dt)) + " [" + std::to_string(s.sizes[0]) + ", " + std::to_string(s.sizes[1]) +
+                   "] " + layout_name(s.layout));
+      Inputs inputs = [&, dt](int call) {
+        return V{make(dt, s.sizes, s.layout, 31 + uint64_t(dt) * 5 + uint64_t(call), Values::NearOne,
+                      call >= 2 ? Specials::Sparse : Specials::None)};
+      };
+      {
+        kiln::testing::ScopedEnv t("KILN_NUM_THREADS", "2");
+        const std::string code = plan(fn, inputs(0));
+        EXPECT_EQ(code.find(split) != std::string::npos, s.splits) << code;
+      }
+      for (const char* threads : {"1", "2", "3"}) {
+        kiln::testing::ScopedEnv t("KILN_NUM_THREADS", threads);
+        SCOPED_TRACE(std::string(threads) + " threads");
+        check(fn, inputs, Expect{});
+      }
+    }
+  }
+}

@@ -192,8 +192,11 @@ void Emitter::outer(int d, Value* begin, Value* end) {
     }, 1, scalar_rows_ && flat_ == reduce_from());
     return;
   }
-  Value* lo = d == 0 ? begin : llvm::ConstantInt::get(idx_, 0);
-  Value* hi = d == 0 ? end : extent_[size_t(d)];
+  // [begin, end) is loop 0's range, except in the parts of a kernel that splits_columns: those
+  // of its rows (Partial) or the parts (Finish), and loop 0 runs whole.
+  const bool range = d == 0 && part_ == ReductionPart::Whole;
+  Value* lo = range ? begin : llvm::ConstantInt::get(idx_, 0);
+  Value* hi = range ? end : extent_[size_t(d)];
   if (columns_ && d == reduce_from() - 1) {
     columns(d, lo, hi);
     return;
@@ -364,7 +367,7 @@ int thread_loops(const passes::Kernel& k, bool generic) {
 
 void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code, bool generic) {
   Emitter(m, k, code, ReductionPart::Whole, generic).emit(name);
-  if (!splits_reduction(k, code, true)) return;
+  if (!has_parts(k, code, generic)) return;
   Emitter(m, k, code, ReductionPart::Partial, generic).emit(name + kPartialSuffix);
   Emitter(m, k, code, ReductionPart::Finish, generic).emit(name + kFinishSuffix);
 }

@@ -31,11 +31,31 @@ using KernelFn = void (*)(char* const*, const int64_t*, int64_t, int64_t, uint64
 // each reduction's accumulator into 8-byte slots at operands[n] (n = loads + stores), and
 // `name.finish`, which combines the slots of parts [begin, end) at operands[n] in order and
 // computes and stores the results. Each part is one thread's; the finish runs once.
+//
+// A reduction by columns into few outputs (splits_columns: x.sum(0) of [65536, 16]) splits the
+// same way along its rows: `name.partial` runs the part [begin, end) of loop 1 for every index
+// of loop 0 and writes loop 0's index i's accumulators at slots i * reductions on; `name.finish`
+// combines, for each index of loop 0, the slots of parts [begin, end) (each part's slots
+// loops[0] * reductions apart) and stores. The host calls these even on one thread: the partial
+// runs its outputs as one block of a constant count, which its whole kernel, split along loop
+// 0 by the threads, cannot.
 enum class ReductionPart { Whole, Partial, Finish };
 inline constexpr const char* kPartialSuffix = ".partial";
 inline constexpr const char* kFinishSuffix = ".finish";
-// emit_kernel adds the partial and finish functions to kernels that splits_reduction()
-// (expr.h). A load that in_place_store() pairs with a store reads through the store's pointer.
+// emit_kernel adds the partial and finish functions to kernels that has_parts(). A load that
+// in_place_store() pairs with a store reads through the store's pointer.
+
+// A kernel with one outer loop of kSplitColumnsMinOutputs to 256 outputs (Emitter::kColumns)
+// reduced by columns (emit_rows.cpp) over at least kSplitColumnsMinRows rows; not size-generic.
+// Fewer outputs stay output by output (vectorised along the rows, by gathers): over 3 outputs
+// of float32 the split summed as fast ([699050, 3]: 0.19 ms either way) and ran a sum of
+// squared differences slower (0.30 -> 0.39 ms); over 4 it was 0.20 -> 0.07 (session 36).
+inline constexpr int64_t kSplitColumnsMinOutputs = 4, kSplitColumnsMinRows = 256;
+bool splits_columns(const passes::Kernel& k, const KernelCode& code, bool generic);
+// splits_reduction (expr.h) or splits_columns.
+inline bool has_parts(const passes::Kernel& k, const KernelCode& code, bool generic) {
+  return splits_reduction(k, code, true) || splits_columns(k, code, generic);
+}
 
 // A size-generic kernel reads its loop extents and every operand stride other than 0 and +-1
 // from `args`, after the host numbers (slot loads.size() on): the values generic_args(k)
@@ -61,7 +81,7 @@ inline bool calls_math(EOp op) {
 }
 
 // Adds `name` (external, with the signature above) computing kernel `k` from its lowered code,
-// and for a reduction that splits_reduction(), `name.partial` and `name.finish`; size-generic
+// and for a kernel that has_parts(), `name.partial` and `name.finish`; size-generic
 // when `generic`.
 void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code,
                  bool generic = false);

@@ -7,7 +7,7 @@ namespace kiln::codegen::cpu {
 
 // The reduction loops [d, rank): `body` runs innermost.
 template <class Body>
-void Emitter::row_loops(int d, Body&& body, bool ahead) {
+void Emitter::row_loops(int d, Body&& body, bool ahead, bool scalar) {
   if (d == rank()) {
     body();
     return;
@@ -16,14 +16,14 @@ void Emitter::row_loops(int d, Body&& body, bool ahead) {
     row_ahead(d, body);
     return;
   }
-  // A partial reduction runs its part of loop 0.
-  bool part = part_ == ReductionPart::Partial && d == 0;
+  // A partial reduction runs its part of its first reduction loop (loop 0 of a full reduction).
+  bool part = part_ == ReductionPart::Partial && d == reduce_from();
   loop(part ? begin_ : llvm::ConstantInt::get(idx_, 0),
        part ? end_ : extent_[size_t(d)], "row", [&](Value* i) {
          iv_[size_t(d)] = i;
-         row_loops(d + 1, body);
+         row_loops(d + 1, body, false, scalar);
          iv_[size_t(d)] = nullptr;
-       }, 1, false, d == rank() - 1 ? float16_width() : 0);
+       }, 1, scalar, d == rank() - 1 && !scalar ? float16_width() : 0);
 }
 
 // The row loop d (the innermost, the kernel's only reduction loop) in chunks of
@@ -174,24 +174,43 @@ void Emitter::outer_body() {
 // a new cache line, and LLVM walked each column with gathers: [4096, 1024].sum(0) took 15 ms
 // compiled against eager's 0.4. Kernels with one pass of reductions, no scans and only
 // per-row stores, where a load runs contiguously along K and none along a reduction loop.
-bool Emitter::wants_columns() const {
-  const int K = reduce_from() - 1;
-  if (K < 0 || reduce_from() >= rank() || part_ != ReductionPart::Whole || generic_ || code_.depth != 1 ||
-      (flat_ > 1 && flat_ > K) || tile_ || chunk_ || streaming() || k_.loops[size_t(K)] < 8)
-    return false;
-  for (const Instr& in : code_.code)
+static bool by_columns(const passes::Kernel& k, const KernelCode& code, int K) {
+  const int rank = int(k.loops.size()), rf = K + 1;
+  if (K < 0 || rf >= rank || code.depth != 1) return false;
+  for (const Instr& in : code.code)
     if (in.op == EOp::Scan || in.op == EOp::RowIndex) return false;
-  const RowPlan plan = row_plan(k_, code_, true);
+  const RowPlan plan = row_plan(k, code, true);
   if (!plan.in_row.empty() || !plan.early.empty()) return false;
   bool along_k = false;
-  for (const passes::Access& a : k_.loads) {
+  for (const passes::Access& a : k.loads) {
     along_k = along_k || (moves(a, size_t(K)) && a.strides[size_t(K)] == 1);
-    for (int d = reduce_from(); d < rank(); ++d)
+    for (int d = rf; d < rank; ++d)
       if (moves(a, size_t(d)) && std::abs(a.strides[size_t(d)]) == 1) return false;
   }
   return along_k;
 }
 
+bool splits_columns(const passes::Kernel& k, const KernelCode& code, bool generic) {
+  return !generic && k.reduce_from == 1 && k.loops.size() >= 2 && k.loops[0] >= kSplitColumnsMinOutputs &&
+         k.loops[0] <= int64_t(Emitter::kColumns) && k.loops[1] >= kSplitColumnsMinRows && by_columns(k, code, 0);
+}
+
+bool Emitter::wants_columns() const {
+  const int K = reduce_from() - 1;
+  if (part_ == ReductionPart::Partial) return true;  // (only splits_columns kernels have parts with an outer loop)
+  if (K < 0 || part_ != ReductionPart::Whole || generic_ || (flat_ > 1 && flat_ > K) || tile_ || chunk_ ||
+      streaming() || k_.loops[size_t(K)] < 8)
+    return false;
+  return by_columns(k_, code_, K);
+}
+
+// A Partial call of a kernel that splits_columns runs its part of the rows for every output,
+// one block of a constant count: LLVM unrolls a narrow block whole, keeps its accumulators in
+// registers and runs each row by vectors. Its row loop is not vectorised (it would be, with
+// gathers) but interleaved kColumnChains times: each accumulator a chain of additions, one per
+// row, would otherwise wait on the last (4 cycles), and [524288, 4].sum(0) ran 0.22 ms with one
+// chain and 0.07 with four, [65536, 16] 0.038 either way (session 36, docs/perf.md). It leaves
+// the accumulators in its slots for Finish, output by output.
 void Emitter::columns(int K, Value* lo, Value* hi) {
   const RowPlan plan = row_plan(k_, code_, true);
   const std::vector<int>& reduces = plan.reduces[1];
@@ -203,19 +222,17 @@ void Emitter::columns(int K, Value* lo, Value* hi) {
   }
   auto forget_all = [&] { std::fill(memo_.begin(), memo_.end(), nullptr); };
   auto width = llvm::ConstantInt::get(idx_, kColumns);
-  Value* blocks = B.CreateUDiv(B.CreateAdd(B.CreateSub(hi, lo), llvm::ConstantInt::get(idx_, kColumns - 1)), width);
-  loop(llvm::ConstantInt::get(idx_, 0), blocks, "cols.block", [&](Value* b) {
-    Value* c0 = B.CreateAdd(lo, B.CreateMul(b, width));
-    Value* rest = B.CreateSub(hi, c0);
-    Value* n = B.CreateSelect(B.CreateICmpSLT(rest, width), rest, width);
+  auto zero = llvm::ConstantInt::get(idx_, 0);
+  auto one_block = [&](Value* c0, Value* n) {
     auto at = [&](int r, Value* c) {
       return B.CreateInBoundsGEP(compute_type(code_.code[size_t(r)].type), block[size_t(r)], c);
     };
-    loop(llvm::ConstantInt::get(idx_, 0), n, "cols.init", [&](Value* c) {
+    loop(zero, n, "cols.init", [&](Value* c) {
       for (int r : reduces) B.CreateStore(identity(code_.code[size_t(r)]), at(r, c));
     });
+    if (part_ == ReductionPart::Partial) interleave_ = kColumnChains;
     row_loops(reduce_from(), [&] {
-      loop(llvm::ConstantInt::get(idx_, 0), n, "cols", [&](Value* c) {
+      loop(zero, n, "cols", [&](Value* c) {
         iv_[size_t(K)] = B.CreateAdd(c0, c);
         for (int id : plan.needs[0]) value(id);
         for (int r : reduces) {
@@ -225,14 +242,34 @@ void Emitter::columns(int K, Value* lo, Value* hi) {
         }
         forget_all();
       });
-    });
-    loop(llvm::ConstantInt::get(idx_, 0), n, "cols.store", [&](Value* c) {
+    }, false, true);
+    interleave_ = 0;
+    loop(zero, n, "cols.store", [&](Value* c) {
       iv_[size_t(K)] = B.CreateAdd(c0, c);
-      for (int r : reduces) memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), at(r, c));
-      store_all(plan.per_row);
+      if (part_ == ReductionPart::Partial) {
+        // slot q of output c: byte 8 (c nreduces + q) of this part's slots
+        Value* first = B.CreateMul(B.CreateZExt(iv_[size_t(K)], B.getInt64Ty()), B.getInt64(8 * reduces.size()));
+        for (size_t q = 0; q < reduces.size(); ++q) {
+          Value* slot = B.CreateInBoundsGEP(B.getInt8Ty(), parts_, B.CreateAdd(first, B.getInt64(8 * q)));
+          B.CreateStore(B.CreateLoad(compute_type(code_.code[size_t(reduces[q])].type), at(reduces[q], c)), slot);
+        }
+      } else {
+        for (int r : reduces) memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), at(r, c));
+        store_all(plan.per_row);
+      }
       forget_all();
     });
     iv_[size_t(K)] = nullptr;
+  };
+  if (part_ == ReductionPart::Partial) {
+    one_block(lo, B.CreateSub(hi, lo));  // (constants: the whole of loop K, at most kColumns)
+    return;
+  }
+  Value* blocks = B.CreateUDiv(B.CreateAdd(B.CreateSub(hi, lo), llvm::ConstantInt::get(idx_, kColumns - 1)), width);
+  loop(zero, blocks, "cols.block", [&](Value* b) {
+    Value* c0 = B.CreateAdd(lo, B.CreateMul(b, width));
+    Value* rest = B.CreateSub(hi, c0);
+    one_block(c0, B.CreateSelect(B.CreateICmpSLT(rest, width), rest, width));
   });
 }
 
@@ -246,8 +283,13 @@ void Emitter::finish_parts(const std::vector<int>& reduces) {
     acc_[size_t(reduces[q])] = eb.CreateAlloca(compute_type(in.type), nullptr, "acc");
     B.CreateStore(identity(in), acc_[size_t(reduces[q])]);
   }
+  // (a kernel that splits_columns: each part has n slots per output of loop 0, this output's
+  // at 8 n iv_0 within its part's)
+  const bool cols = reduce_from() > 0;
+  Value* per_part = B.getInt64(8 * n * uint64_t(cols ? k_.loops[0] : 1));
+  Value* mine = cols ? B.CreateMul(B.CreateZExt(iv_[0], B.getInt64Ty()), B.getInt64(8 * n)) : B.getInt64(0);
   loop(begin_, end_, "part", [&](Value* p) {
-    Value* base = B.CreateMul(B.CreateZExt(p, B.getInt64Ty()), B.getInt64(8 * n));
+    Value* base = B.CreateAdd(B.CreateMul(B.CreateZExt(p, B.getInt64Ty()), per_part), mine);
     for (size_t q = 0; q < n; ++q) {
       const Instr& in = code_.code[size_t(reduces[q])];
       llvm::Type* t = compute_type(in.type);

@@ -26,6 +26,11 @@ inline bool stride_is_arg(const passes::Access& a, size_t d) { return moves(a, d
 // The kernel's loops, operands and row state; its instructions' arithmetic is ScalarBuilder's.
 class Emitter : ScalarBuilder {
  public:
+  // A reduction over rows strided in memory into outputs that neighbour each other in memory
+  // (x.sum(0) of a row-major matrix) runs by columns of at most kColumns outputs (columns()).
+  static constexpr uint64_t kColumns = 256;
+  static constexpr unsigned kColumnChains = 4;  // see columns()
+
   Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code, ReductionPart part, bool generic);
 
   void emit(const std::string& name);
@@ -54,6 +59,7 @@ class Emitter : ScalarBuilder {
   bool tile_ = false;
   bool columns_ = false;   // the reduction runs by columns (wants_columns)
   bool scalar_rows_ = false;  // the loop over short rows stays scalar (constructor)
+  unsigned interleave_ = 0;   // > 1: scalar loops are interleaved that many times instead (columns())
   bool prefetch_ = false;  // the innermost loop runs in chunks that prefetch their streams ahead
   bool chunk_ = false;     // the innermost loop runs in chunks (to prefetch, or for streaming stores)
   std::vector<llvm::AllocaInst*> stream_buf_;  // per store: its chunk's staging buffer when it streams
@@ -115,7 +121,17 @@ class Emitter : ScalarBuilder {
     Value* next = B.CreateAdd(i, llvm::ConstantInt::get(idx_, step), "i.next", true, true);
     i->addIncoming(next, B.GetInsertBlock());
     llvm::BranchInst* latch = B.CreateCondBr(B.CreateICmpSLT(next, hi), head, exit);
-    if (scalar) {
+    if (scalar && interleave_ > 1) {
+      // one lane, interleaved: the loop's reductions run as that many independent chains
+      llvm::Metadata* w[] = {llvm::MDString::get(C, "llvm.loop.vectorize.width"),
+                             llvm::ConstantAsMetadata::get(B.getInt32(1))};
+      llvm::Metadata* n[] = {llvm::MDString::get(C, "llvm.loop.interleave.count"),
+                             llvm::ConstantAsMetadata::get(B.getInt32(interleave_))};
+      llvm::Metadata* ops[] = {nullptr, llvm::MDNode::get(C, w), llvm::MDNode::get(C, n)};
+      llvm::MDNode* self = llvm::MDNode::getDistinct(C, ops);
+      self->replaceOperandWith(0, self);
+      latch->setMetadata(llvm::LLVMContext::MD_loop, self);
+    } else if (scalar) {
       // llvm.loop.vectorize.enable = false: the loop stays scalar
       llvm::Metadata* off[] = {llvm::MDString::get(C, "llvm.loop.vectorize.enable"),
                                llvm::ConstantAsMetadata::get(B.getFalse())};
@@ -176,13 +192,10 @@ class Emitter : ScalarBuilder {
   // ---- reduction loops (emit_rows.cpp) ----
   void outer_body();
   template <class Body>
-  void row_loops(int d, Body&& body, bool ahead = false);
+  void row_loops(int d, Body&& body, bool ahead = false, bool scalar = false);
   template <class Body>
   void row_ahead(int d, Body&& body);
   int ahead_depth() const;
-  // A reduction over rows strided in memory into outputs that neighbour each other in memory
-  // (x.sum(0) of a row-major matrix) runs by columns of at most kColumns outputs (columns()).
-  static constexpr uint64_t kColumns = 256;
   bool wants_columns() const;
   void columns(int K, Value* lo, Value* hi);
   void finish_parts(const std::vector<int>& reduces);

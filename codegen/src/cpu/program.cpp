@@ -102,10 +102,11 @@ struct ThreadPlan {
   int max_threads = 1;
   int threads = 1;
   bool split = false;  // a full reduction split along loop 0: partial per thread, then finish
+  bool columns = false;  // split along loop 1 instead (splits_columns; even on one thread)
 };
 
 // `code`: the kernel's (its cost per element); `splits`: it was compiled with partial and finish
-// functions (splits_reduction); `copies`: it does that many of its loop space's elements per
+// functions (emit.h's has_parts); `copies`: it does that many of its loop space's elements per
 // element (row groups: the copies of an unrolled loop), which counts towards the work;
 // `max_threads`: the kernel threads.
 ThreadPlan plan_threads(const passes::Kernel& k, const KernelCode& code, bool generic, bool splits, int64_t copies,
@@ -117,12 +118,13 @@ ThreadPlan plan_threads(const passes::Kernel& k, const KernelCode& code, bool ge
   t.min_work = parallel_min_work();
   const bool enough = t.work() >= t.min_work;
   const bool has_outer = k.reduce_from > 0 && !k.loops.empty();
-  t.split = !has_outer && splits && enough;
-  if (t.split) t.outer = k.loops[0], t.loops = 1;
-  if (has_outer)  // (the leading loops the kernel runs as one range: emit.h's thread_loops)
+  t.columns = has_outer && splits;
+  t.split = t.columns || (!has_outer && splits && enough);
+  if (t.split) t.outer = k.loops[t.columns ? 1 : 0], t.loops = 1;
+  else if (has_outer)  // (the leading loops the kernel runs as one range: emit.h's thread_loops)
     for (t.loops = 0; t.loops < cpu::thread_loops(k, generic); ++t.loops) t.outer *= k.loops[size_t(t.loops)];
   t.threads = (has_outer || t.split) && enough ? int(std::min<int64_t>(t.outer, max_threads)) : 1;
-  if (t.threads <= 1) t.split = false;
+  if (t.threads <= 1 && !t.columns) t.split = false;
   return t;
 }
 
@@ -130,7 +132,10 @@ ThreadPlan plan_threads(const passes::Kernel& k, const KernelCode& code, bool ge
 std::string describe(const ThreadPlan& t) {
   std::ostringstream o;
   o << "threads: " << t.threads;
-  if (t.threads > 1 && t.split)
+  if (t.columns)
+    o << ", by columns split along the rows: each thread a part of loop 1 (" << t.outer
+      << ") for every output, then one combines them";
+  else if (t.threads > 1 && t.split)
     o << ", a split reduction: each thread a part of loop 0 (" << t.outer << "), then one combines them";
   else if (t.threads > 1)
     o << " over " << (t.loops == 1 ? "loop 0" : "loops 0-" + std::to_string(t.loops - 1)) << " (" << t.outer << ")";
@@ -245,8 +250,8 @@ std::unique_ptr<llvm::Module> build_module(llvm::LLVMContext& ctx, const passes:
   return m;
 }
 
-// A compiled kernel's entry points: the whole kernel, and for a split reduction its partial and
-// finishing steps (emit.h).
+// A compiled kernel's entry points: the whole kernel, and for a split reduction (or one by
+// columns split along its rows) its partial and finishing steps (emit.h).
 struct KernelFns {
   cpu::KernelFn whole = nullptr, partial = nullptr, finish = nullptr;
 };
@@ -285,7 +290,7 @@ KernelFns kernel_fn(const passes::Kernel& k, const KernelCode& code, bool generi
   }
   KernelFns fns;
   fns.whole = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol));
-  if (splits_reduction(k, code, true)) {
+  if (cpu::has_parts(k, code, generic)) {
     fns.partial = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol + cpu::kPartialSuffix));
     fns.finish = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol + cpu::kFinishSuffix));
   }
@@ -317,7 +322,7 @@ struct Launch {
   int64_t outer = 1;
   int threads = 1;
   bool split = false;  // (plan_threads')
-  int slots_per_part = 0;  // split: the reductions' accumulators (8 bytes each)
+  int slots_per_part = 0;  // split: the reductions' accumulators (8 bytes each), per output of loop 0 by columns
   std::vector<int64_t> sizes;  // a size-generic kernel's extents and strides (after the host numbers)
   std::vector<Check> checks;   // what each bit of the status word raises
 
@@ -330,6 +335,7 @@ struct Launch {
     for (const Instr& in : code.code) slots_per_part += in.op == EOp::Reduce;
     const ThreadPlan t = plan_threads(kernel, code, generic, fns.partial != nullptr, copies, env::num_threads());
     outer = t.outer, threads = t.threads, split = t.split;
+    if (t.columns) slots_per_part *= int(kernel.loops[0]);
   }
 
   // `first` (when given) is the tensor the kernel's load 0 reads instead of a program buffer: the
@@ -374,10 +380,10 @@ struct Launch {
     for (size_t j = 0; j < kk.stores.size(); ++j)
       p[kk.loads.size() + j] = operand_address(buffers[size_t(kk.stores[j].buffer)], kk.stores[j]);
     uint64_t status = 0;
-    if (threads <= 1) {
-      fns.whole(p, args, 0, outer, &status);
-    } else if (split) {
+    if (split) {
       run_split(p, n, args, &status);
+    } else if (threads <= 1) {
+      fns.whole(p, args, 0, outer, &status);
     } else {
       cpu::KernelFn f = fns.whole;
       int64_t o = outer;
@@ -399,14 +405,20 @@ struct Launch {
     KILN_FAIL(checks[bit].op, checks[bit].message);
   }
 
-  // Each thread reduces its part of loop 0 into its own accumulator slots; then one call
-  // combines the slots in thread order and stores the results.
+  // Each thread reduces its part of loop 0 (by columns: of loop 1) into its own accumulator
+  // slots; then one call combines the slots in thread order and stores the results.
   void run_split(char** p, size_t n, const int64_t* args, uint64_t* status) const {
     const size_t per_part = size_t(slots_per_part);
     std::vector<int64_t> slots(size_t(threads) * per_part);
     cpu::KernelFn partial = fns.partial;
     int64_t o = outer;
     int parts = threads;
+    if (threads <= 1) {
+      p[n] = reinterpret_cast<char*>(slots.data());
+      partial(p, args, 0, o, status);
+      fns.finish(p, args, 0, 1, status);
+      return;
+    }
 #pragma omp parallel num_threads(threads)
     {
       int t = omp_get_thread_num(), nt = omp_get_num_threads();
@@ -584,7 +596,7 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic)
     }
 #if KILN_WITH_LLVM  // (without it every kernel runs on the reference executor, on one thread)
     o << comment << " "
-      << describe(plan_threads(kc, *low.code, generic, splits_reduction(kc, *low.code, true),
+      << describe(plan_threads(kc, *low.code, generic, cpu::has_parts(kc, *low.code, generic),
                                grouped ? grouped->copies : 1, env::num_threads()))
       << "\n";
 #endif

@@ -17,6 +17,7 @@ y = torch.randn(4096, 1024).half()
 xb = x.bfloat16()
 wide = torch.randn(4096, 1024)
 narrow = torch.randn(65536, 16)
+points = torch.randn(1048576, 3)
 PROGRAMS = [
     ("f16_chain", lambda a, b: torch.relu((a + b) * a), (x, y)),
     ("f16_rowsum", lambda a: a.sum(1), (x,)),
@@ -28,6 +29,14 @@ PROGRAMS = [
     ("amax_rows16_f64", lambda a: a.amax(1), (narrow.double(),)),
     ("sum_rows32_f64", lambda a: a.sum(1), (torch.randn(65536, 32).double(),)),
     ("softmax_rows16", lambda a: torch.softmax(a, 1), (narrow,)),
+    ("col_sum_3", lambda a: a.sum(0), (torch.randn(699050, 3),)),
+    ("col_sum_4", lambda a: a.sum(0), (torch.randn(524288, 4),)),
+    ("col_sum_8", lambda a: a.sum(0), (torch.randn(262144, 8),)),
+    ("col_sum_narrow_f16", lambda a: a.sum(0), (narrow.half(),)),
+    ("col_amax_narrow_i64", lambda a: a.amax(0), (torch.randint(-1000, 1000, (65536, 16)),)),
+    ("col_sum_64", lambda a: a.sum(0), (torch.randn(16384, 64),)),
+    ("center_of_mass", lambda a: a.mean(0), (points,)),
+    ("sq_dev_cols3", lambda a, m: ((a - m) * (a - m)).sum(0), (points, torch.randn(3))),
 ]
 
 

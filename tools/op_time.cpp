@@ -27,6 +27,8 @@ const std::map<std::string, std::function<Tensor(const Tensor&, const Tensor&)>>
   static const std::map<std::string, std::function<Tensor(const Tensor&, const Tensor&)>> table = {
       {"sum_rows", [](const Tensor& x, const Tensor&) { return x.sum({1}); }},
       {"sum_cols", [](const Tensor& x, const Tensor&) { return x.sum({0}); }},
+      {"mean_cols", [](const Tensor& x, const Tensor&) { return x.mean({0}); }},
+      {"amax_cols", [](const Tensor& x, const Tensor&) { return x.amax({0}); }},
       {"mean_rows", [](const Tensor& x, const Tensor&) { return x.mean({1}); }},
       {"amax_rows", [](const Tensor& x, const Tensor&) { return x.amax({1}); }},
       {"argmax_rows", [](const Tensor& x, const Tensor&) { return x.argmax(1); }},

@@ -12,6 +12,8 @@ import torch
 OPS = {
     "sum_rows": lambda x, y: x.sum(1),
     "sum_cols": lambda x, y: x.sum(0),
+    "mean_cols": lambda x, y: x.mean(0),
+    "amax_cols": lambda x, y: x.amax(0),
     "mean_rows": lambda x, y: x.mean(1),
     "amax_rows": lambda x, y: x.amax(1),
     "argmax_rows": lambda x, y: x.argmax(1),

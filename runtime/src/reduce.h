@@ -334,56 +334,102 @@ void reduce_kernel(const Tensor& x, const std::vector<bool>& mask, const Tensor&
   const int64_t slices =
       blocks < 8 && plan.reduced.size() == 1 && r0.size >= 2 * kSliceRows ? (r0.size + kSliceRows - 1) / kSliceRows : 1;
   const int64_t slice_rows = slices == 1 ? r0.size : kSliceRows;
+  // The slices' accumulators, pitch apart: a block's width, not kBlock (x.sum(0) of [262144, 8]
+  // allocated 512 KiB per call for 16 KiB of accumulators, fresh pages every call).
   // (not std::vector: A is bool for any and all)
-  std::unique_ptr<A[]> parts(slices > 1 ? new A[size_t(blocks * slices * kBlock)] : nullptr);
-  // Rows [lo, hi) of r0, at every offset of the other reduced dims, into acc[0, nb).
-  auto fold_rows = [&](A* acc, int64_t ib, int64_t nb, int64_t lo, int64_t hi) {
-    const int64_t rs = r0.in_stride;
+  const int64_t pitch = std::min(kBlock, k0.size);
+  std::unique_ptr<A[]> parts(slices > 1 ? new A[size_t(blocks * slices * pitch)] : nullptr);
+  // Four rows from q (row stride rs) into acc[0, nb), one after another. (nb: an int64_t, or an
+  // integral_constant for the narrow blocks fold_slices names.)
+  auto four_rows = [&](A* acc, const In* q, int64_t rs, auto nb) {
     auto four = [&](const auto* q0, const auto* q1, const auto* q2, const auto* q3) {
       using V = std::remove_cv_t<std::remove_pointer_t<decltype(q0)>>;
       auto a = [](V v) { return A(opmath_t<V>(v)); };
       for (int64_t j = 0; j < nb; ++j)
         acc[j] = op.reduce(op.reduce(op.reduce(op.reduce(acc[j], a(q0[j])), a(q1[j])), a(q2[j])), a(q3[j]));
     };
+    if constexpr (std::is_same_v<In, Half>) {
+      // (bfloat16 widens by a shift, which the loop vectorises as it is; four rows that
+      // follow one another widen in one call)
+      alignas(64) float wide[4 * 256];  // (4 kBlock: a name here crashed GCC 12)
+      if (rs == nb) cpu::widen(q, wide, 4 * nb);
+      else
+        for (int u = 0; u < 4; ++u) cpu::widen(q + u * rs, wide + u * nb, nb);
+      four(wide, wide + nb, wide + 2 * nb, wide + 3 * nb);
+    } else {
+      four(q, q + rs, q + 2 * rs, q + 3 * rs);
+    }
+  };
+  // Rows [lo, hi) of r0, at every offset of the other reduced dims, into acc[0, nb).
+  auto fold_rows = [&](A* acc, int64_t ib, int64_t nb, int64_t lo, int64_t hi) {
+    const int64_t rs = r0.in_stride;
     for_reduced(1, [&](int64_t roff) {
       const In* p = in + ib + roff;
       int64_t r = lo;
-      if (k0.in_stride == 1) {
-        for (; r + 4 <= hi; r += 4) {
-          const In* q = p + r * rs;
-          if constexpr (std::is_same_v<In, Half>) {
-            // (bfloat16 widens by a shift, which the loop vectorises as it is; four rows that
-            // follow one another widen in one call)
-            alignas(64) float wide[4 * kBlock];
-            if (rs == nb) cpu::widen(q, wide, 4 * nb);
-            else
-              for (int u = 0; u < 4; ++u) cpu::widen(q + u * rs, wide + u * nb, nb);
-            four(wide, wide + nb, wide + 2 * nb, wide + 3 * nb);
-          } else {
-            four(q, q + rs, q + 2 * rs, q + 3 * rs);
-          }
-        }
-      }
+      if (k0.in_stride == 1)
+        for (; r + 4 <= hi; r += 4) four_rows(acc, p + r * rs, rs, nb);
       for (; r < hi; ++r) {
         const In* q = p + r * rs;
         for (int64_t j = 0; j < nb; ++j) acc[j] = op.reduce(acc[j], A(opmath_t<In>(q[j * k0.in_stride])));
       }
     });
   };
-  cpu::parallel_for(blocks * slices, std::max<int64_t>(1, cpu::parallel_grain() / (slice_rows * kBlock)),
+  // Slices [s0, s0 + ns) of a block, each whole, into their accumulators in parts (pitch
+  // apart). With contiguous rows the slices take turns four rows at a time: each still adds
+  // its own rows in order, and their chains of additions overlap. One slice at a time, every
+  // row waited on the previous one's addition: x.sum(0) of [262144, 8] took 2.5x PyTorch's time.
+  // A block of 3, 4 or 8 outputs runs with its width a constant: the compiler's loop over a
+  // block of a run-time width had no vector iteration under 16 (float32), and ran it scalar.
+  auto fold_slices = [&](A* acc, int64_t ib, int64_t nb, int64_t s0, int64_t ns) {
+    if (k0.in_stride != 1 || ns == 1) {
+      for (int64_t s = 0; s < ns; ++s) fold_rows(acc + s * pitch, ib, nb, (s0 + s) * kSliceRows, (s0 + s + 1) * kSliceRows);
+      return;
+    }
+    const int64_t rs = r0.in_stride;
+    const In* p = in + ib + s0 * kSliceRows * rs;
+    auto run = [&](auto width) {
+      for (int64_t r = 0; r < kSliceRows; r += 4)
+        for (int64_t s = 0; s < ns; ++s) four_rows(acc + s * pitch, p + (s * kSliceRows + r) * rs, rs, width);
+    };
+    if constexpr (std::is_arithmetic_v<A>) {
+      switch (nb) {
+        case 3: return run(std::integral_constant<int64_t, 3>{});
+        case 4: return run(std::integral_constant<int64_t, 4>{});
+        case 8: return run(std::integral_constant<int64_t, 8>{});
+        default: break;
+      }
+    }
+    run(nb);
+  };
+  // The tasks: per block, its whole slices in groups (of kSliceGroup where the block is 16
+  // outputs or fewer: wider blocks have independent additions enough in a row of their own, and
+  // float16 rows, widened four at a time through a call, ran up to 2x slower in groups),
+  // then its last slice when that is shorter; or per block all its rows when there are no slices.
+  constexpr int64_t kSliceGroup = 4;
+  const int64_t group = k0.size <= 16 && !std::is_same_v<In, Half> ? kSliceGroup : 1;
+  const int64_t whole = slices > 1 ? r0.size / kSliceRows : 0;
+  const int64_t groups = slices > 1 ? (whole + group - 1) / group + (slices > whole) : 1;
+  cpu::parallel_for(blocks * groups, std::max<int64_t>(1, cpu::parallel_grain() / (group * slice_rows * kBlock)),
                     [&](int64_t b, int64_t e) {
     A local[kBlock];
     for (int64_t t = b; t < e; ++t) {
-      const int64_t block = t / slices, slice = t % slices;
+      const int64_t block = t / groups, g = t % groups;
       const int64_t row = block / blocks_per_row, j0 = (block % blocks_per_row) * kBlock;
       const int64_t nb = std::min(kBlock, k0.size - j0);
       int64_t ib, ob;
       kept_offsets(row, 1, ib, ob);
-      A* acc = slices > 1 ? parts.get() + t * kBlock : local;
-      for (int64_t j = 0; j < nb; ++j) acc[j] = op.identity();
-      fold_rows(acc, ib + j0 * k0.in_stride, nb, slice * slice_rows, std::min(r0.size, (slice + 1) * slice_rows));
-      if (slices == 1)
-        for (int64_t j = 0; j < nb; ++j) o[ob + (j0 + j) * k0.out_stride] = Out(op.project(acc[j], count));
+      ib += j0 * k0.in_stride;
+      if (slices == 1) {
+        for (int64_t j = 0; j < nb; ++j) local[j] = op.identity();
+        fold_rows(local, ib, nb, 0, r0.size);
+        for (int64_t j = 0; j < nb; ++j) o[ob + (j0 + j) * k0.out_stride] = Out(op.project(local[j], count));
+        continue;
+      }
+      const int64_t s0 = std::min(g * group, whole), ns = s0 < whole ? std::min(group, whole - s0) : 1;
+      A* acc = parts.get() + (block * slices + s0) * pitch;
+      for (int64_t j = 0; j < ns * pitch; ++j) acc[j] = op.identity();
+      if (s0 < whole) fold_slices(acc, ib, nb, s0, ns);
+      else fold_rows(acc, ib, nb, s0 * kSliceRows, r0.size);  // (the last slice, shorter)
     }
   });
   for (int64_t block = 0; slices > 1 && block < blocks; ++block) {
@@ -391,10 +437,10 @@ void reduce_kernel(const Tensor& x, const std::vector<bool>& mask, const Tensor&
     const int64_t nb = std::min(kBlock, k0.size - j0);
     int64_t ib, ob;
     kept_offsets(row, 1, ib, ob);
-    const A* part = parts.get() + block * slices * kBlock;
+    const A* part = parts.get() + block * slices * pitch;
     for (int64_t j = 0; j < nb; ++j) {
       A acc = part[j];
-      for (int64_t sl = 1; sl < slices; ++sl) acc = op.combine(acc, part[sl * kBlock + j]);
+      for (int64_t sl = 1; sl < slices; ++sl) acc = op.combine(acc, part[sl * pitch + j]);
       o[ob + (j0 + j) * k0.out_stride] = Out(op.project(acc, count));
     }
   }

@@ -308,10 +308,15 @@ TEST(Reduce, LargeRowAndColumnSums) {
 // accumulators) and int64; max with a NaN, var, and any and all on a sliced bool column.
 TEST(Reduce, OuterDimSumsInSlicesInTheDocumentedOrder) {
   manual_seed(19);
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{4100, 16}, {1030, 300}, {2051, 3}}) {
-    SCOPED_TRACE("[" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  // (whole slices in groups of four and one shorter; two groups, the second of two; whole
+  // slices only; one row of outputs every second column, so not contiguous along the outputs)
+  for (auto [rows, cols, gap] : {std::tuple<int64_t, int64_t, bool>{4100, 16, false}, {1030, 300, false},
+                                 {2051, 3, false}, {7000, 8, false}, {8192, 5, false}, {6200, 4, true}}) {
+    SCOPED_TRACE("[" + std::to_string(rows) + ", " + std::to_string(cols) + "]" + (gap ? " every second column" : ""));
     const int64_t slice = cols < 8 * 256 && rows >= 2048 ? 1024 : rows;
     Tensor x = randn({rows, cols}, kFloat64) * exp(randn({rows, cols}, kFloat64) * 8);
+    if (gap) x = stack({x, randn({rows, cols}, kFloat64)}, 2).reshape({rows, 2 * cols}).slice(1, 0, 2 * cols, 2);
+    ASSERT_EQ(x.stride(1), gap ? 2 : 1);
     auto documented = [&](const std::vector<double>& v, auto acc0) {
       std::vector<double> want(static_cast<size_t>(cols));
       for (int64_t c = 0; c < cols; ++c) {

@@ -265,6 +265,54 @@ TEST(Elementwise, Float32FmodRemainderAndFloorDivisionAreExact) {
   EXPECT_EQ(bad_broadcast, 0);
 }
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+extern "C" __m512 kiln_expf16(__m512);
+extern "C" __m256 kiln_expf8(__m256);
+extern "C" __m512 kiln_erff16(__m512);
+extern "C" __m256 kiln_erff8(__m256);
+extern "C" __m512 kiln_tanhf16(__m512);
+extern "C" __m256 kiln_tanhf8(__m256);
+extern "C" __m512 kiln_fmodf16(__m512, __m512);
+extern "C" __m256 kiln_fmodf8(__m256, __m256);
+#endif
+
+// A compiled loop of 8 lanes in an AVX-512 build calls kiln_expf8 (and erf, tanh and fmod's),
+// which runs the 16-lane function on its vector widened in registers: each of the 8 lanes is the
+// 16-lane function's, bit for bit, whatever the other lanes hold (the upper half of the widened
+// vector is zero; fmod's divisor there is 1).
+TEST(Elementwise, EightLaneMathExportsAreTheSixteenLaneFunctions) {
+#if defined(__AVX512F__)
+  std::mt19937 g(5);
+  std::uniform_real_distribution<float> u(-30.0f, 30.0f);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1e-40f, -89.0f, 88.7f};
+  int differ = 0;
+  for (int round = 0; round < 2000; ++round) {
+    alignas(64) float x[16], y[16], w16[16], w8[8];
+    for (int i = 0; i < 16; ++i) {
+      x[i] = round < 8 && i == round ? specials[round] : u(g);
+      y[i] = u(g) / 7;
+    }
+    auto same = [&](const char* what) {
+      for (int i = 0; i < 8; ++i)
+        if (std::memcmp(&w8[i], &w16[i], 4) != 0 && !(std::isnan(w8[i]) && std::isnan(w16[i]))) {
+          ADD_FAILURE() << what << " lane " << i << " of x = " << x[i] << ": " << w8[i] << " against " << w16[i];
+          ++differ;
+        }
+    };
+    const __m512 x16 = _mm512_load_ps(x), y16 = _mm512_load_ps(y);
+    const __m256 x8 = _mm256_load_ps(x), y8 = _mm256_load_ps(y);
+    _mm512_store_ps(w16, kiln_expf16(x16)), _mm256_store_ps(w8, kiln_expf8(x8)), same("exp");
+    _mm512_store_ps(w16, kiln_erff16(x16)), _mm256_store_ps(w8, kiln_erff8(x8)), same("erf");
+    _mm512_store_ps(w16, kiln_tanhf16(x16)), _mm256_store_ps(w8, kiln_tanhf8(x8)), same("tanh");
+    _mm512_store_ps(w16, kiln_fmodf16(x16, y16)), _mm256_store_ps(w8, kiln_fmodf8(x8, y8)), same("fmod");
+    if (differ > 8) break;
+  }
+#else
+  GTEST_SKIP() << "the 8-lane forms run the 16-lane ones only in AVX-512 builds";
+#endif
+}
+
 TEST(Elementwise, ComparisonsLogicalBitwise) {
   Tensor a = from_vector<float>({1, 2, NAN}), b = from_vector<float>({1, 3, NAN});
   expect_values(a == b, {3}, {1, 0, 0}, 0);

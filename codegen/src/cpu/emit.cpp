@@ -45,6 +45,26 @@ Emitter::Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& cod
   for (const auto* ops : {&k.loads, &k.stores})
     for (const passes::Access& a : *ops)
       scalar_rows_ = scalar_rows_ && a.dtype != DType::Float16 && a.dtype != DType::BFloat16;
+  // Rows of 16 to 63 elements, contiguous, whose row values call the vector math library
+  // (softmax over 16 classes) run row-wise as longer rows do: the loop over the rows scalar,
+  // each row loop vectorised along the row and never unrolled whole (Hint::NotUnrolled). LLVM
+  // unrolled them whole and vectorised the loop over the rows, a lane per row, every element by
+  // a gather and every store by a scatter: softmax over float32 rows of 16 ran 0.98 ms, 0.56
+  // row-wise; over rows of 32 2.19 and 0.92; float16 rows of 16 3.10 and 0.62. Rows of 8 and
+  // 10 kept the gathers (0.19 against 0.45, 0.45 against 0.86), and so did rows of 20 in one
+  // measurement (1.29 against 1.77): docs/perf.md, session 36.
+  if (rowwise_ || generic_ || rank() < 1 || reduce_from() != rank() - 1 || row < kMinShortRow) return;
+  const size_t r = size_t(rank() - 1);
+  bool math = false, along = false, contiguous = true;
+  for (const Instr& in : code.code) math = math || (in.row && calls_math(in.op));
+  for (const auto* ops : {&k.loads, &k.stores})
+    for (const passes::Access& a : *ops) {
+      if (a.buffer < 0 || a.sizes.size() <= r || !moves(a, r)) continue;
+      along = true;
+      contiguous = contiguous && std::abs(a.strides[r]) == 1;
+    }
+  short_rows_ = math && along && contiguous;
+  if (short_rows_) rowwise_ = scalar_rows_ = true;
 }
 
 void Emitter::emit(const std::string& name) {
@@ -189,7 +209,7 @@ void Emitter::outer(int d, Value* begin, Value* end) {
       iv_[0] = r;
       outer(flat_, begin, end);
       for (int e = 0; e < flat_; ++e) iv_[size_t(e)] = nullptr;
-    }, 1, scalar_rows_ && flat_ == reduce_from());
+    }, 1, scalar_rows_ && flat_ == reduce_from() ? Hint::Scalar : Hint::None);
     return;
   }
   // [begin, end) is loop 0's range, except in the parts of a kernel that splits_columns: those
@@ -215,7 +235,7 @@ void Emitter::outer(int d, Value* begin, Value* end) {
     iv_[size_t(d)] = i;
     outer(d + 1, begin, end);
     iv_[size_t(d)] = nullptr;
-  }, 1, scalar_rows_ && d == reduce_from() - 1, innermost ? float16_width() : 0);
+  }, 1, scalar_rows_ && d == reduce_from() - 1 ? Hint::Scalar : Hint::None, innermost ? float16_width() : 0);
 }
 
 // The loop extents and operand strides: constants, or in a size-generic kernel the values

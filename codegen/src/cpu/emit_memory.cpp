@@ -39,7 +39,7 @@ void Emitter::tiled(int d, Value* lo, Value* hi) {
               at(ii, jj);
               Value* raw = B.CreateLoad(ty, address(j));
               B.CreateStore(raw, B.CreateInBoundsGEP(ty, staged_[j].buf, staged_index()));
-            }, 1, true);
+            }, 1, Hint::Scalar);
           });
         };
         if (k_.loads[j].strides[size_t(d)] != 1) {
@@ -72,7 +72,7 @@ void Emitter::tiled(int d, Value* lo, Value* hi) {
           Value* row = B.CreateMul(B.CreateZExt(i, B.getInt64Ty()), B.getInt64(kTileCols * itemsize(k_.stores[j].dtype)));
           copy_out(j, B.CreateInBoundsGEP(B.getInt8Ty(), stream_buf_[j], row),
                    address_along(k_.loads.size() + j, d + 1, t1), n1);
-        }, 1, true);
+        }, 1, Hint::Scalar);
       }
       iv_[size_t(d)] = iv_[size_t(d + 1)] = nullptr;
     }, kTileCols);
@@ -119,8 +119,8 @@ void Emitter::stage_blocks(size_t j, At&& at) {
         at(B.CreateAdd(bi, llvm::ConstantInt::get(idx_, r), "", true, true), bj);
         B.CreateAlignedStore(v[r], B.CreateInBoundsGEP(ty, staged_[j].buf, staged_index()), row_align);
       }
-    }, lanes, true);
-  }, lanes, true);
+    }, lanes, Hint::Scalar);
+  }, lanes, Hint::Scalar);
 }
 
 // The innermost loop of an elementwise kernel as chunks of kPrefetchChunk elements, each
@@ -145,7 +145,7 @@ void Emitter::chunked(int d, Value* lo, Value* hi) {
       iv_[size_t(d)] = i;
       outer_body();
       iv_[size_t(d)] = nullptr;
-    }, 1, false, reduce_from() == rank() ? float16_width() : 0);
+    }, 1, Hint::None, reduce_from() == rank() ? float16_width() : 0);
     chunk_start_ = nullptr;
     for (size_t j = 0; j < stream_buf_.size(); ++j)
       if (stream_buf_[j])
@@ -313,7 +313,7 @@ void Emitter::prefetch_tile(int d, Value* t0, Value* t1) {
       std::vector<Value*> at(iv_.begin(), iv_.end());
       at[size_t(other)] = B.CreateAdd(base_other, r);
       prefetch_lines(j, at, line, base_line, 0, int64_t(run), write);
-    }, 1, true);
+    }, 1, Hint::Scalar);
   }
 }
 

@@ -7,7 +7,7 @@ namespace kiln::codegen::cpu {
 
 // The reduction loops [d, rank): `body` runs innermost.
 template <class Body>
-void Emitter::row_loops(int d, Body&& body, bool ahead, bool scalar) {
+void Emitter::row_loops(int d, Body&& body, bool ahead, Hint hint) {
   if (d == rank()) {
     body();
     return;
@@ -18,12 +18,13 @@ void Emitter::row_loops(int d, Body&& body, bool ahead, bool scalar) {
   }
   // A partial reduction runs its part of its first reduction loop (loop 0 of a full reduction).
   bool part = part_ == ReductionPart::Partial && d == reduce_from();
+  if (hint == Hint::None && short_rows_) hint = Hint::NotUnrolled;
   loop(part ? begin_ : llvm::ConstantInt::get(idx_, 0),
        part ? end_ : extent_[size_t(d)], "row", [&](Value* i) {
          iv_[size_t(d)] = i;
-         row_loops(d + 1, body, false, scalar);
+         row_loops(d + 1, body, false, hint);
          iv_[size_t(d)] = nullptr;
-       }, 1, scalar, d == rank() - 1 && !scalar ? float16_width() : 0);
+       }, 1, hint, d == rank() - 1 ? float16_width() : 0);
 }
 
 // The row loop d (the innermost, the kernel's only reduction loop) in chunks of
@@ -49,7 +50,7 @@ void Emitter::row_ahead(int d, Body&& body) {
       iv_[size_t(d)] = i;
       body();
       iv_[size_t(d)] = nullptr;
-    }, 1, false, float16_width());
+    }, 1, Hint::None, float16_width());
   }, uint64_t(kPrefetchChunk));
 }
 
@@ -230,7 +231,6 @@ void Emitter::columns(int K, Value* lo, Value* hi) {
     loop(zero, n, "cols.init", [&](Value* c) {
       for (int r : reduces) B.CreateStore(identity(code_.code[size_t(r)]), at(r, c));
     });
-    if (part_ == ReductionPart::Partial) interleave_ = kColumnChains;
     row_loops(reduce_from(), [&] {
       loop(zero, n, "cols", [&](Value* c) {
         iv_[size_t(K)] = B.CreateAdd(c0, c);
@@ -242,8 +242,7 @@ void Emitter::columns(int K, Value* lo, Value* hi) {
         }
         forget_all();
       });
-    }, false, true);
-    interleave_ = 0;
+    }, false, part_ == ReductionPart::Partial ? Hint::Interleaved : Hint::Scalar);
     loop(zero, n, "cols.store", [&](Value* c) {
       iv_[size_t(K)] = B.CreateAdd(c0, c);
       if (part_ == ReductionPart::Partial) {
@@ -297,7 +296,7 @@ void Emitter::finish_parts(const std::vector<int>& reduces) {
       Value* a = B.CreateLoad(t, acc_[size_t(reduces[q])]);
       B.CreateStore(combine(in, a, B.CreateLoad(t, slot)), acc_[size_t(reduces[q])]);
     }
-  }, 1, true);
+  }, 1, Hint::Scalar);
   for (int r : reduces) memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), acc_[size_t(r)]);
 }
 

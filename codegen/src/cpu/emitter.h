@@ -59,7 +59,7 @@ class Emitter : ScalarBuilder {
   bool tile_ = false;
   bool columns_ = false;   // the reduction runs by columns (wants_columns)
   bool scalar_rows_ = false;  // the loop over short rows stays scalar (constructor)
-  unsigned interleave_ = 0;   // > 1: scalar loops are interleaved that many times instead (columns())
+  bool short_rows_ = false;   // and their row loops are vectorised, not unrolled (constructor)
   bool prefetch_ = false;  // the innermost loop runs in chunks that prefetch their streams ahead
   bool chunk_ = false;     // the innermost loop runs in chunks (to prefetch, or for streaming stores)
   std::vector<llvm::AllocaInst*> stream_buf_;  // per store: its chunk's staging buffer when it streams
@@ -76,7 +76,7 @@ class Emitter : ScalarBuilder {
   static constexpr int64_t kMaxStash = 8192;  // elements per row
   static constexpr int64_t kStashBudget = int64_t(128) << 10;  // bytes of stash per kernel
   static constexpr int64_t kPage = 4096, kStashSkew = kPage / 2;  // see plan_stash
-  static constexpr int64_t kMinLibmRow = 64;  // see the constructor
+  static constexpr int64_t kMinLibmRow = 64, kMinShortRow = 16;  // see the constructor
   static constexpr uint64_t kTileRows = 64, kTileCols = 64;
   // Software prefetch (see chunked()): chunks of this many elements, each prefetching the
   // lines of its contiguous loads this many elements ahead; only kernels with at least
@@ -105,10 +105,19 @@ class Emitter : ScalarBuilder {
 
   // ---- loops ----
 
+  // How LLVM's loop passes are to take a loop (its llvm.loop metadata).
+  enum class Hint {
+    None,         // as they see fit
+    Scalar,       // not vectorised (llvm.loop.vectorize.enable false)
+    Interleaved,  // one lane, interleaved kColumnChains times: each reduction in that many chains
+    NotUnrolled,  // vectorised as a loop, never unrolled whole first (a short row: the constructor)
+  };
+
   // Emits `for (i = lo; i < hi; ++i) body(i)` in rotated form; the builder ends after the loop.
-  // `width` > 0 asks the loop vectorizer for that many lanes (llvm.loop.vectorize.width).
+  // `width` > 0 asks the loop vectorizer for that many lanes (llvm.loop.vectorize.width; with
+  // Hint::None or NotUnrolled).
   template <class Body>
-  void loop(Value* lo, Value* hi, const char* name, Body&& body, uint64_t step = 1, bool scalar = false,
+  void loop(Value* lo, Value* hi, const char* name, Body&& body, uint64_t step = 1, Hint hint = Hint::None,
             unsigned width = 0) {
     BasicBlock* pre = B.GetInsertBlock();
     BasicBlock* head = BasicBlock::Create(C, name, F_);
@@ -121,30 +130,23 @@ class Emitter : ScalarBuilder {
     Value* next = B.CreateAdd(i, llvm::ConstantInt::get(idx_, step), "i.next", true, true);
     i->addIncoming(next, B.GetInsertBlock());
     llvm::BranchInst* latch = B.CreateCondBr(B.CreateICmpSLT(next, hi), head, exit);
-    if (scalar && interleave_ > 1) {
-      // one lane, interleaved: the loop's reductions run as that many independent chains
-      llvm::Metadata* w[] = {llvm::MDString::get(C, "llvm.loop.vectorize.width"),
-                             llvm::ConstantAsMetadata::get(B.getInt32(1))};
-      llvm::Metadata* n[] = {llvm::MDString::get(C, "llvm.loop.interleave.count"),
-                             llvm::ConstantAsMetadata::get(B.getInt32(interleave_))};
-      llvm::Metadata* ops[] = {nullptr, llvm::MDNode::get(C, w), llvm::MDNode::get(C, n)};
-      llvm::MDNode* self = llvm::MDNode::getDistinct(C, ops);
-      self->replaceOperandWith(0, self);
-      latch->setMetadata(llvm::LLVMContext::MD_loop, self);
-    } else if (scalar) {
-      // llvm.loop.vectorize.enable = false: the loop stays scalar
-      llvm::Metadata* off[] = {llvm::MDString::get(C, "llvm.loop.vectorize.enable"),
-                               llvm::ConstantAsMetadata::get(B.getFalse())};
-      llvm::Metadata* ops[] = {nullptr, llvm::MDNode::get(C, off)};
-      llvm::MDNode* self = llvm::MDNode::getDistinct(C, ops);
-      self->replaceOperandWith(0, self);
-      latch->setMetadata(llvm::LLVMContext::MD_loop, self);
-    } else if (width > 0) {
+    std::vector<llvm::Metadata*> ops = {nullptr};  // (0: the loop's own node)
+    auto set = [&](const char* key, llvm::Constant* v) {
+      llvm::Metadata* kv[] = {llvm::MDString::get(C, key), llvm::ConstantAsMetadata::get(v)};
+      ops.push_back(llvm::MDNode::get(C, kv));
+    };
+    if (hint == Hint::Scalar) {
+      set("llvm.loop.vectorize.enable", B.getFalse());
+    } else if (hint == Hint::Interleaved) {
+      set("llvm.loop.vectorize.width", B.getInt32(1));
+      set("llvm.loop.interleave.count", B.getInt32(kColumnChains));
+    } else {
+      if (hint == Hint::NotUnrolled) ops.push_back(llvm::MDNode::get(C, {llvm::MDString::get(C, "llvm.loop.unroll.disable")}));
       // (the width alone, without llvm.loop.vectorize.enable: a loop the vectorizer is told it
       // must transform, and cannot, e.g. for a scalar call, makes LLVM print a warning)
-      llvm::Metadata* w[] = {llvm::MDString::get(C, "llvm.loop.vectorize.width"),
-                             llvm::ConstantAsMetadata::get(B.getInt32(width))};
-      llvm::Metadata* ops[] = {nullptr, llvm::MDNode::get(C, w)};
+      if (width > 0) set("llvm.loop.vectorize.width", B.getInt32(width));
+    }
+    if (ops.size() > 1) {
       llvm::MDNode* self = llvm::MDNode::getDistinct(C, ops);
       self->replaceOperandWith(0, self);
       latch->setMetadata(llvm::LLVMContext::MD_loop, self);
@@ -192,7 +194,7 @@ class Emitter : ScalarBuilder {
   // ---- reduction loops (emit_rows.cpp) ----
   void outer_body();
   template <class Body>
-  void row_loops(int d, Body&& body, bool ahead = false, bool scalar = false);
+  void row_loops(int d, Body&& body, bool ahead = false, Hint hint = Hint::None);
   template <class Body>
   void row_ahead(int d, Body&& body);
   int ahead_depth() const;

@@ -8,7 +8,8 @@
 # and the children, and each compiled record must carry its cold and warm first calls and what
 # they cost beyond the child's eager run, as numbers. DEVICE=cuda runs all of it on a GPU (the
 # emulated driver in CI). IR_FILE runs that saved graph alone (--ir; NAMES is then its file
-# stem), and its compiled record's `engine` must contain ENGINE.
+# stem), and its compiled record's `engine` must contain ENGINE; with --dtype it must say that
+# --dtype does not apply to a saved graph.
 cmake_minimum_required(VERSION 3.25)
 
 include("${CMAKE_CURRENT_LIST_DIR}/script_util.cmake")
@@ -106,6 +107,17 @@ foreach(name IN LISTS names)
     fail("kiln-bench: no checked eager and compiled records for '${name}' (eager: ${e}; compiled: ${c})")
   endif()
 endforeach()
+
+# (--dtype and --input do not reach a saved graph, whose inputs are typed: kiln-bench says so
+# rather than run it as it is without a word)
+if(IR_FILE)
+  execute_process(
+    COMMAND "${KILN_BENCH}" --reps 1 --min-time 0 --no-compile-time --ir "${IR_FILE}" --dtype f16
+    OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+  if(NOT rc STREQUAL "0" OR NOT out MATCHES "note: --dtype and --input apply to the registry's workloads")
+    fail("kiln-bench --ir with --dtype: exit status '${rc}', expected 0 and a note that --dtype does not apply\n${out}\n${err}")
+  endif()
+endif()
 
 file(READ "${svg_file}" svg LIMIT 200)
 if(NOT svg MATCHES "^<svg ")

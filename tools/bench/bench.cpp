@@ -689,6 +689,9 @@ int main(int argc, char** argv) {
     for (const auto* w : selected) guarded(w->name, [&] { return run_workload(*w, o); });
     for (const std::string& f : o.ir_files)
       guarded(std::filesystem::path(f).stem().string(), [&] { return run_ir_file(f, o); });
+    if (!o.ir_files.empty() && (!o.dtype.empty() || !o.inputs.empty()))
+      std::printf("note: --dtype and --input apply to the registry's workloads; a saved graph (--ir) runs with the "
+                  "dtypes and sizes it names\n");
     for (const WorkloadResult& r : results)
       if (!r.compile.error.empty() && !r.compile.cold_ms)
         std::printf("note: %s: no compile time: %s\n", r.name.c_str(), r.compile.error.c_str());

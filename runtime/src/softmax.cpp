@@ -33,14 +33,15 @@ struct RowVec {
     if constexpr (f32) return KILN_SLEEF_F(log)(v);
     else return KILN_SLEEF_D(log)(v);
   }
-  // The row's max (mx, every lane) and the sum of exp(x - max); the exps stored to o when given.
-  __attribute__((always_inline)) static T max_and_sum(const T* x, T* o, int64_t n, V& mx) {
+  // The row's max (into max) and the sum of exp(x - max); the exps stored to o when given.
+  __attribute__((always_inline)) static T max_and_sum(const T* x, T* o, int64_t n, T& max) {
     using namespace cpu::vec;
     const int64_t full = n - n % W, k = n - full;
     V m = splat(kNegInf);
     for (int64_t i = 0; i < full; i += W) m = running_max(m, load(x + i));
     if (k) m = running_max(m, load_part(x + full, k, kNegInf));
-    mx = splat(fold_halves(m, [](V a, V b) { return running_max(a, b); }));
+    max = fold_halves(m, [](V a, V b) { return running_max(a, b); });
+    const V mx = splat(max);
     V s = splat(T(0));
     for (int64_t i = 0; i < full; i += W) {
       const V e = exp(load(x + i) - mx);
@@ -63,9 +64,9 @@ struct RowVec {
   }
   static void row(const T* x, T* o, int64_t n, bool log_form) {
     using namespace cpu::vec;
-    V mx;
-    const T sum = max_and_sum(x, log_form ? nullptr : o, n, mx);
-    if (log_form) return store_log(x, o, n, mx, splat(std::log(sum)));
+    T max;
+    const T sum = max_and_sum(x, log_form ? nullptr : o, n, max);
+    if (log_form) return store_log(x, o, n, splat(max), splat(std::log(sum)));
     const int64_t full = n - n % W, k = n - full;
     const V inv = splat(T(1) / sum);
     for (int64_t i = 0; i < full; i += W) store(o + i, load(o + i) * inv);
@@ -79,14 +80,10 @@ struct RowVec {
     using namespace cpu::vec;
     for (int64_t k0 = 0; k0 < cnt; k0 += W) {
       const int64_t g = std::min(W, cnt - k0);
-      alignas(64) T sums[W], maxes[W], logs[W], lane[W];
+      alignas(64) T sums[W], maxes[W], logs[W];
       for (int64_t r = 0; r < W; ++r) sums[r] = T(1);  // (idle lanes: log(1))
-      for (int64_t r = 0; r < g; ++r) {
-        V mx;
-        sums[r] = max_and_sum(reinterpret_cast<const T*>(p[1] + (k0 + r) * st[1]), nullptr, n, mx);
-        store(lane, mx);
-        maxes[r] = lane[0];
-      }
+      for (int64_t r = 0; r < g; ++r)
+        sums[r] = max_and_sum(reinterpret_cast<const T*>(p[1] + (k0 + r) * st[1]), nullptr, n, maxes[r]);
       store(logs, log(load(sums)));
       for (int64_t r = 0; r < g; ++r)
         store_log(reinterpret_cast<const T*>(p[1] + (k0 + r) * st[1]), reinterpret_cast<T*>(p[0] + (k0 + r) * st[0]), n,

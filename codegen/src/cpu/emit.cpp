@@ -51,19 +51,19 @@ Emitter::Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& cod
   // unrolled them whole and vectorised the loop over the rows, a lane per row, every element by
   // a gather and every store by a scatter: softmax over float32 rows of 16 ran 0.98 ms, 0.56
   // row-wise; over rows of 32 2.19 and 0.92; float16 rows of 16 3.10 and 0.62. Rows of 8 and
-  // 10 kept the gathers (0.19 against 0.45, 0.45 against 0.86), and so did rows of 20 in one
-  // measurement (1.29 against 1.77): docs/perf.md, session 36.
+  // 10 keep the gathers (0.19 against 0.45, 0.45 against 0.86). Rows of 20 ran slower row-wise
+  // (1.29 against 1.77: the 4 past the last 16 take a call each) and go row-wise all the same,
+  // as every other length measured from 16 to 63 ran faster: docs/perf.md, session 36.
   if (rowwise_ || generic_ || rank() < 1 || reduce_from() != rank() - 1 || row < kMinShortRow) return;
   const size_t r = size_t(rank() - 1);
-  bool math = false, along = false, contiguous = true;
-  for (const Instr& in : code.code) math = math || (in.row && calls_math(in.op));
+  bool along = false, contiguous = true;
   for (const auto* ops : {&k.loads, &k.stores})
     for (const passes::Access& a : *ops) {
       if (a.buffer < 0 || a.sizes.size() <= r || !moves(a, r)) continue;
       along = true;
       contiguous = contiguous && std::abs(a.strides[r]) == 1;
     }
-  short_rows_ = math && along && contiguous;
+  short_rows_ = row_calls_math() && along && contiguous;
   if (short_rows_) rowwise_ = scalar_rows_ = true;
 }
 

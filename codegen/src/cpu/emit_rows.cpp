@@ -70,9 +70,7 @@ int Emitter::ahead_depth() const {
   int64_t n = 1;
   for (int64_t e : k_.loops) n *= e;
   if (n < kPrefetchMinElements) return 0;
-  bool math = false;
-  for (const Instr& in : code_.code) math = math || (in.row && calls_math(in.op));
-  if (!math) return 0;
+  if (!row_calls_math()) return 0;
   for (size_t j = 0; j < k_.loads.size(); ++j)
     if (streams(j, rank() - 1) && moves(k_.loads[j], size_t(rank() - 2))) return std::min(2, code_.depth);
   return 0;
@@ -198,7 +196,7 @@ bool splits_columns(const passes::Kernel& k, const KernelCode& code, bool generi
 
 bool Emitter::wants_columns() const {
   const int K = reduce_from() - 1;
-  if (part_ == ReductionPart::Partial) return true;  // (only splits_columns kernels have parts with an outer loop)
+  if (part_ == ReductionPart::Partial) return K >= 0;  // (of the kernels with parts, those with an outer loop splits_columns)
   if (K < 0 || part_ != ReductionPart::Whole || generic_ || (flat_ > 1 && flat_ > K) || tile_ || chunk_ ||
       streaming() || k_.loops[size_t(K)] < 8)
     return false;

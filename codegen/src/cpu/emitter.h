@@ -91,6 +91,12 @@ class Emitter : ScalarBuilder {
   static constexpr int64_t kStreamMinBytes = int64_t(64) << 20, kStreamMinStore = int64_t(4) << 20;
 
   int rank() const { return int(k_.loops.size()); }
+  // Whether a value that varies along the row calls the vector math library (calls_math).
+  bool row_calls_math() const {
+    for (const Instr& in : code_.code)
+      if (in.row && calls_math(in.op)) return true;
+    return false;
+  }
   int reduce_from() const { return std::min(k_.reduce_from, rank()); }
   const passes::Access& operand(size_t j) const {
     return j < k_.loads.size() ? k_.loads[j] : k_.stores[j - k_.loads.size()];

@@ -76,6 +76,17 @@ TEST_F(CudaDevice, PinnedMemoryAndAsynchronousCopies) {
   cuda::synchronize();
   EXPECT_TRUE(kiln::testing::close(h, x));
   EXPECT_THROW(g.pin_memory(), Error);
+  // the pinned source of a non-blocking copy lives until the copy has run: the next synchronize
+  std::weak_ptr<Storage> source;
+  {
+    Tensor q = x.pin_memory();
+    source = q.storage();
+    g = q.to(Device::cuda(), /*non_blocking=*/true);
+  }
+  EXPECT_FALSE(source.expired()) << "released before the copy was known to have run";
+  cuda::synchronize();
+  EXPECT_TRUE(source.expired()) << "still held after a synchronize";
+  EXPECT_TRUE(kiln::testing::close(g.to(kCPU), x));
 }
 
 TEST_F(CudaDevice, MemoryStatisticsFollowTensors) {
@@ -101,6 +112,22 @@ TEST_F(CudaDevice, MemoryStatisticsFollowTensors) {
   if (!kiln::testing::use_real_cuda()) {
     EXPECT_EQ(cuda::memory_reserved(), cuda::memory_allocated());
   }
+}
+
+// A failed driver call raises kiln::Error naming the call, CUDA's error name and its text (the
+// same describe() every checked call goes through); the device works on afterwards.
+TEST_F(CudaDevice, DriverErrorsNameTheCallTheErrorAndItsText) {
+  const int64_t n = int64_t(1) << 40;  // 4 TiB of float32: more than any device has
+  try {
+    Tensor t = empty({n}, TensorOptions(kFloat32).device(Device::cuda()));
+    FAIL() << "a 4 TiB tensor was allocated";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    for (const char* part : {"alloc", "4398046511104 bytes", "cuda:0", "cuMemAllocAsync", "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"})
+      EXPECT_NE(m.find(part), std::string::npos) << "no '" << part << "' in: " << m;
+  }
+  Tensor x = arange(4, TensorOptions(kFloat32)).to(Device::cuda());
+  EXPECT_TRUE(kiln::testing::close((x * 2).to(kCPU), arange(4, TensorOptions(kFloat32)) * 2));
 }
 
 TEST_F(CudaDevice, EventsMeasureTheStream) {

@@ -8,9 +8,11 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "driver.h"
 #include "kiln/runtime/cuda.h"
@@ -34,6 +36,8 @@ struct DeviceState {
   DeviceInfo info;
   std::atomic<size_t> allocated{0}, peak{0};
   std::atomic<size_t> to_host{0}, to_device{0}, on_device{0};  // bytes copied each way, and within
+  std::mutex held_mu;
+  std::vector<std::shared_ptr<const void>> held;  // hold_until_synchronized's
 };
 
 std::array<DeviceState, kMaxDevices>& states() {
@@ -84,6 +88,18 @@ void* stream(int device) { return state(device, "cuda").stream; }
 void synchronize(int device) {
   DeviceState& s = state(device, "synchronize");
   driver().check("cuStreamSynchronize", driver().cuStreamSynchronize(s.stream));
+  std::vector<std::shared_ptr<const void>> done;
+  {
+    std::lock_guard<std::mutex> lock(s.held_mu);
+    done.swap(s.held);
+  }
+  // (released here, outside the lock: freeing pinned memory is a driver call)
+}
+
+void detail::hold_until_synchronized(std::shared_ptr<const void> owner, int device) {
+  DeviceState& s = state(device, "to");
+  std::lock_guard<std::mutex> lock(s.held_mu);
+  s.held.push_back(std::move(owner));
 }
 
 // ---- memory ----

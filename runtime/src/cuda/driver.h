@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace kiln::cuda::detail {
@@ -95,5 +96,9 @@ struct Driver {
 const Driver& driver();
 // driver(), or a kiln::Error naming `op` and why CUDA is unavailable.
 const Driver& require(const char* op);
+
+// Keeps `owner` (host memory a copy enqueued on the device's stream still reads: the pinned
+// source of a non-blocking copy) alive until the device's next synchronize(), when the copy has run.
+void hold_until_synchronized(std::shared_ptr<const void> owner, int device);
 
 }  // namespace kiln::cuda::detail

@@ -2,7 +2,6 @@
 // tensor spans, on the device's stream (kiln/runtime/cuda.h).
 #include <algorithm>
 #include <array>
-#include <mutex>
 #include <vector>
 
 #include "kiln/runtime/cuda.h"
@@ -11,18 +10,11 @@
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/tensor.h"
 #include "../ops_common.h"
+#include "driver.h"
 
 namespace kiln {
 
 namespace {
-
-// Sources of asynchronous copies from pinned memory, kept alive until the copy has run: the
-// copies before the next synchronize() of the device.
-std::mutex pending_mu;
-std::vector<std::shared_ptr<Storage>>& pending() {
-  static auto* p = new std::vector<std::shared_ptr<Storage>>();
-  return *p;
-}
 
 // The elements [lo, hi] (offsets in the storage) the view reaches.
 std::pair<int64_t, int64_t> span(const Tensor& t) {
@@ -53,8 +45,7 @@ Tensor Tensor::to(Device d, bool non_blocking) const {
     if (numel() == 0) return out;
     cuda::copy_to_device(at(out, out.storage_offset()), at(src, src.storage_offset()), size_t(nbytes()), d.index);
     if (non_blocking) {
-      std::lock_guard<std::mutex> lock(pending_mu);
-      pending().push_back(src.storage());
+      cuda::detail::hold_until_synchronized(src.storage(), d.index);  // (read until the copy has run)
     } else {
       cuda::synchronize(d.index);
     }
@@ -66,11 +57,7 @@ Tensor Tensor::to(Device d, bool non_blocking) const {
   TensorOptions o = TensorOptions(dtype());
   Tensor flat = non_blocking ? empty({n}, o).pin_memory() : empty({n}, o);
   if (n > 0) cuda::copy_to_host(at(flat, flat.storage_offset()), at(*this, lo), size_t(n * element_size()), device().index);
-  if (!non_blocking) {
-    cuda::synchronize(device().index);
-    std::lock_guard<std::mutex> lock(pending_mu);
-    pending().clear();
-  }
+  if (!non_blocking) cuda::synchronize(device().index);
   Tensor view = flat.as_strided(sizes(), strides(), storage_offset() - lo + flat.storage_offset());
   return is_contiguous() && lo == storage_offset() ? view : view.contiguous();
 }

@@ -161,19 +161,33 @@ limit() {  # limit N: N seconds, or the time left before the deadline if that is
   echo "$n"
 }
 phase_test() {  # the CUDA suite on the real GPU, fresh device memory poisoned (NaN / -1), 300 random
-                # programs, 100 random graphs at small and at larger shapes, 100 fuzzed graph files
-                # (KILN_GPU_TEST_REGEX: only the tests it matches)
-  KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-300} \
+                # programs, 100 random graphs at small and at larger shapes, 100 fuzzed graph files,
+                # from a fresh seed base each run (tests/common/seeds.h: new programs and input
+                # values; the base is in the summary, to reproduce a failure) (KILN_GPU_TEST_REGEX:
+                # only the tests it matches)
+  local base=${KILN_TEST_SEED_BASE:-$(( (RANDOM << 15 | RANDOM) * 8 ))}
+  echo "test: KILN_TEST_SEED_BASE=$base" | tee -a "$out/summary.txt"
+  KILN_TEST_SEED_BASE=$base KILN_TEST_REAL_CUDA=1 KILN_CUDA_POISON=1 KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-300} \
     KILN_FUZZ_GPU_MUTANTS=${KILN_FUZZ_GPU_MUTANTS:-100} \
     KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-100} timeout "$(limit "${KILN_GPU_TEST_TIMEOUT:-540}")" ctest --test-dir $build -j"${KILN_GPU_TEST_JOBS:-4}" -R "${KILN_GPU_TEST_REGEX:-Cuda|cuda}" \
     -E 'CudaEmulation|CudaSource|CudaNvrtc|CudaCubin|golden' --output-on-failure >"$out/ctest-cuda.log" 2>&1
 }
-phase_memcheck() {  # compute-sanitizer's memcheck over the GPU suite, where the toolkit has it
+phase_memcheck() {  # compute-sanitizer's memcheck over the GPU suite, where the toolkit has it: the
+                    # backend's tests, the device runtime's, and the ops' conformance on the GPU,
+                    # one after the other within the phase's limit
   command -v compute-sanitizer >/dev/null || { echo "no compute-sanitizer" >"$out/memcheck.log"; return 0; }
-  KILN_TEST_REAL_CUDA=1 timeout "$(limit "${KILN_GPU_MEMCHECK_TIMEOUT:-540}")" compute-sanitizer --tool memcheck --error-exitcode 1 \
-    $build/tests/codegen/cuda_backend_tests >"$out/memcheck-full.log" 2>&1
-  local rc=$?
-  tail -200 "$out/memcheck-full.log" >"$out/memcheck.log"
+  local end=$(( SECONDS + $(limit "${KILN_GPU_MEMCHECK_TIMEOUT:-540}") )) rc=0 run t
+  : >"$out/memcheck-full.log" && : >"$out/memcheck.log"
+  for run in "codegen/cuda_backend_tests" "cuda_device_tests" "conformance_tests --gtest_filter=*Cuda*"; do
+    t=${run%% *}
+    if (( end - SECONDS < 10 )); then echo "$t: no time left" | tee -a "$out/memcheck.log"; rc=1; continue; fi
+    # (word splitting of $run on purpose: the binary, then its filter)
+    # shellcheck disable=SC2086
+    KILN_TEST_REAL_CUDA=1 timeout $(( end - SECONDS )) compute-sanitizer --tool memcheck --error-exitcode 1 \
+      $build/tests/$run >"$out/memcheck-$(basename "$t").log" 2>&1 || rc=1
+    cat "$out/memcheck-$(basename "$t").log" >>"$out/memcheck-full.log"
+    { echo "== $run"; grep -E "tests? from .* ran|PASSED|FAILED|ERROR SUMMARY" "$out/memcheck-$(basename "$t").log" | tail -5; } >>"$out/memcheck.log"
+  done
   return $rc
 }
 phase_all() {  # everything else (the emulated CUDA tests included)

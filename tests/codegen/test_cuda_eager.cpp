@@ -693,13 +693,14 @@ TEST(CudaCompiledFunction, AKernelReadsWhatItOverwritesBeforeStoring) {
 // the GPU, compiled there, against CPU eager on copies: the outputs, and the inputs the programs
 // write into. The first call of each traces (eager GPU ops), the others replay compiled kernels.
 // 40 programs by default (each new kernel is a host compile on the emulator);
-// KILN_DIFFERENTIAL_PROGRAMS=N runs seeds 1..N (on a GPU: scripts/gpu.sh's test phase).
+// KILN_DIFFERENTIAL_PROGRAMS=N runs N (on a GPU: scripts/gpu.sh's test phase, from a fresh
+// KILN_TEST_SEED_BASE each run: tests/common/seeds.h).
 TEST(CudaCompiledFunction, RandomProgramsMatchCpuEager) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
-  int programs = 40, compiled = 0;
-  if (const char* n = std::getenv("KILN_DIFFERENTIAL_PROGRAMS")) programs = std::max(1, std::atoi(n));
+  int compiled = 0;
   const auto f32 = kiln::testing::tolerance(kFloat32);  // (float64 values carry float32 rounding)
-  for (uint32_t seed = 1; seed <= uint32_t(programs); ++seed) {
+  const auto [first, last] = kiln::testing::seed_range(40, "KILN_DIFFERENTIAL_PROGRAMS");
+  for (uint32_t seed = first; seed <= last; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     kiln::testing::Program p = kiln::testing::make_program(seed);
     auto f = compile([&p](const std::vector<Tensor>& in) { return kiln::testing::run(p, in); });
@@ -724,7 +725,7 @@ TEST(CudaCompiledFunction, RandomProgramsMatchCpuEager) {
     for (Tensor& t : in) t = t.to(kGpu);
     for (const auto& g : f.explain(in).graphs) compiled += g.backend.rfind("cuda:0: ", 0) == 0;
   }
-  EXPECT_GT(compiled, programs / 2) << "graphs compiled for the GPU";
+  EXPECT_GT(compiled, int(last - first + 1) / 2) << "graphs compiled for the GPU";
 }
 
 // A dim that became dynamic: each new size gets a compiled GPU program of its own (not the

@@ -22,8 +22,8 @@
 // input turned into a tensor constant (work for fold).
 // Inputs are 0-d to 4-d with sizes 1..6, some with transposed or gapped layouts.
 //
-// KILN_PROPERTY_GRAPHS=N gives seeds 1..N instead of a test's default count (a longer hunt),
-// KILN_PROPERTY_SEED=S seed S alone (to reproduce a failure).
+// KILN_PROPERTY_GRAPHS=N gives N seeds instead of a test's default count (a longer hunt; from
+// KILN_TEST_SEED_BASE + 1, seeds.h), KILN_PROPERTY_SEED=S seed S alone (to reproduce a failure).
 #pragma once
 #include <kiln/ir/exec.h>
 #include <kiln/ir/graph.h>
@@ -40,6 +40,8 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include "seeds.h"
 
 namespace kiln::testing::property {
 
@@ -932,8 +934,7 @@ inline const std::vector<Case>& cases(uint32_t count, Shapes shapes = kSmallShap
   static std::map<std::pair<uint32_t, Shapes>, std::vector<Case>> traced;
   std::vector<Case>& v = traced[{count, shapes}];
   if (!v.empty()) return v;
-  uint32_t first = 1, last = count;
-  if (const char* n = std::getenv("KILN_PROPERTY_GRAPHS")) last = uint32_t(std::max(1, std::atoi(n)));
+  auto [first, last] = seed_range(int(count), "KILN_PROPERTY_GRAPHS");
   if (const char* s = std::getenv("KILN_PROPERTY_SEED")) first = last = uint32_t(std::max(1, std::atoi(s)));
   for (uint32_t seed = first; seed <= last; ++seed) v.push_back(trace_case(seed, shapes));
   return v;

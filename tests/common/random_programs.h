@@ -9,6 +9,8 @@
 #include <random>
 #include <vector>
 
+#include "seeds.h"
+
 namespace kiln::testing {
 
 // A program is a list of steps, each a few random numbers; interpreting them against the

@@ -14,6 +14,7 @@
 
 #include "../common/close.h"
 #include "../common/random_programs.h"
+#include "../common/scoped_env.h"
 
 using namespace kiln;
 
@@ -49,10 +50,10 @@ void check_random_programs(CompileOptions::Backend backend) {
   };
   CompileOptions opts;
   opts.backend = backend;
-  int programs = 300, replays = 0;
-  // (KILN_DIFFERENTIAL_PROGRAMS=N checks seeds 1..N: a longer hunt)
-  if (const char* n = std::getenv("KILN_DIFFERENTIAL_PROGRAMS")) programs = std::max(1, std::atoi(n));
-  for (uint32_t seed = 1; seed <= uint32_t(programs); ++seed) {
+  int replays = 0;
+  // (KILN_DIFFERENTIAL_PROGRAMS=N checks N programs: a longer hunt; KILN_TEST_SEED_BASE, seeds.h)
+  const auto [first, last] = kiln::testing::seed_range(300, "KILN_DIFFERENTIAL_PROGRAMS");
+  for (uint32_t seed = first; seed <= last; ++seed) {
     Program p = make_program(seed);
     auto f = compile([&p](const std::vector<Tensor>& in) { return run(p, in); }, opts);
     // three calls: the trace, then two with fresh inputs of the same signature
@@ -82,7 +83,24 @@ void check_random_programs(CompileOptions::Backend backend) {
   }
   // Calls 2 and 3 replay, except where an item() guard (on the exact value) fails and the
   // program is traced again along the new path.
-  EXPECT_GT(replays, programs * 3 / 4);
+  EXPECT_GT(replays, int(last - first + 1) * 3 / 4);
+}
+
+// The seeds the suites check: 1..N by default (the same every run), from a base where one is
+// set (scripts/gpu.sh sets a fresh one each GPU run), the count from the suite's own variable.
+TEST(Differential, SeedsComeFromTheBaseAndTheCount) {
+  using kiln::testing::ScopedEnv;
+  {
+    ScopedEnv base("KILN_TEST_SEED_BASE", nullptr), count("KILN_DIFFERENTIAL_PROGRAMS", nullptr);
+    auto [first, last] = kiln::testing::seed_range(300, "KILN_DIFFERENTIAL_PROGRAMS");
+    EXPECT_EQ(first, 1u);
+    EXPECT_EQ(last, 300u);
+  }
+  ScopedEnv base("KILN_TEST_SEED_BASE", "734512000"), count("KILN_DIFFERENTIAL_PROGRAMS", "7");
+  auto [first, last] = kiln::testing::seed_range(300, "KILN_DIFFERENTIAL_PROGRAMS");
+  EXPECT_EQ(first, 734512001u);
+  EXPECT_EQ(last, 734512007u);
+  EXPECT_EQ(kiln::testing::seed_base(), 734512000u);
 }
 
 TEST(Differential, RandomProgramsReplayLikeEager) { check_random_programs(CompileOptions::Backend::Reference); }

@@ -22,6 +22,7 @@
 
 #include "../codegen/cuda_util.h"
 #include "../common/close.h"
+#include "../common/seeds.h"
 #include "../emulation/emulated_driver.h"
 #include "workloads.h"
 #include "mutate.h"
@@ -170,16 +171,18 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
 // The same mutants through the CUDA backend, a sample of them: every `step`-th mutant past the
 // optimizer, at most KILN_FUZZ_GPU_MUTANTS (default 60: on the emulated driver each distinct
 // kernel is a host compile and the grid runs on host threads, 10 s here with a cold cache; all
-// 2000 take 280 s warm). Inputs go to the device with the strides the program was specialised
+// 2000 take 280 s warm), the sample starting KILN_TEST_SEED_BASE into the step (seeds.h: a
+// fresh one each GPU run). Inputs go to the device with the strides the program was specialised
 // on (to_device).
 TEST(PipelineFuzz, MutatedGraphsThroughCuda) {
   if (!cuda_is_available()) GTEST_SKIP() << cuda_unavailable_reason();
   fuzz::install_crash_report("pipeline fuzz, CUDA");
   const char* env = std::getenv("KILN_FUZZ_GPU_MUTANTS");
   const int limit = env && *env ? std::atoi(env) : 60, step = limit >= 2000 ? 1 : 2000 / std::max(limit, 1);
+  const int offset = int(kiln::testing::seed_base() % uint32_t(step));
   int seen = 0, compiled = 0, kernels = 0, on_device = 0, replayed = 0;
   for_each_mutant(20000, [&](const Mutant& m) {
-    if (compiled >= limit || seen++ % step != 0) return;
+    if (compiled >= limit || (seen++ + offset) % step != 0) return;
     try {
       std::vector<ir::Type> types;
       for (const ir::Value* v : m.graph.inputs()) {

@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The CUDA toolkit's NVRTC is part of this machine's set-up: the tests that compile every kernel
+# for sm_90 fail without it instead of skipping (KILN_REQUIRE_NVRTC=0 lets them skip).
+export KILN_REQUIRE_NVRTC=${KILN_REQUIRE_NVRTC:-1}
 cmake -S . -B build -G Ninja -DKILN_BUILD_TESTS=ON
 cmake --build build
 ctest --test-dir build --output-on-failure -j2

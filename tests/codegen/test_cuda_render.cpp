@@ -35,6 +35,7 @@
 
 #include "../../codegen/src/cuda/library.h"
 #include "../common/close.h"
+#include "../common/nvrtc.h"
 #include "../common/scoped_env.h"
 #include "../emulation/emulated_driver.h"
 #include "../passes/check_program.h"
@@ -517,11 +518,11 @@ void expect_every_kernel_compiles_for_sm90(bool generic) {
   EXPECT_EQ(strategies.size(), 8u) << "every strategy compiled";
 }
 TEST(CudaNvrtc, EveryWorkloadsKernelsCompileForSm90) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  KILN_NEEDS_NVRTC();
   expect_every_kernel_compiles_for_sm90(false);
 }
 TEST(CudaNvrtc, EveryWorkloadsSizeGenericKernelsCompileForSm90) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  KILN_NEEDS_NVRTC();
   expect_every_kernel_compiles_for_sm90(true);
 }
 
@@ -529,7 +530,7 @@ TEST(CudaNvrtc, EveryWorkloadsSizeGenericKernelsCompileForSm90) {
 // row every copy shares (the later copies with no vector operand of their own), by blocks and
 // by warps.
 TEST(CudaNvrtc, RowGroupsCompileForSm90) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  KILN_NEEDS_NVRTC();
   const wl::Workload& nbody = *wl::find_workload("nbody_forces");
   auto forces = [&nbody](const std::vector<Tensor>& v) { return nbody.run(v); };
   auto scaled = [](const std::vector<Tensor>& v) { return std::vector{(v[0] * (v[1] * v[1])).sum({2})}; };
@@ -552,7 +553,7 @@ TEST(CudaNvrtc, RowGroupsCompileForSm90) {
 // The gather kernel of gather and index_select (codegen/src/cuda/library.cpp) is written by
 // hand, not rendered: NVRTC compiles it for every element size and both index widths.
 TEST(CudaNvrtc, TheGatherKernelCompilesForSm90) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  KILN_NEEDS_NVRTC();
   for (DType dt : {kBool, kFloat16, kFloat32, kInt64}) {
     Tensor x = empty({6, 5}, dt), index = zeros({4, 5}, kInt64), out = empty({4, 5}, dt);
     codegen::CudaKernel k = codegen::cuda_gather_kernel(x.t(), 1, index.t(), out.t());
@@ -574,7 +575,7 @@ TEST(CudaNvrtc, TheGatherKernelCompilesForSm90) {
 // dump-ir --emit=ptx: NVRTC's PTX for compute_90, one entry per rendered kernel; a kernel
 // asked for twice comes from the process's memory cache.
 TEST(CudaNvrtc, PtxAndTheMemoryCache) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  KILN_NEEDS_NVRTC();
   auto graphs = trace([](const std::vector<Tensor>& v) { return std::vector{softmax(v[0], 1)}; }, {{randn({8, 40})}});
   passes::Module m = passes::optimize(graphs[0], {});
   std::string ptx = codegen::emit_cuda(*m.program, codegen::CudaEmit::Ptx, 90);
@@ -590,7 +591,7 @@ TEST(CudaNvrtc, PtxAndTheMemoryCache) {
 // A bfloat16 store: one cvt.rn.bf16.f32 per element on sm_80 and later; before sm_80, which has
 // no such instruction, the rounding by hand (no cvt to bf16 in the PTX).
 TEST(CudaNvrtc, Bfloat16StoresConvertInOneInstructionFromSm80) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  KILN_NEEDS_NVRTC();
   auto graphs = trace([](const std::vector<Tensor>& v) { return std::vector{sin(v[0]) + v[1]}; },
                       {{randn({1000}).to(kBFloat16), randn({1000}).to(kBFloat16)}});
   passes::Module m = passes::optimize(graphs[0], {});
@@ -602,6 +603,25 @@ TEST(CudaNvrtc, Bfloat16StoresConvertInOneInstructionFromSm80) {
 }
 
 // ---- CUBINs on disk, across processes ----
+
+// A CUBIN's cache key: the same kernel for the same architecture is one key; another
+// architecture or another source is another. (The NVRTC and driver versions enter it too, next
+// to the architecture in cuda_kernel_key; one process cannot vary them.)
+TEST(CudaCubinCache, TheKeyNamesTheArchitectureAndTheSource) {
+  auto key_of = [](const Fn& fn, const std::vector<Tensor>& in, int arch) {
+    passes::Module m = passes::optimize(trace(fn, {in})[0], {});
+    auto rendered = codegen::render_cuda(*m.program, "key_probe_k");
+    EXPECT_TRUE(rendered[0].kernel);
+    return rendered[0].kernel ? codegen::cuda_kernel_key(*rendered[0].kernel, arch) : codegen::CacheKey{};
+  };
+  auto add = [](const std::vector<Tensor>& v) { return std::vector{v[0] + v[1]}; };
+  auto mul = [](const std::vector<Tensor>& v) { return std::vector{v[0] * v[1]}; };
+  const std::vector<Tensor> in = {randn({1000}), randn({1000})};
+  const codegen::CacheKey a90 = key_of(add, in, 90);
+  EXPECT_EQ(key_of(add, in, 90), a90);
+  EXPECT_FALSE(key_of(add, in, 80) == a90) << "the architecture is not in the key";
+  EXPECT_FALSE(key_of(mul, in, 90) == a90) << "the source is not in the key";
+}
 
 // The child: every workload's kernels through cuda_cubin in a process of its own (the parent
 // points KILN_CACHE_DIR at a fresh directory); prints per kernel where the CUBIN came from and
@@ -641,7 +661,7 @@ std::string run_cubin_child(const std::string& cache_dir) {
 // process, with an empty memory cache, loads each from disk instead. The times are printed
 // (docs/perf.md); no test asserts on them.
 TEST(CudaCubinCache, ASecondProcessLoadsCubinsFromDisk) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  KILN_NEEDS_NVRTC();
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("kiln-cubin-cache-" + std::to_string(::getpid()));
   fs::remove_all(dir);

@@ -56,6 +56,23 @@ TEST(CudaSource, ContiguousOperandsUseVectorAccessesAndThirtyTwoBitIndices) {
   EXPECT_NE(h.find("kiln_h2f("), std::string::npos) << h;
 }
 
+// The outputs of one fusion group are the stores of one kernel: one pass over the inputs writes
+// them all, each by vectors (what they compute is checked on the emulator, test_cuda_render.cpp's
+// op cases with two outputs, and on a GPU).
+TEST(CudaSource, MultiOutputKernelsWriteEveryOutputInOnePass) {
+  auto graphs = trace([](const std::vector<Tensor>& v) {
+    Tensor s = v[0] + v[1];
+    return std::vector{s, s * v[0], sin(s)};
+  }, {{randn({4096}), randn({4096})}});
+  passes::Module m = passes::optimize(graphs[0], {});
+  ASSERT_EQ(m.program->kernels.size(), 1u) << passes::print(*m.program);
+  EXPECT_EQ(m.program->kernels[0].stores.size(), 3u) << passes::print(*m.program);
+  std::string s = codegen::emit_cuda(*m.program, codegen::CudaEmit::Source);
+  EXPECT_EQ(count_of(s, "__global__"), 1u) << s;
+  for (const char* store : {"*>(s2 + base) = ", "*>(s3 + base) = ", "*>(s4 + base) = "})
+    EXPECT_EQ(count_of(s, store), 1u) << store << "\n" << s;
+}
+
 TEST(CudaSource, StridedOperandsGetIndexMathAndNoVectorAccess) {
   std::string s = source_of([](const std::vector<Tensor>& v) { return std::vector{v[0].slice(1, 0, 128, 2) + v[1]}; },
                             {randn({64, 130}), randn({64, 64})});

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <string>
 
+#include "../common/nvrtc.h"
+
 using namespace kiln;
 
 namespace {
@@ -43,7 +45,7 @@ TEST(Cuda, AvailabilityComesWithAReason) {
 }
 
 TEST(Cuda, NvrtcCompilesACubinForSm90WithoutAGpu) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  KILN_NEEDS_NVRTC();
   EXPECT_FALSE(cuda::nvrtc_version().empty());
   std::string cubin = cuda::compile_cubin(kAddSource, "kiln_add.cu", 90);
   EXPECT_TRUE(is_cuda_elf(cubin)) << cubin.size() << " bytes";
@@ -52,7 +54,7 @@ TEST(Cuda, NvrtcCompilesACubinForSm90WithoutAGpu) {
 }
 
 TEST(Cuda, NvrtcErrorsNameTheCallTheKernelAndTheOffendingLine) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  KILN_NEEDS_NVRTC();
   std::string broken = kAddSource;
   broken.replace(broken.find("b[i];"), 5, "b[i] * not_declared;");
   try {
@@ -68,7 +70,7 @@ TEST(Cuda, NvrtcErrorsNameTheCallTheKernelAndTheOffendingLine) {
 }
 
 TEST(Cuda, NvrtcRejectsAnArchitectureItCannotTarget) {
-  if (!cuda::nvrtc_is_available()) GTEST_SKIP() << cuda::nvrtc_unavailable_reason();
+  KILN_NEEDS_NVRTC();
   EXPECT_THROW(cuda::compile_cubin(kAddSource, "kiln_add.cu", 7), Error);
   // a plausible number NVRTC does not know: its own error, with its log
   try {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../common/nvrtc.h"
 #include "workloads.h"
 
 using nlohmann::json;
@@ -143,6 +144,23 @@ TEST(DumpIr, RunChecksTheCompiledProgramToo) {
     EXPECT_NE(r.out.find("// check compiled output 0: f32[4] max abs diff"), std::string::npos) << r.out;
   }
   EXPECT_EQ(r.out.find("MISMATCH"), std::string::npos) << r.out;
+}
+
+// --emit=cuda renders without a GPU or NVRTC; --emit=ptx compiles the same kernels with NVRTC
+// (no GPU needed) for --arch, one entry per kernel, under the same header.
+TEST(DumpIr, EmitsCudaAndPtxForAnArchitecture) {
+  Result cu = dump_ir("layernorm --emit=cuda");
+  ASSERT_EQ(cu.status, 0) << cu.out;
+  EXPECT_NE(cu.out.find("// workload layernorm (small)"), std::string::npos) << cu.out;
+  EXPECT_NE(cu.out.find("extern \"C\" __global__"), std::string::npos) << cu.out;
+  KILN_NEEDS_NVRTC();
+  for (const char* arch : {"90", "80"}) {
+    Result ptx = dump_ir(std::string("layernorm --emit=ptx --arch ") + arch);
+    ASSERT_EQ(ptx.status, 0) << ptx.out;
+    EXPECT_NE(ptx.out.find("// workload layernorm (small)"), std::string::npos) << ptx.out.substr(0, 2000);
+    EXPECT_NE(ptx.out.find(std::string(".target sm_") + arch), std::string::npos) << ptx.out.substr(0, 2000);
+    EXPECT_NE(ptx.out.find(".visible .entry kiln_k0("), std::string::npos) << ptx.out.substr(0, 2000);
+  }
 }
 
 TEST(DumpIr, BranchSignExplainShowsBothPaths) {

@@ -798,8 +798,11 @@ int in_place_store(const passes::Kernel& k, size_t load) {
   return -1;
 }
 
-bool splits_reduction(const passes::Kernel& k, const KernelCode& code, bool early_stores) {
-  if (k.reduce_from != 0 || k.loops.empty() || k.loops[0] < 2 || code.depth != 1) return false;
+bool splits_reduction(const passes::Kernel& k, const KernelCode& code, bool early_stores, int depths) {
+  if (k.reduce_from != 0 || k.loops.empty() || k.loops[0] < 2 || code.depth < 1 || code.depth > depths) return false;
+  // (a scan restarts at the row's start: the parts of a split row cannot carry it)
+  for (const Instr& in : code.code)
+    if (in.op == EOp::Scan) return false;
   // Every store is a per-row value (one element: the reduction's result, or what follows it),
   // or with early_stores written by the first pass, which each part runs over its own elements.
   RowPlan p = row_plan(k, code, early_stores);

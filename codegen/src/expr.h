@@ -106,10 +106,11 @@ bool fits_index32(const passes::Kernel& k);
 // The store whose elements load `load` reads exactly (an in-place update), or -1.
 int in_place_store(const passes::Kernel& k, size_t load);
 // Whether a full reduction splits into partial results per part of loop 0 and a finishing
-// step: every loop a reduction loop (two or more along loop 0), one reduction depth, and
-// single-element stores; with `early_stores`, also stores along the row that the first pass
-// writes (RowPlan::early), each part writing its own elements.
-bool splits_reduction(const passes::Kernel& k, const KernelCode& code, bool early_stores = false);
+// step: every loop a reduction loop (two or more along loop 0), one reduction depth (up to
+// `depths`: a step of each per depth, the CPU backend's deep splits), and single-element
+// stores; with `early_stores`, also stores along the row that the first pass writes
+// (RowPlan::early), each part writing its own elements.
+bool splits_reduction(const passes::Kernel& k, const KernelCode& code, bool early_stores = false, int depths = 1);
 
 // How a kernel with reductions runs per outer index, the same in every backend: one pass over
 // the row per reduction depth (all reductions of that depth accumulate in it), then the stores:

@@ -442,6 +442,56 @@ TEST(CpuOpsReductionEdgeCases, FullReductionsSplitAcrossThreads) {
   }
 }
 
+// Full reductions of two or more depths (var and std: a mean, then the squares about it;
+// logsumexp: a maximum, then the sum of exponentials about it; the largest deviation from the
+// mean) split per pass: each depth's pass runs on the threads, each thread into its own slots,
+// and its finishing step hands the combined values to the next depth. On 1, 2 and 3 threads,
+// contiguous and transposed, with NaN and infinities on later calls; the plan says so.
+TEST(CpuOpsReductionEdgeCases, FullReductionsOfSeveralDepthsSplitPerPass) {
+  const Fn deep = [](const V& in) {
+    const Tensor& x = in[0];
+    Tensor dev = x - x.mean();
+    return V{x.var(), x.std({}, 0), logsumexp(x, {0, 1}), dev.abs().amax(), (dev * dev - x.var({}, 0)).abs().sum()};
+  };
+  for (const char* threads : {"1", "2", "3"}) {
+    kiln::testing::ScopedEnv env("KILN_NUM_THREADS", threads);
+    for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+      for (auto [sizes, layout] : {std::pair<std::vector<int64_t>, Layout>{{1013, 307}, Layout::Contiguous},
+                                   {{517, 131}, Layout::Transposed}}) {
+        SCOPED_TRACE(std::string(threads) + " threads, " + std::string(name(dt)) + ", " + layout_name(layout));
+        Inputs inputs = [&, sizes = sizes, layout = layout](int call) {
+          return V{make(dt, sizes, layout, 1601 + uint64_t(dt) * 7 + uint64_t(call), Values::Any,
+                        call >= 2 ? Specials::Sparse : Specials::None)};
+        };
+        check(deep, inputs, Expect{});
+      }
+    }
+  }
+  kiln::testing::ScopedEnv t("KILN_NUM_THREADS", "2");
+  const V in{make(kFloat32, {1013, 307}, Layout::Contiguous, 3, Values::Any, Specials::None)};
+  auto f = compile([](const V& v) { return V{v[0].var()}; }, cpu_options());
+  (void)f(in);
+  passes::Module m = passes::optimize(ir::parse(f.explain(in).graphs.at(0).text));
+  const std::string code = codegen::emit_cpu(*m.program, codegen::CpuEmit::Code);
+  EXPECT_NE(code.find("a split reduction: each thread a part of loop 0 (310991), then one combines them, for each of its 2 passes"),
+            std::string::npos)
+      << code;
+}
+
+// A running sum inside a full reduction (x.cumsum(0).sum()) adds in order from the row's start,
+// which the parts of a split row cannot: such a kernel runs whole. (Split, the second thread's
+// part started its running sum from zero: 1.45e8 off over 10^6 elements on 2 threads.)
+TEST(CpuOpsReductionEdgeCases, ScansInAFullReductionAreNotSplit) {
+  kiln::testing::ScopedEnv env("KILN_NUM_THREADS", "2");
+  for (DType dt : {kFloat64, kInt64}) {
+    SCOPED_TRACE(name(dt));
+    Inputs inputs = [dt](int call) {
+      return V{make(dt, {300007}, Layout::Contiguous, 1701 + uint64_t(call), Values::Any, Specials::None)};
+    };
+    check([](const V& in) { return V{in[0].cumsum(0).sum(), in[0].cumsum(0).amax()}; }, inputs, Expect{});
+  }
+}
+
 // Kernels whose outermost loop is short (a leading dim of 2 or 3 that broadcasting keeps from
 // merging with the next) run the leading loops flattened as one range, which the threads split
 // (emit.h's thread_loops): 3 rows of [3, R, C] on 2 threads were one thread's work twice over.

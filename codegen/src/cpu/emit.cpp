@@ -27,8 +27,10 @@ std::vector<int64_t> generic_args(const passes::Kernel& k) {
   return out;
 }
 
-Emitter::Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code, ReductionPart part, bool generic)
-    : ScalarBuilder(m), k_(k), code_(code), part_(part), generic_(generic), memo_(code.code.size(), nullptr) {
+Emitter::Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code, ReductionPart part, bool generic,
+                 int depth)
+    : ScalarBuilder(m), k_(k), code_(code), part_(part), part_depth_(depth), generic_(generic),
+      memo_(code.code.size(), nullptr) {
   // A row-wise kernel's per-row values run once per row, outside the vectorised row loops,
   // unless the rows are so short that LLVM unrolls them whole and vectorises the outer loop
   // instead: below kMinLibmRow elements the per-row calls stay SLEEF's, which it can.
@@ -81,7 +83,10 @@ void Emitter::emit(const std::string& name) {
   params.push_back(i64);  // begin
   params.push_back(i64);  // end
   params.push_back(ptr);  // status
-  if (split) params.push_back(ptr);  // the partial accumulators
+  // (a deep split's steps: the partial accumulators, then the carry slots)
+  const bool carry = split && reduce_from() == 0 && part_depths(code_) > 1;
+  if (split) params.push_back(ptr);
+  if (carry) params.push_back(ptr);
   auto* body_ty = llvm::FunctionType::get(B.getVoidTy(), params, false);
   F_ = llvm::Function::Create(body_ty, llvm::Function::InternalLinkage, name + ".body", M);
   F_->addFnAttr(llvm::Attribute::NoUnwind);
@@ -100,6 +105,10 @@ void Emitter::emit(const std::string& name) {
   if (split) {
     parts_ = F_->getArg(unsigned(nops + 4));
     F_->addParamAttr(unsigned(nops + 4), llvm::Attribute::NoAlias);  // the host's own slots
+  }
+  if (carry) {
+    carry_ = F_->getArg(unsigned(nops + 5));
+    F_->addParamAttr(unsigned(nops + 5), llvm::Attribute::NoAlias);
   }
   iv_.assign(k_.loops.size(), nullptr);
   read_sizes();
@@ -160,6 +169,7 @@ void Emitter::emit(const std::string& name) {
   call_args.push_back(E->getArg(3));
   call_args.push_back(E->getArg(4));
   if (split) call_args.push_back(B.CreateLoad(ptr, B.CreateConstInBoundsGEP1_64(ptr, E->getArg(0), nops), "parts"));
+  if (carry) call_args.push_back(B.CreateLoad(ptr, B.CreateConstInBoundsGEP1_64(ptr, E->getArg(0), nops + 1), "carry"));
   B.CreateCall(F_, call_args);
   B.CreateRetVoid();
 }
@@ -388,8 +398,10 @@ int thread_loops(const passes::Kernel& k, bool generic) {
 void emit_kernel(llvm::Module& m, const std::string& name, const passes::Kernel& k, const KernelCode& code, bool generic) {
   Emitter(m, k, code, ReductionPart::Whole, generic).emit(name);
   if (!has_parts(k, code, generic)) return;
-  Emitter(m, k, code, ReductionPart::Partial, generic).emit(name + kPartialSuffix);
-  Emitter(m, k, code, ReductionPart::Finish, generic).emit(name + kFinishSuffix);
+  for (int d = 1; d <= part_depths(code); ++d) {
+    Emitter(m, k, code, ReductionPart::Partial, generic, d).emit(part_symbol(name, kPartialSuffix, d));
+    Emitter(m, k, code, ReductionPart::Finish, generic, d).emit(part_symbol(name, kFinishSuffix, d));
+  }
 }
 
 }  // namespace kiln::codegen::cpu

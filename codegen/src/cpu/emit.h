@@ -1,5 +1,6 @@
 // LLVM IR for one kernel (internal to codegen/cpu).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -32,6 +33,13 @@ using KernelFn = void (*)(char* const*, const int64_t*, int64_t, int64_t, uint64
 // `name.finish`, which combines the slots of parts [begin, end) at operands[n] in order and
 // computes and stores the results. Each part is one thread's; the finish runs once.
 //
+// A full reduction of several depths (x.var(): a mean, then the squares about it; logsumexp: a
+// maximum, then a sum of exponentials) splits per depth: depth d's pass is `name.partial` (d =
+// 1) or `name.partial.d`, each part's accumulators into its slots as above, and its finishing
+// step `name.finish` or `name.finish.d` combines them; before the last depth that step writes
+// the combined values into carry slots at operands[n + 1], where the next depths' steps read
+// them (kDeepSplitDepths at most).
+//
 // A reduction by columns into few outputs (splits_columns: x.sum(0) of [65536, 16]) splits the
 // same way along its rows: `name.partial` runs the part [begin, end) of loop 1 for every index
 // of loop 0 and writes loop 0's index i's accumulators at slots i * reductions on; `name.finish`
@@ -42,6 +50,11 @@ using KernelFn = void (*)(char* const*, const int64_t*, int64_t, int64_t, uint64
 enum class ReductionPart { Whole, Partial, Finish };
 inline constexpr const char* kPartialSuffix = ".partial";
 inline constexpr const char* kFinishSuffix = ".finish";
+inline constexpr int kDeepSplitDepths = 4;
+// The symbol of depth d's partial or finishing step (`suffix`: kPartialSuffix or kFinishSuffix).
+inline std::string part_symbol(const std::string& name, const char* suffix, int depth) {
+  return name + suffix + (depth > 1 ? "." + std::to_string(depth) : "");
+}
 // emit_kernel adds the partial and finish functions to kernels that has_parts(). A load that
 // in_place_store() pairs with a store reads through the store's pointer.
 
@@ -52,9 +65,19 @@ inline constexpr const char* kFinishSuffix = ".finish";
 // squared differences slower (0.30 -> 0.39 ms); over 4 it was 0.20 -> 0.07 (session 36).
 inline constexpr int64_t kSplitColumnsMinOutputs = 4, kSplitColumnsMinRows = 256;
 bool splits_columns(const passes::Kernel& k, const KernelCode& code, bool generic);
-// splits_reduction (expr.h) or splits_columns.
+// splits_reduction (expr.h; of up to kDeepSplitDepths depths) or splits_columns.
 inline bool has_parts(const passes::Kernel& k, const KernelCode& code, bool generic) {
-  return splits_reduction(k, code, true) || splits_columns(k, code, generic);
+  return splits_reduction(k, code, true, kDeepSplitDepths) || splits_columns(k, code, generic);
+}
+// How many partial and finishing steps a kernel that has_parts() has: one per depth.
+inline int part_depths(const KernelCode& code) { return std::max(code.depth, 1); }
+// The 8-byte slots one part's partial steps write, how far apart the host lays the parts: one
+// per reduction of any depth (a depth's step uses the first of them), by columns
+// (splits_columns) one per reduction and output of loop 0.
+inline int64_t part_slots(const passes::Kernel& k, const KernelCode& code, bool columns) {
+  int64_t n = 0;
+  for (const Instr& in : code.code) n += in.op == EOp::Reduce;
+  return columns ? n * k.loops[0] : n;
 }
 
 // A size-generic kernel reads its loop extents and every operand stride other than 0 and +-1

@@ -85,9 +85,21 @@ void Emitter::outer_body() {
   const std::vector<std::vector<int>>&reduces = plan.reduces, &needs = plan.needs;
   plan_stash(needs, reduces);
   const int ahead = ahead_depth();
+  // A deep split's step at depth d: what the depths before it reduced, as their finishing steps
+  // combined it (each depth's slots after the earlier depths').
+  if (carry_) {
+    size_t slot = 0;
+    for (int depth = 1; depth < part_depth_; ++depth)
+      for (int r : reduces[size_t(depth)]) {
+        Value* at = B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), carry_, 8 * slot++);
+        memo_[size_t(r)] = B.CreateLoad(compute_type(code_.code[size_t(r)].type), at);
+      }
+  }
 
-  // (a split reduction's finishing step has no row loops: it combines the parts instead)
+  // (a split reduction's finishing step has no row loops: it combines the parts instead; its
+  // partial step runs the pass of its own depth)
   for (int depth = 1; part_ != ReductionPart::Finish && depth <= code_.depth; ++depth) {
+    if (part_ == ReductionPart::Partial && depth != part_depth_) continue;
     const std::vector<int>& need = needs[size_t(depth - 1)];
     for (int id : need)
       if (!code_.code[size_t(id)].row) value(id);
@@ -141,11 +153,21 @@ void Emitter::outer_body() {
       memo_[size_t(r)] = v;
     }
   }
-  if (part_ == ReductionPart::Finish) finish_parts(reduces[1]);
+  const std::vector<int>& mine = reduces[size_t(part_ == ReductionPart::Whole ? 1 : part_depth_)];
+  if (part_ == ReductionPart::Finish) {
+    finish_parts(mine);
+    if (part_depth_ < code_.depth) {
+      // Not the last depth: its combined values go to the carry slots for the next passes.
+      size_t slot = 0;
+      for (int depth = 1; depth < part_depth_; ++depth) slot += reduces[size_t(depth)].size();
+      for (int r : mine) B.CreateStore(memo_[size_t(r)], B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), carry_, 8 * slot++));
+      return;
+    }
+  }
   if (part_ == ReductionPart::Partial) {
     // This call's accumulators, slot by slot; the finishing call combines them.
-    for (size_t q = 0; q < reduces[1].size(); ++q)
-      B.CreateStore(memo_[size_t(reduces[1][q])], B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), parts_, 8 * q));
+    for (size_t q = 0; q < mine.size(); ++q)
+      B.CreateStore(memo_[size_t(mine[q])], B.CreateConstInBoundsGEP1_64(B.getInt8Ty(), parts_, 8 * q));
     return;
   }
   store_all(per_row);
@@ -283,7 +305,7 @@ void Emitter::finish_parts(const std::vector<int>& reduces) {
   // (a kernel that splits_columns: each part has n slots per output of loop 0, this output's
   // at 8 n iv_0 within its part's)
   const bool cols = reduce_from() > 0;
-  Value* per_part = B.getInt64(8 * n * uint64_t(cols ? k_.loops[0] : 1));
+  Value* per_part = B.getInt64(8 * uint64_t(part_slots(k_, code_, cols)));
   Value* mine = cols ? B.CreateMul(B.CreateZExt(iv_[0], B.getInt64Ty()), B.getInt64(8 * n)) : B.getInt64(0);
   loop(begin_, end_, "part", [&](Value* p) {
     Value* base = B.CreateAdd(B.CreateMul(B.CreateZExt(p, B.getInt64Ty()), per_part), mine);
@@ -328,7 +350,9 @@ void Emitter::plan_stash(const std::vector<std::vector<int>>& needs, const std::
   stash_ready_.assign(code_.code.size(), false);
   int64_t row = 1;
   for (int d = reduce_from(); d < rank(); ++d) row *= k_.loops[size_t(d)];
-  if (row > kMaxStash || generic_) return;  // (generic: the row's length is unknown)
+  // (generic: the row's length is unknown; a deep split's passes are calls of their own, which
+  // keep no stash from one to the next)
+  if (row > kMaxStash || generic_ || carry_) return;
   std::vector<int> uses(code_.code.size(), 0);
   std::vector<bool> reduced(code_.code.size(), false);  // needed by a pass that reduces
   for (size_t d = 0; d < needs.size(); ++d) {

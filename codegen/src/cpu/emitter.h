@@ -31,7 +31,9 @@ class Emitter : ScalarBuilder {
   static constexpr uint64_t kColumns = 256;
   static constexpr unsigned kColumnChains = 4;  // see columns()
 
-  Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code, ReductionPart part, bool generic);
+  // `depth`: the reduction depth a Partial or Finish step runs (emit.h: deep splits).
+  Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& code, ReductionPart part, bool generic,
+          int depth = 1);
 
   void emit(const std::string& name);
 
@@ -39,10 +41,12 @@ class Emitter : ScalarBuilder {
   const passes::Kernel& k_;
   const KernelCode& code_;
   ReductionPart part_;
+  int part_depth_ = 1;  // Partial, Finish: the depth whose pass or combining this step is
   bool generic_;  // sizes and non-unit strides are run-time arguments (generic_args)
   std::vector<Value*> extent_;               // per loop: its extent (a constant, or loaded from args)
   std::vector<std::vector<Value*>> stride_;  // per operand and dim: its stride
   Value* parts_ = nullptr;  // Partial, Finish: the accumulator slots (8 bytes each)
+  Value* carry_ = nullptr;  // a deep split's steps: the combined values of the depths before the last
   Value* begin_ = nullptr;  // the range the call runs (outermost loop, or for a split
   Value* end_ = nullptr;    // reduction: Partial's part of loop 0, Finish's parts)
   llvm::Function* F_ = nullptr;

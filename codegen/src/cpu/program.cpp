@@ -103,6 +103,7 @@ struct ThreadPlan {
   int threads = 1;
   bool split = false;  // a full reduction split along loop 0: partial per thread, then finish
   bool columns = false;  // split along loop 1 instead (splits_columns; even on one thread)
+  int passes = 1;        // a split full reduction's depths: a partial and a finishing step each
 };
 
 // `code`: the kernel's (its cost per element); `splits`: it was compiled with partial and finish
@@ -125,6 +126,7 @@ ThreadPlan plan_threads(const passes::Kernel& k, const KernelCode& code, bool ge
     for (t.loops = 0; t.loops < cpu::thread_loops(k, generic); ++t.loops) t.outer *= k.loops[size_t(t.loops)];
   t.threads = (has_outer || t.split) && enough ? int(std::min<int64_t>(t.outer, max_threads)) : 1;
   if (t.threads <= 1 && !t.columns) t.split = false;
+  if (t.split && !t.columns) t.passes = cpu::part_depths(code);
   return t;
 }
 
@@ -136,7 +138,8 @@ std::string describe(const ThreadPlan& t) {
     o << ", by columns split along the rows: each thread a part of loop 1 (" << t.outer
       << ") for every output, then one combines them";
   else if (t.threads > 1 && t.split)
-    o << ", a split reduction: each thread a part of loop 0 (" << t.outer << "), then one combines them";
+    o << ", a split reduction: each thread a part of loop 0 (" << t.outer << "), then one combines them"
+      << (t.passes > 1 ? ", for each of its " + std::to_string(t.passes) + " passes" : "");
   else if (t.threads > 1)
     o << " over " << (t.loops == 1 ? "loop 0" : "loops 0-" + std::to_string(t.loops - 1)) << " (" << t.outer << ")";
   else if (t.work() < t.min_work)
@@ -251,9 +254,10 @@ std::unique_ptr<llvm::Module> build_module(llvm::LLVMContext& ctx, const passes:
 }
 
 // A compiled kernel's entry points: the whole kernel, and for a split reduction (or one by
-// columns split along its rows) its partial and finishing steps (emit.h).
+// columns split along its rows) its partial and finishing steps (emit.h), one of each per depth.
 struct KernelFns {
-  cpu::KernelFn whole = nullptr, partial = nullptr, finish = nullptr;
+  cpu::KernelFn whole = nullptr;
+  std::vector<cpu::KernelFn> partial, finish;  // by depth from 1 (empty: no parts)
 };
 
 // The process's compiled kernels by key.
@@ -290,10 +294,11 @@ KernelFns kernel_fn(const passes::Kernel& k, const KernelCode& code, bool generi
   }
   KernelFns fns;
   fns.whole = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol));
-  if (cpu::has_parts(k, code, generic)) {
-    fns.partial = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol + cpu::kPartialSuffix));
-    fns.finish = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol + cpu::kFinishSuffix));
-  }
+  if (cpu::has_parts(k, code, generic))
+    for (int d = 1; d <= cpu::part_depths(code); ++d) {
+      fns.partial.push_back(reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, cpu::part_symbol(symbol, cpu::kPartialSuffix, d))));
+      fns.finish.push_back(reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, cpu::part_symbol(symbol, cpu::kFinishSuffix, d))));
+    }
   mc.fns.emplace(key, fns);
   return fns;
 }
@@ -332,10 +337,9 @@ struct Launch {
       : k(&kernel), fns(f) {
     if (generic) sizes = cpu::generic_args(kernel);
     checks = code.checks;
-    for (const Instr& in : code.code) slots_per_part += in.op == EOp::Reduce;
-    const ThreadPlan t = plan_threads(kernel, code, generic, fns.partial != nullptr, copies, env::num_threads());
+    const ThreadPlan t = plan_threads(kernel, code, generic, !fns.partial.empty(), copies, env::num_threads());
     outer = t.outer, threads = t.threads, split = t.split;
-    if (t.columns) slots_per_part *= int(kernel.loops[0]);
+    slots_per_part = int(cpu::part_slots(kernel, code, t.columns));
   }
 
   // `first` (when given) is the tensor the kernel's load 0 reads instead of a program buffer: the
@@ -346,8 +350,8 @@ struct Launch {
     char* ptrs[64];
     std::vector<char*> heap;
     char** p = ptrs;
-    if (n + 1 > 64) {  // one more: a split reduction's accumulator slots
-      heap.resize(n + 1);
+    if (n + 2 > 64) {  // two more: a split reduction's accumulator and carry slots
+      heap.resize(n + 2);
       p = heap.data();
     }
     int64_t args_small[32] = {};
@@ -406,31 +410,36 @@ struct Launch {
   }
 
   // Each thread reduces its part of loop 0 (by columns: of loop 1) into its own accumulator
-  // slots; then one call combines the slots in thread order and stores the results.
+  // slots; then one call combines the slots in thread order and stores the results. A deep
+  // split does that per depth, each finishing call but the last writing the carry slots the
+  // next depth's calls read.
   void run_split(char** p, size_t n, const int64_t* args, uint64_t* status) const {
     const size_t per_part = size_t(slots_per_part);
-    std::vector<int64_t> slots(size_t(threads) * per_part);
-    cpu::KernelFn partial = fns.partial;
-    int64_t o = outer;
-    int parts = threads;
-    if (threads <= 1) {
-      p[n] = reinterpret_cast<char*>(slots.data());
-      partial(p, args, 0, o, status);
-      fns.finish(p, args, 0, 1, status);
-      return;
-    }
+    std::vector<int64_t> slots(size_t(threads) * per_part), carry(per_part);
+    p[n + 1] = reinterpret_cast<char*>(carry.data());
+    const int64_t o = outer;
+    for (size_t d = 0; d < fns.partial.size(); ++d) {
+      cpu::KernelFn partial = fns.partial[d];
+      int parts = threads;
+      if (threads <= 1) {
+        p[n] = reinterpret_cast<char*>(slots.data());
+        partial(p, args, 0, o, status);
+        fns.finish[d](p, args, 0, 1, status);
+        continue;
+      }
 #pragma omp parallel num_threads(threads)
-    {
-      int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      // A team smaller than asked for still covers loop 0: part t of nt.
-      int64_t begin = o * t / nt, end = o * (t + 1) / nt;
-      std::vector<char*> mine(p, p + n);
-      mine.push_back(reinterpret_cast<char*>(slots.data() + size_t(t) * per_part));
-      if (t == 0) parts = nt;
-      partial(mine.data(), args, begin, end, status);
+      {
+        int t = omp_get_thread_num(), nt = omp_get_num_threads();
+        // A team smaller than asked for still covers loop 0: part t of nt.
+        int64_t begin = o * t / nt, end = o * (t + 1) / nt;
+        std::vector<char*> mine(p, p + n + 2);
+        mine[n] = reinterpret_cast<char*>(slots.data() + size_t(t) * per_part);
+        if (t == 0) parts = nt;
+        partial(mine.data(), args, begin, end, status);
+      }
+      p[n] = reinterpret_cast<char*>(slots.data());
+      fns.finish[d](p, args, 0, parts, status);
     }
-    p[n] = reinterpret_cast<char*>(slots.data());
-    fns.finish(p, args, 0, parts, status);
   }
 };
 

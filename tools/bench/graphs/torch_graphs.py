@@ -18,6 +18,7 @@ xb = x.bfloat16()
 wide = torch.randn(4096, 1024)
 narrow = torch.randn(65536, 16)
 points = torch.randn(1048576, 3)
+big = torch.randn(16777216)
 PROGRAMS = [
     ("f16_chain", lambda a, b: torch.relu((a + b) * a), (x, y)),
     ("f16_rowsum", lambda a: a.sum(1), (x,)),
@@ -44,6 +45,9 @@ PROGRAMS = [
     ("col_sum_64", lambda a: a.sum(0), (torch.randn(16384, 64),)),
     ("center_of_mass", lambda a: a.mean(0), (points,)),
     ("sq_dev_cols3", lambda a, m: ((a - m) * (a - m)).sum(0), (points, torch.randn(3))),
+    ("var_all", lambda a: a.var(), (big,)),
+    ("std_all_2d", lambda a: a.std(), (big.view(4096, 4096),)),
+    ("logsumexp_all", lambda a: a.logsumexp(0), (big,)),
 ]
 
 

@@ -96,6 +96,40 @@ TEST(Reduce, NormVarStdAnyAll) {
   expect_error([] { arange(4).norm(); }, "floating point");
 }
 
+// var and std of a whole tensor take two float64 passes straight over it (each split across
+// the threads, long enough here to be): against a long double reference, float32 and float64,
+// contiguous, transposed and strided, a large offset (the mean matters), every correction and
+// keepdim; NaN and infinity give NaN; one element with correction 1 divides by zero.
+TEST(Reduce, VarOfAWholeTensorInTwoPasses) {
+  manual_seed(5);
+  for (DType dt : {kFloat32, kFloat64}) {
+    Tensor base = (randn({700, 331}, kFloat64) * 3 + 1000).to(dt);
+    for (const Tensor& x : {base, base.t(), base.slice(1, 0, 331, 2)}) {
+      SCOPED_TRACE(std::string(name(dt)) + (x.is_contiguous() ? " contiguous" : " strided"));
+      const std::vector<double> v = x.contiguous().to(kFloat64).to_vector<double>();
+      long double s = 0, ss = 0;
+      for (double e : v) s += e;
+      const long double m = s / v.size();
+      for (double e : v) ss += (e - m) * (e - m);
+      for (int64_t c : {0, 1, 5}) {
+        const double want = double(ss / (v.size() - c));
+        const double tol = dt == kFloat32 ? 1e-6 * want : 1e-12 * want;
+        EXPECT_NEAR(x.var({}, c).item<double>(), want, tol) << "correction " << c;
+        EXPECT_NEAR(x.std({0, 1}, c, true).item<double>(), std::sqrt(want), tol) << "correction " << c;
+        EXPECT_EQ(x.var({}, c, true).sizes().vec(), (std::vector<int64_t>{1, 1}));
+        EXPECT_EQ(x.var({}, c).dtype(), dt);
+      }
+    }
+    Tensor bad = base.clone();
+    bad.index({3, 7}) = NAN;
+    EXPECT_TRUE(std::isnan(bad.var().item<double>()));
+    bad.index({3, 7}) = INFINITY;
+    EXPECT_TRUE(std::isnan(bad.std().item<double>()));
+    EXPECT_TRUE(std::isnan(full({1}, 2.0, dt).var().item<double>()));  // 0 / 0
+    EXPECT_EQ(full({1}, 2.0, dt).var({}, 0).item<double>(), 0.0);
+  }
+}
+
 TEST(Reduce, SoftmaxLogSoftmaxLogsumexpCumsum) {
   Tensor x = from_vector<float>({1, 2, 3, 1000, 1000, 1000}, {2, 3});
   Tensor s = softmax(x, -1);

@@ -52,6 +52,13 @@ const std::vector<GenericCase>& generic_cases() {
        "  %0 = mean(%x) {dims=[0,1], keepdim=false} : f32[]{}\n"
        "  return %0\n}\n",
        {}},
+      // (two depths each: split per pass where the size is worth threads)
+      {"full_var_logsumexp",
+       "graph @main(%x: f32[{N},{M}]{{M},1}) {\n"
+       "  %0 = var(%x) {correction=1, dims=[0,1], keepdim=false} : f32[]{}\n"
+       "  %1 = logsumexp(%x) {dims=[0,1], keepdim=false} : f32[]{}\n"
+       "  return %0, %1\n}\n",
+       {}},
   };
   return c;
 }

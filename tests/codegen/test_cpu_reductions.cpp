@@ -467,6 +467,19 @@ TEST(CpuOpsReductionEdgeCases, FullReductionsOfSeveralDepthsSplitPerPass) {
       }
     }
   }
+  // argmax and argmin of a whole tensor are two depths too (the extremum, then its first
+  // index): ties across the parts in int64 (values within +-1000), NaN in float32
+  for (const char* threads : {"2", "3"}) {
+    kiln::testing::ScopedEnv env("KILN_NUM_THREADS", threads);
+    for (DType dt : {kInt64, kFloat32}) {
+      SCOPED_TRACE(std::string(threads) + " threads, argmax, " + std::string(name(dt)));
+      Inputs inputs = [dt](int call) {
+        return V{make(dt, {300007}, Layout::Contiguous, 1801 + uint64_t(call), Values::Any,
+                      call >= 1 && is_floating(dt) ? Specials::Sparse : Specials::None)};
+      };
+      check([](const V& in) { return V{in[0].argmax(), in[0].argmin()}; }, inputs, Expect{});
+    }
+  }
   kiln::testing::ScopedEnv t("KILN_NUM_THREADS", "2");
   const V in{make(kFloat32, {1013, 307}, Layout::Contiguous, 3, Values::Any, Specials::None)};
   auto f = compile([](const V& v) { return V{v[0].var()}; }, cpu_options());

@@ -48,6 +48,7 @@ PROGRAMS = [
     ("var_all", lambda a: a.var(), (big,)),
     ("std_all_2d", lambda a: a.std(), (big.view(4096, 4096),)),
     ("logsumexp_all", lambda a: a.logsumexp(0), (big,)),
+    ("argmax_all", lambda a: a.argmax(), (big,)),
 ]
 
 

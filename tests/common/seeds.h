@@ -15,18 +15,17 @@ struct SeedRange {
   uint32_t first = 1, last = 0;  // inclusive; empty when last < first
 };
 
-// count: the suite's default; count_env: the variable that overrides it (KILN_DIFFERENTIAL_PROGRAMS).
-inline SeedRange seed_range(int count, const char* count_env) {
-  if (const char* n = std::getenv(count_env)) count = std::max(1, std::atoi(n));
-  uint32_t base = 0;
-  if (const char* b = std::getenv("KILN_TEST_SEED_BASE")) base = uint32_t(std::strtoul(b, nullptr, 10));
-  return {base + 1, base + uint32_t(count)};
-}
-
 // The seed base as set (0 when unset): a sampling suite (the fuzz's mutants) starts its sample there.
 inline uint32_t seed_base() {
   const char* b = std::getenv("KILN_TEST_SEED_BASE");
   return b ? uint32_t(std::strtoul(b, nullptr, 10)) : 0;
+}
+
+// count: the suite's default; count_env: the variable that overrides it (KILN_DIFFERENTIAL_PROGRAMS).
+inline SeedRange seed_range(int count, const char* count_env) {
+  if (const char* n = std::getenv(count_env)) count = std::max(1, std::atoi(n));
+  const uint32_t base = seed_base();
+  return {base + 1, base + uint32_t(count)};
 }
 
 }  // namespace kiln::testing

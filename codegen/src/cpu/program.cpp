@@ -415,8 +415,10 @@ struct Launch {
   // next depth's calls read.
   void run_split(char** p, size_t n, const int64_t* args, uint64_t* status) const {
     const size_t per_part = size_t(slots_per_part);
-    std::vector<int64_t> slots(size_t(threads) * per_part), carry(per_part);
-    p[n + 1] = reinterpret_cast<char*>(carry.data());
+    // (one allocation: the parts' slots, then for a deep split the carry slots after them)
+    const bool deep = fns.partial.size() > 1;
+    std::vector<int64_t> slots(size_t(threads + (deep ? 1 : 0)) * per_part);
+    p[n + 1] = deep ? reinterpret_cast<char*>(slots.data() + size_t(threads) * per_part) : nullptr;
     const int64_t o = outer;
     for (size_t d = 0; d < fns.partial.size(); ++d) {
       cpu::KernelFn partial = fns.partial[d];

@@ -9,10 +9,15 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <functional>
+#include <new>
+#include <set>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -196,14 +201,105 @@ bool write_all(int fd, std::string_view data) {
   return true;
 }
 
-bool read_all_at(int fd, char* out, size_t size, off_t offset) {
+// What a read of a cache file came to: every byte, an early end of the file (a truncated
+// entry: corrupt), or an I/O error (the disk's problem, not the entry's: errno says which).
+enum class Read { Ok, Short, Failed };
+
+Read read_all_at(int fd, char* out, size_t size, off_t offset) {
   while (size > 0) {
     ssize_t n = ::pread(fd, out, size, offset);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
+    if (n < 0) return Read::Failed;
+    if (n == 0) return Read::Short;
     out += n;
     size -= size_t(n);
     offset += n;
+  }
+  return Read::Ok;
+}
+
+// strerror's text, without strerror's shared buffer (threads compile concurrently).
+std::string error_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+// "a FIFO", "a directory", ...: what lies where an entry should be.
+std::string file_type(mode_t mode) {
+  if (S_ISREG(mode)) return "a regular file";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a regular file";
+}
+
+// The one way the cache reports a problem: one line on stderr per kind of problem per process,
+// since the cache is consulted once per kernel and one broken entry or unwritable directory
+// would otherwise repeat for every kernel. (A diagnostics channel for the cache would route
+// these lines here.)
+std::mutex warn_mu;
+std::set<std::string>& warned_kinds() {
+  static auto* kinds = new std::set<std::string>;  // never destroyed: stores run during static teardown
+  return *kinds;
+}
+void cache_warning(std::string_view kind, const std::string& message) {
+  std::lock_guard<std::mutex> lock(warn_mu);
+  if (!warned_kinds().insert(std::string(kind)).second) return;
+  std::fprintf(stderr, "kiln: warning: [cache] %s\n", message.c_str());
+}
+
+// Closes a file descriptor on every way out, exceptions included.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Makes `dir` (its missing parents as the system makes directories) private to this user, or
+// checks the one that is there: the entries are machine code the process loads and runs, so a
+// directory another user owns, or that its group or others can write, would let them run code
+// here. Returns whether the cache may use it; warns once when not.
+bool private_directory(const std::string& dir) {
+  std::error_code ec;
+  fs::path parent = fs::path(dir).parent_path();
+  if (!parent.empty()) fs::create_directories(parent, ec);  // (a failure shows in the mkdir below)
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    const int err = errno;
+    cache_warning("directory", "cannot create the kernel cache directory " + dir + " (" + error_text(err) +
+                                   "); running without the disk cache");
+    return false;
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {
+    const int err = errno;
+    cache_warning("directory", "cannot use the kernel cache directory " + dir + " (" + error_text(err) +
+                                   "); running without the disk cache");
+    return false;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    cache_warning("directory", "the kernel cache directory " + dir + " is " + file_type(st.st_mode) +
+                                   "; running without the disk cache");
+    return false;
+  }
+  const char* why = nullptr;
+  std::string owner;
+  if (st.st_uid != ::geteuid()) {
+    owner = "owned by user id " + std::to_string(st.st_uid) + ", not by this process's user (" +
+            std::to_string(::geteuid()) + ")";
+    why = owner.c_str();
+  } else if (st.st_mode & S_IWOTH) {
+    why = "writable by every user";
+  } else if (st.st_mode & S_IWGRP) {
+    why = "writable by its group";
+  }
+  if (why) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+    cache_warning("untrusted", "the kernel cache directory " + dir + " is " + why + " (mode " + mode +
+                                   "); its entries are machine code kiln runs, so whoever can write it could "
+                                   "run code in this process: running without the disk cache (make it "
+                                   "private, chmod 700, or set KILN_CACHE_DIR to a directory of your own)");
+    return false;
   }
   return true;
 }
@@ -260,8 +356,20 @@ DiskCache::DiskCache(DiskCacheConfig c) : max_bytes_(c.max_bytes) {
   dir_ = (root / version).lexically_normal().string();
   if (!dir_.empty() && dir_.back() == '/') dir_.pop_back();
   if (!c.enabled || c.max_bytes == 0) return;
-  fs::create_directories(dir_, ec);
-  enabled_ = !ec && fs::is_directory(dir_, ec);
+  // The root and the versioned directory are both checked: the root is what the user named,
+  // and the versioned one is where the entries are.
+  std::string root_dir = root.lexically_normal().string();
+  if (root_dir.size() > 1 && root_dir.back() == '/') root_dir.pop_back();
+  try {
+    enabled_ = private_directory(root_dir) && private_directory(dir_);
+  } catch (const std::exception&) {  // (only std::bad_alloc can be thrown here)
+    enabled_ = false;
+  }
+}
+
+void DiskCache::reset_warnings_for_testing() {
+  std::lock_guard<std::mutex> lock(warn_mu);
+  warned_kinds().clear();
 }
 
 DiskCache& DiskCache::global() {
@@ -294,50 +402,103 @@ std::optional<std::string> DiskCache::load(const CacheKey& key, std::string_view
     ++misses_;
     return std::nullopt;
   }
-  std::string path = entry_path(key, kind);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {  // absent, or unreadable: a miss either way, and nothing to repair
+  // Nothing may escape a compiled call but kiln::Error: the payload's size is bounded below, but
+  // memory can still be short, and the entry is then a miss like any other.
+  try {
+    return load_entry(entry_path(key, kind), key, kind);
+  } catch (const std::exception& e) {
     ++misses_;
+    try {
+      cache_warning("memory", std::string("could not read a kernel cache entry (") + e.what() +
+                                  "); ignored it, and the kernel is compiled instead");
+    } catch (const std::exception&) {  // (no memory for the message either)
+    }
     return std::nullopt;
   }
-  struct stat st {};
-  auto discard = [&]() -> std::optional<std::string> {
-    // Delete the file only if it is still the one we read: another writer may have renamed a
-    // good entry over it meanwhile.
-    struct stat now {};
-    if (::stat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev)
-      ::unlink(path.c_str());
-    ::close(fd);
-    ++corrupt_;
+}
+
+std::optional<std::string> DiskCache::load_entry(const std::string& path, const CacheKey& key,
+                                                 std::string_view kind) {
+  auto miss = [&]() -> std::optional<std::string> {
     ++misses_;
     return std::nullopt;
   };
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {  // e.g. a directory in the way
-    ::close(fd);
-    ++misses_;
-    return std::nullopt;
+  auto not_an_entry = [&](mode_t mode) {
+    cache_warning("not-a-file", path + " is " + file_type(mode) +
+                                    ", not a cache entry; ignored it (the next store of this kernel replaces it)");
+    return miss();
+  };
+  // Looked at before it is opened: opening a FIFO for reading waits for a writer (and the
+  // caller holds its backend's cache lock, so every compiling thread would wait with it); a
+  // device may do anything on open; a link may point out of the cache.
+  struct stat lst {};
+  if (::lstat(path.c_str(), &lst) != 0) {
+    const int err = errno;
+    if (err != ENOENT && err != ENOTDIR)
+      cache_warning("unreadable", "cannot read " + path + " (" + error_text(err) + "); ignored it");
+    return miss();  // absent (the common miss), or unreadable: nothing to repair either way
   }
+  if (!S_ISREG(lst.st_mode)) return not_an_entry(lst.st_mode);
+  // The name may be swapped between the lstat and the open: O_NONBLOCK makes an open of a FIFO
+  // return at once and O_NOFOLLOW refuses a link, and fstat checks what was opened.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ELOOP) return not_an_entry(S_IFLNK);
+    if (err != ENOENT) cache_warning("unreadable", "cannot open " + path + " (" + error_text(err) + "); ignored it");
+    return miss();
+  }
+  Fd closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return not_an_entry(st.st_mode);
+  auto discard = [&](const std::string& kind_of_problem, const std::string& what) -> std::optional<std::string> {
+    // Delete the file only if it is still the one we read: another writer may have renamed a
+    // good entry over it meanwhile.
+    struct stat now {};
+    if (::lstat(path.c_str(), &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev)
+      ::unlink(path.c_str());
+    ++corrupt_;
+    cache_warning(kind_of_problem, path + " " + what + "; removed it, and the next compile of this kernel rewrites it");
+    return miss();
+  };
+  auto read_failed = [&]() -> std::optional<std::string> {
+    const int err = errno;
+    cache_warning("unreadable", "cannot read " + path + " (" + error_text(err) + "); ignored it");
+    return miss();
+  };
 
+  // Every read below is bounded by the file's real size, and the payload's also by the cap
+  // (store never writes an entry larger) and the format's limit, checked before anything is
+  // allocated: a header may claim any length.
+  const uint64_t file_size = uint64_t(st.st_size);
+  const uint64_t fixed = kHeaderSize + kind.size();
+  if (file_size < fixed) return discard("corrupt", "is corrupt (truncated to " + std::to_string(file_size) + " bytes)");
   char h[kHeaderSize];
-  uint64_t file_size = uint64_t(st.st_size);
-  if (file_size < kHeaderSize + kind.size() || !read_all_at(fd, h, kHeaderSize, 0))
-    return discard();
-  uint64_t payload_len = load_le64(h + 32);
-  if (std::memcmp(h, kMagic, 8) != 0 || load_le32(h + 8) != kCacheFormatVersion ||
-      load_le32(h + 12) != kind.size() || load_le64(h + 16) != key.hi ||
-      load_le64(h + 24) != key.lo || payload_len != file_size - kHeaderSize - kind.size())
-    return discard();  // the last check also bounds payload_len before anything is allocated
+  if (Read r = read_all_at(fd, h, kHeaderSize, 0); r != Read::Ok)
+    return r == Read::Failed ? read_failed() : discard("corrupt", "is corrupt (truncated)");
+  if (std::memcmp(h, kMagic, 8) != 0 || load_le32(h + 8) != kCacheFormatVersion || load_le32(h + 12) != kind.size() ||
+      load_le64(h + 16) != key.hi || load_le64(h + 24) != key.lo)
+    return discard("corrupt", "is corrupt (its header is not this entry's)");
+  const uint64_t payload_len = load_le64(h + 32);
+  const uint64_t most = std::min(max_bytes_, kMaxCacheEntryBytes);
+  if (fixed > most || payload_len > most - fixed)
+    return discard("oversized", "claims a payload of " + std::to_string(payload_len) +
+                                    " bytes, more than the cache holds (at most " + std::to_string(most) +
+                                    " bytes an entry); not read");
+  if (payload_len != file_size - fixed)
+    return discard("corrupt", "is corrupt (its header claims " + std::to_string(payload_len) +
+                                  " bytes of payload, the file holds " + std::to_string(file_size - fixed) + ")");
 
   char stored_kind[kMaxKind];
+  if (Read r = read_all_at(fd, stored_kind, kind.size(), kHeaderSize); r != Read::Ok)
+    return r == Read::Failed ? read_failed() : discard("corrupt", "is corrupt (truncated)");
+  if (std::string_view(stored_kind, kind.size()) != kind) return discard("corrupt", "is corrupt (another kind of entry)");
   std::string payload(payload_len, '\0');
-  if (!read_all_at(fd, stored_kind, kind.size(), kHeaderSize) ||
-      std::string_view(stored_kind, kind.size()) != kind ||
-      !read_all_at(fd, payload.data(), payload.size(), off_t(kHeaderSize + kind.size())) ||
-      checksum64(payload) != load_le64(h + 40))
-    return discard();
+  if (Read r = read_all_at(fd, payload.data(), payload.size(), off_t(fixed)); r != Read::Ok)
+    return r == Read::Failed ? read_failed() : discard("corrupt", "is corrupt (truncated)");
+  if (checksum64(payload) != load_le64(h + 40)) return discard("corrupt", "is corrupt (checksum mismatch)");
 
   ::futimens(fd, nullptr);  // a hit makes the entry young again: eviction is LRU, not FIFO
-  ::close(fd);
   ++hits_;
   return payload;
 }
@@ -348,6 +509,18 @@ void DiskCache::store(const CacheKey& key, std::string_view kind, std::string_vi
     ++store_failures_;
     return;
   }
+  try {
+    store_entry(key, kind, payload);
+  } catch (const std::exception& e) {  // (only std::bad_alloc: the header and the names are built in memory)
+    ++store_failures_;
+    try {
+      cache_warning("store", std::string("could not write a kernel cache entry (") + e.what() + ")");
+    } catch (const std::exception&) {  // (no memory for the message either)
+    }
+  }
+}
+
+void DiskCache::store_entry(const CacheKey& key, std::string_view kind, std::string_view payload) {
   std::string header(kMagic, 8);
   put_le32(header, kCacheFormatVersion);
   put_le32(header, uint32_t(kind.size()));
@@ -357,34 +530,62 @@ void DiskCache::store(const CacheKey& key, std::string_view kind, std::string_vi
   put_le64(header, checksum64(payload));
   header.append(kind);
   uint64_t entry_bytes = header.size() + payload.size();
-  if (entry_bytes > max_bytes_) {  // it would evict everything, itself included
+  const uint64_t most = std::min(max_bytes_, kMaxCacheEntryBytes);
+  if (entry_bytes > most) {  // over the cap it would evict everything, itself included
+    cache_warning("too-large", "a " + std::string(kind) + " entry of " + std::to_string(entry_bytes) +
+                                   " bytes is larger than the kernel cache holds (at most " + std::to_string(most) +
+                                   " bytes an entry; KILN_CACHE_MAX_MB); not written, so every process compiles it");
     ++store_failures_;
     return;
   }
 
   std::string path = entry_path(key, kind);
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
+  auto failed = [&](const std::string& what, int err) {
+    cache_warning("store", "cannot write the kernel cache entry " + path + ": " + what + " (" + error_text(err) +
+                               "); the kernel is compiled again by the next process");
+    ++store_failures_;
+  };
+  // The shard directories are private like the cache's own (the versioned directory is made
+  // again if it was removed while the process ran).
+  std::string shard = path.substr(0, path.rfind('/'));
+  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
+    const int err = errno;
+    return failed("cannot create " + dir_, err);
+  }
+  if (::mkdir(shard.c_str(), 0700) != 0 && errno != EEXIST) {
+    const int err = errno;
+    return failed("cannot create " + shard, err);
+  }
   std::string tmp;
   int fd = -1;
-  // O_EXCL: never write into another writer's file. A name can only be taken by a crashed
-  // process of the same pid (its leftovers are removed after an hour), so retry a few times.
-  for (int attempt = 0; !ec && fd < 0 && attempt < 3; ++attempt) {
+  // O_EXCL: never write into another writer's file (nor through a link planted at the name). A
+  // name can only be taken by a crashed process of the same pid (its leftovers are removed
+  // after an hour), so retry a few times.
+  for (int attempt = 0; fd < 0 && attempt < 3; ++attempt) {
     tmp = temp_name(path);
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0 && errno != EEXIST) break;
   }
   if (fd < 0) {
-    ++store_failures_;
-    return;
+    const int err = errno;
+    return failed("cannot create " + tmp, err);
   }
   bool ok = write_all(fd, header) && write_all(fd, payload);
-  ok = (::close(fd) == 0) && ok;  // close reports delayed write errors (NFS, quota)
-  // rename() replaces the final name atomically: readers see the old entry or the new one.
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+  int err = ok ? 0 : errno;
+  if (::close(fd) != 0 && ok) {  // close reports delayed write errors (NFS, quota)
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
     ::unlink(tmp.c_str());
-    ++store_failures_;
-    return;
+    return failed("writing " + tmp + " failed", err ? err : EIO);
+  }
+  // rename() replaces the final name atomically: readers see the old entry or the new one. It
+  // also replaces whatever else was there (a FIFO, a link), except a directory.
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    err = errno;
+    ::unlink(tmp.c_str());
+    return failed("cannot rename " + tmp + " over it", err);
   }
   ++stores_;
   enforce_cap(entry_bytes);

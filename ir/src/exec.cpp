@@ -2,6 +2,7 @@
 // eager op with the node's decoded attributes.
 #include "kiln/ir/exec.h"
 
+#include <algorithm>
 #include <limits>
 #include <unordered_set>
 
@@ -70,9 +71,18 @@ Tensor decode_constant(const Node& n, bool on_host) {
   const Type& t = n.outputs[0]->type;
   const auto* hex = std::get_if<std::string>(&n.attr("data")->value);
   KILN_CHECK(hex, "exec", "constant: data is not a string");
+  // The data's length is checked before allocating: the type alone must not make the executor
+  // allocate (or, past int64, miscount) what the data does not hold.
+  int64_t need = itemsize(t.dtype);
+  bool fits = true;
+  for (int64_t s : t.sizes) fits &= !__builtin_mul_overflow(need, s, &need);
+  if (std::find(t.sizes.begin(), t.sizes.end(), 0) != t.sizes.end()) {
+    need = 0;
+    fits = true;
+  }
+  KILN_CHECK(fits && hex->size() == 2 * uint64_t(need), "exec", "constant: data has ", hex->size() / 2,
+             " bytes but ", t.str(), " needs ", fits ? std::to_string(need) : std::string("more than int64 counts"));
   Tensor out = empty(t.sizes, TensorOptions(t.dtype));  // (decoded on the host, then moved to its device)
-  KILN_CHECK(int64_t(hex->size()) == 2 * out.nbytes(), "exec", "constant: data has ", hex->size() / 2,
-             " bytes but ", t.str(), " needs ", out.nbytes());
   auto nib = [](char c) -> int {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
@@ -110,6 +120,25 @@ struct Plan {
 namespace {
 
 using Step = Executable::Step;
+// A copy of `t` in memory of its own, with `t`'s strides where memory can have them (a view's
+// type keeps its strides, and later views of the copy must read it as they would `t`); else
+// row-major: memory that serves several positions (an expand) cannot be written position by
+// position.
+Tensor fresh_copy(const Tensor& t) {
+  IntArrayRef sizes = t.sizes(), strides = t.strides();
+  bool plain = true;
+  for (size_t d = 0; d < strides.size(); ++d) plain = plain && strides[d] >= 0 && (strides[d] != 0 || sizes[d] <= 1);
+  if (plain) {
+    try {
+      Tensor c = empty_strided(sizes, strides, TensorOptions(t.dtype()).device(t.device()));
+      c.copy_(t);
+      return c;
+    } catch (const Error&) {  // strides whose positions overlap (an as_strided view)
+    }
+  }
+  return t.clone();
+}
+
 const Tensor& T(const Step& s, Frame& f, size_t k) {
   const Slot& slot = f[size_t(s.in[k])];
   KILN_CHECK(!slot.is_scalar, "exec", "operand ", k, " is a number where a tensor is needed");
@@ -462,11 +491,36 @@ Fn make_step(const Node& n, Plan& plan) {
       const Executable* e = else_.get();
       plan.regions.push_back(std::move(then_));
       plan.regions.push_back(std::move(else_));
-      return [t, e](const Step& s, Frame& fr) {
+      // Which results each branch returns straight from one of its constants (the constant
+      // step's tensor, shared by every run).
+      auto from_constant = [](const Graph& r) {
+        std::vector<bool> v;
+        for (const Value* o : r.outputs()) {
+          const Value* root = alias_root(o);
+          v.push_back(root->producer && root->producer->op == OpId::Constant);
+        }
+        return v;
+      };
+      return [t, e, then_constant = from_constant(*n.regions[0]), else_constant = from_constant(*n.regions[1])](
+                 const Step& s, Frame& fr) {
         bool p = bool(T(s, fr, 0));
         std::vector<Slot> ins;
         for (size_t k = 1; k < s.in.size(); ++k) ins.push_back(fr[size_t(s.in[k])]);
         auto outs = (p ? t : e)->run_slots(ins);
+        // A cond's results are new tensors, as the kernel program makes them (its passes see
+        // no alias through a cond): a branch that returns an operand, a view of one, a
+        // constant or one value twice gives a copy, so that a later write into a result
+        // reaches nothing else, and a later write into an operand does not reach the result.
+        const std::vector<bool>& constant = p ? then_constant : else_constant;
+        auto shares = [](const Slot& a, const Slot& b) {
+          return !a.is_scalar && !b.is_scalar && a.tensor.defined() && b.tensor.defined() && a.tensor.is_alias_of(b.tensor);
+        };
+        for (size_t k = 0; k < outs.size(); ++k) {
+          bool alias = k < constant.size() && constant[k];
+          for (const Slot& in : ins) alias = alias || shares(outs[k], in);
+          for (size_t j = 0; j < k; ++j) alias = alias || shares(outs[k], outs[j]);
+          if (alias && !outs[k].is_scalar && outs[k].tensor.defined()) outs[k].tensor = fresh_copy(outs[k].tensor);
+        }
         for (size_t k = 0; k < outs.size(); ++k) fr[size_t(s.out[k])] = std::move(outs[k]);
       };
     }

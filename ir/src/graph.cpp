@@ -3,8 +3,10 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <unordered_set>
 
+#include "kiln/ir/exec.h"
 #include "kiln/ir/graph.h"
 #include "kiln/ir/infer.h"
 #include "kiln/runtime/tensor.h"
@@ -89,6 +91,29 @@ std::string Type::str() const {
   return s;
 }
 
+std::string size_problem(const Type& t) {
+  if (t.is_scalar() || t.sizes.size() != t.strides.size()) return "";
+  for (int64_t s : t.sizes)
+    if (s <= 0) return "";  // (no element: nothing to count; a negative size is another problem)
+  // In 128 bits, checked against int64 after each dim: a size is below 2^63, so neither the
+  // count nor the reach can pass 2^127 before the check stops it.
+  constexpr __int128 kMax = std::numeric_limits<int64_t>::max();
+  __int128 count = 1, reach = 0;
+  bool too_far = false;
+  for (size_t i = 0; i < t.sizes.size(); ++i) {
+    count *= t.sizes[i];
+    if (count > kMax)
+      return "sizes [" + join_ints(t.sizes) + "] have more elements than int64 can count";
+    const __int128 r = __int128(t.sizes[i] - 1) * t.strides[i];
+    if (!too_far) reach += r < 0 ? -r : r;
+    too_far |= reach > kMax;
+  }
+  if (too_far || (reach + 1) * int64_t(itemsize(t.dtype)) > kMax)
+    return "sizes [" + join_ints(t.sizes) + "] and strides {" + join_ints(t.strides) + "} of " +
+           std::string(short_name(t.dtype)) + " reach more bytes than int64 can count";
+  return "";
+}
+
 // ---- attributes ----
 
 namespace {
@@ -167,6 +192,16 @@ Node* Graph::add_node(OpId op, std::vector<Value*> inputs, std::vector<Attr> att
   return nodes_.back().get();
 }
 
+// ---- names ----
+
+bool is_valid_name(NameKind kind, std::string_view name) {
+  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (name.empty()) return false;
+  if (kind != NameKind::Graph && !letter(name[0])) return false;
+  return std::all_of(name.begin(), name.end(), [&](char c) { return letter(c) || digit(c); });
+}
+
 // ---- verifier ----
 
 int num_regions(OpId op) { return op == OpId::Cond ? 2 : 0; }
@@ -185,7 +220,26 @@ std::string type_problem(const Type& t) {
   for (int64_t s : t.sizes)
     if (s < 0) return "a negative size";
   if (t.wrapped && !t.sizes.empty()) return "wrapped on a tensor that is not 0-d";
-  return "";
+  return size_problem(t);
+}
+
+// A name as an error message can show it: quoted, bytes outside printable ASCII escaped, and
+// cut short when long (a JSON file may hold anything there).
+std::string shown(std::string_view name) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s = "'";
+  for (size_t i = 0; i < name.size() && i < 40; ++i) {
+    unsigned char c = static_cast<unsigned char>(name[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+      s += char(c);
+    } else {
+      s += "\\x";
+      s += kHex[c >> 4];
+      s += kHex[c & 15];
+    }
+  }
+  if (name.size() > 40) s += "...";
+  return s + "'";
 }
 
 // "node 3 (%3, %4 = max)": the node's index in its graph and its results as print() names them.
@@ -260,11 +314,22 @@ std::optional<VerifyError> verify_types(const Graph& g) {
 
 }  // namespace
 
-std::optional<VerifyError> verify_structure(const Graph& g) {
+namespace {
+
+// verify_structure of `g`, a region of a cond when `is_region` is set.
+std::optional<VerifyError> structure(const Graph& g, bool is_region) {
+  if (!is_valid_name(NameKind::Graph, g.name()))
+    return VerifyError{"graph name " + shown(g.name()) + " cannot be written in the text form (a graph's name is "
+                       "letters, digits and '_')",
+                       {}};
   std::unordered_set<const Value*> defined;
   std::unordered_set<std::string> names;
   for (const Value* v : g.inputs()) {
     if (v->name.empty()) return VerifyError{"graph input without a name", {}};
+    if (!is_valid_name(NameKind::Input, v->name))
+      return VerifyError{"graph input name " + shown(v->name) + " cannot be written in the text form (an input's "
+                         "name is letters, digits and '_', not starting with a digit: numbers name node results)",
+                         {}};
     if (!names.insert(v->name).second) return VerifyError{"duplicate graph input name %" + v->name, {}};
     if (std::string p = type_problem(v->type); !p.empty())
       return VerifyError{"graph input %" + v->name + " has a malformed type: " + p, {}};
@@ -286,6 +351,11 @@ std::optional<VerifyError> verify_structure(const Graph& g) {
     for (size_t i = 1; i < n->attrs.size(); ++i)
       if (!(n->attrs[i - 1].name < n->attrs[i].name))
         return VerifyError{where + ": attribute '" + n->attrs[i].name + "' is repeated or out of order", n->loc};
+    for (const Attr& a : n->attrs)
+      if (!is_valid_name(NameKind::Attribute, a.name))
+        return VerifyError{where + ": attribute name " + shown(a.name) + " cannot be written in the text form (a "
+                           "letter or '_', then letters, digits and '_')",
+                           n->loc};
     for (const Value* o : n->outputs) {
       if (o->producer != n) return VerifyError{where + ": output value does not belong to it", n->loc};
       if (std::string p = type_problem(o->type); !p.empty())
@@ -295,6 +365,17 @@ std::optional<VerifyError> verify_structure(const Graph& g) {
     // the predicate and whose outputs are the node's results.
     std::string label = node_label(*n, index, next);
     next += int(n->outputs.size());
+    // A region's inputs are its cond's operands: memory of the enclosing graph, where the passes
+    // see the cond as a node that reads them and makes new values. A write into one would be
+    // seen by the reference executor's later reads and by no pass, so branches are functional
+    // (the tracer refuses a branch that writes its operands for the same reason).
+    if (is_region && n->op == OpId::Copy) {
+      const Value* root = alias_root(n->inputs[0]);
+      if (!root->producer)
+        return VerifyError{label + ": writes into %" + root->name + ", an input of the region: a cond's branches "
+                                   "must not write their operands (return the new value instead)",
+                           n->loc};
+    }
     int want = num_regions(n->op);
     if (int(n->regions.size()) != want)
       return VerifyError{want == 0 ? where + " takes no regions, got " + std::to_string(n->regions.size())
@@ -311,7 +392,7 @@ std::optional<VerifyError> verify_structure(const Graph& g) {
                                " inputs but the node passes " + std::to_string(n->inputs.size() - 1) +
                                " branch operands",
                            n->loc};
-      if (auto e = verify_structure(*region)) return in_region(*e, rn + " of " + label);
+      if (auto e = structure(*region, true)) return in_region(*e, rn + " of " + label);
       if (region->outputs().size() != n->outputs.size())
         return VerifyError{label + ": " + rn + " returns " + std::to_string(region->outputs().size()) +
                                " values but the node has " + std::to_string(n->outputs.size()) + " results",
@@ -324,6 +405,10 @@ std::optional<VerifyError> verify_structure(const Graph& g) {
     if (!defined.count(v)) return VerifyError{"graph output is not defined in the graph", {}};
   return std::nullopt;
 }
+
+}  // namespace
+
+std::optional<VerifyError> verify_structure(const Graph& g) { return structure(g, false); }
 
 std::optional<VerifyError> verify(const Graph& g) {
   if (auto e = verify_structure(g)) return e;

@@ -142,23 +142,30 @@ class Ctx {
     if (__builtin_add_overflow(a, b, &r)) fail("sizes or strides overflow int64 (", a, " + ", b, ")");
     return r;
   }
+  // shape::numel: 0 when a size is 0, whatever the others.
   int64_t numel(const Sizes& sizes) const {
+    if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return 0;
     int64_t n = 1;
     for (int64_t s : sizes) n = mul(n, s);
     return n;
   }
-  // shape::contiguous_strides: row-major strides, a size-0 dim counting as 1.
+  // shape::contiguous_strides: row-major strides, a size-0 dim counting as 1 (the product past
+  // the outermost dim is no stride, and is not taken).
   Sizes dense_strides(const Sizes& sizes) const {
     Sizes st(sizes.size());
     int64_t acc = 1;
     for (size_t i = sizes.size(); i-- > 0;) {
       st[i] = acc;
-      acc = mul(acc, std::max<int64_t>(sizes[i], 1));
+      if (i > 0) acc = mul(acc, std::max<int64_t>(sizes[i], 1));
     }
     return st;
   }
-  // A fresh row-major tensor, as every eager kernel allocates its output with empty().
-  Type dense(DType dt, const Sizes& sizes, Device dev) const { return Type::tensor(dt, sizes, dense_strides(sizes), dev); }
+  // A fresh row-major tensor, as every eager kernel allocates its output with empty(), which
+  // refuses an element or byte count past int64.
+  Type dense(DType dt, const Sizes& sizes, Device dev) const {
+    mul(numel(sizes), itemsize(dt));
+    return Type::tensor(dt, sizes, dense_strides(sizes), dev);
+  }
 
  private:
   const AttrSpec& spec(std::string_view n) const {
@@ -310,19 +317,26 @@ inline Type view_of(const Type& x, Sizes sizes, Sizes strides) {
 inline Sizes infer_size(const Ctx& c, const Sizes& shape, int64_t n) {
   Sizes out = shape;
   int64_t known = 1, infer = -1;
+  bool zero = false, overflow = false;
   for (size_t i = 0; i < out.size(); ++i) {
     if (out[i] == -1) {
       if (infer >= 0) c.fail("only one dimension can be inferred, got shape ", shape);
       infer = int64_t(i);
     } else {
       if (out[i] < 0) c.fail("invalid shape dimension ", out[i], " in ", shape);
-      known = c.mul(known, out[i]);
+      zero |= out[i] == 0;
+      overflow |= __builtin_mul_overflow(known, out[i], &known);
     }
   }
+  // A product past int64 holds no element count but 0 (through the -1), unless a size is 0.
+  if (zero) {
+    known = 0;
+    overflow = false;
+  }
   if (infer >= 0) {
-    if (known == 0 || n % known != 0) c.fail("shape '", shape, "' is invalid for input of size ", n);
-    out[size_t(infer)] = n / known;
-  } else if (known != n) {
+    if (overflow ? n != 0 : known == 0 || n % known != 0) c.fail("shape '", shape, "' is invalid for input of size ", n);
+    out[size_t(infer)] = overflow ? 0 : n / known;
+  } else if (overflow || known != n) {
     c.fail("shape '", shape, "' is invalid for input of size ", n);
   }
   return out;

@@ -360,6 +360,7 @@ class Parser {
     for (int64_t s : sizes)
       if (s < 0) Lexer::fail(start, "negative size " + std::to_string(s) + " in type");
     Type t = Type::tensor(dt, std::move(sizes), std::move(strides));
+    if (std::string p = size_problem(t); !p.empty()) Lexer::fail(start, "malformed type: " + p);
     // device: the lexer reads "@cuda" as a name token, then ':' and the index
     if (tok_.kind == Token::At) {
       if (tok_.text == "cpu") {

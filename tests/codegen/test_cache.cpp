@@ -1,18 +1,23 @@
-// The kernel cache's disk entries: round trips, corruption, the size cap, the environment,
-// threads and processes (the keys are in test_cache_key.cpp). Every test works in its own
-// temp directory.
+// The kernel cache's disk entries: round trips, corruption, files that are not entries, the
+// directory's trust checks, the warnings, the size cap, the environment, threads and processes
+// (the keys are in test_cache_key.cpp). Every test works in its own temp directory.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <kiln/codegen/cache.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <optional>
 #include <random>
 #include <string>
@@ -35,6 +40,8 @@ class TempDir {
             ("kiln-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
+    // Private whatever the umask: the cache refuses a directory others can write.
+    fs::permissions(path_, fs::perms::owner_all);
   }
   ~TempDir() {
     std::error_code ec;
@@ -88,6 +95,27 @@ size_t file_count(const fs::path& dir) {
 
 DiskCacheConfig config_for(const TempDir& d, uint64_t max_bytes = 64ull << 20) {
   return DiskCacheConfig{.dir = d.str(), .enabled = true, .max_bytes = max_bytes};
+}
+DiskCacheConfig config_at(const fs::path& dir) {
+  return DiskCacheConfig{.dir = dir.string(), .enabled = true, .max_bytes = 64ull << 20};
+}
+
+// stderr of `f`, from a clean slate of the once-per-process warnings.
+std::string warnings_of(const std::function<void()>& f) {
+  DiskCache::reset_warnings_for_testing();
+  ::testing::internal::CaptureStderr();
+  f();
+  return ::testing::internal::GetCapturedStderr();
+}
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+unsigned mode_of(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) != 0) return 0;
+  return unsigned(st.st_mode & 07777);
 }
 
 }  // namespace
@@ -434,13 +462,258 @@ TEST(DiskCache, UnwritableDirectoryCountsStoreFailure) {
   EXPECT_EQ(again.stats().corrupt, 0u);
   EXPECT_TRUE(temp_files(d.path()).empty());
 
-  // a root that cannot be created: disabled, quietly
+  // a root that cannot be created: disabled, with one warning naming it
   fs::path blocked = d.path() / "blocked";
   write_bytes(blocked, "x");
-  DiskCache off(DiskCacheConfig{.dir = (blocked / "cache").string()});
-  EXPECT_FALSE(off.enabled());
-  EXPECT_NO_THROW(off.store(key_of(1), "cpu-obj", "payload"));
-  EXPECT_FALSE(off.load(key_of(1), "cpu-obj"));
+  std::optional<DiskCache> off;
+  std::string err = warnings_of([&] { off.emplace(DiskCacheConfig{.dir = (blocked / "cache").string()}); });
+  EXPECT_FALSE(off->enabled());
+  EXPECT_NE(err.find("kiln: warning: [cache] cannot create the kernel cache directory " + (blocked / "cache").string()),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("running without the disk cache"), std::string::npos) << err;
+  EXPECT_NO_THROW(off->store(key_of(1), "cpu-obj", "payload"));
+  EXPECT_FALSE(off->load(key_of(1), "cpu-obj"));
+}
+
+// ---- files that are not entries ----------------------------------------------------------
+
+// A FIFO under an entry's name: opening it for reading would wait for a writer, with the
+// backend's cache lock held, so every compiling thread would hang. It is looked at first and
+// skipped: a miss, left in place, and the next store renames the entry over it.
+TEST(DiskCacheFiles, FifoInPlaceOfAnEntryIsSkippedWithoutBlocking) {
+  TempDir d;
+  DiskCache cache(config_for(d));
+  const CacheKey key = key_of(1);
+  const std::string path = cache.entry_path(key, "cpu-obj");
+  fs::create_directories(fs::path(path).parent_path());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0) << std::strerror(errno);
+  bool done = false;
+  std::optional<std::string> got;
+  std::string err = warnings_of([&] {
+    // On a thread the test can give up on, so that a load that blocks fails the test instead
+    // of hanging it.
+    std::future<std::optional<std::string>> pending =
+        std::async(std::launch::async, [&] { return cache.load(key, "cpu-obj"); });
+    done = pending.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+    if (!done) {
+      // A writer's open lets the blocked one return, so that the test can end.
+      int w = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+      if (w >= 0) ::close(w);
+    }
+    got = pending.get();
+  });
+  ASSERT_TRUE(done) << "the load blocked on a FIFO for 20 s";
+  EXPECT_FALSE(got);
+  EXPECT_TRUE(fs::is_fifo(path));
+  DiskCacheStats s = cache.stats();
+  EXPECT_EQ(s.misses, 1u);
+  EXPECT_EQ(s.corrupt, 0u);
+  EXPECT_NE(err.find("kiln: warning: [cache] " + path + " is a FIFO (named pipe), not a cache entry; ignored it"),
+            std::string::npos)
+      << err;
+
+  cache.store(key, "cpu-obj", "payload");
+  EXPECT_TRUE(fs::is_regular_file(path));
+  EXPECT_EQ(cache.load(key, "cpu-obj"), "payload");
+}
+
+// A symbolic link under an entry's name is not followed, even to a valid entry: the cache's
+// entries are its own files.
+TEST(DiskCacheFiles, SymbolicLinkInPlaceOfAnEntryIsNotFollowed) {
+  TempDir d, elsewhere;
+  DiskCache cache(config_for(d)), other(config_for(elsewhere));
+  const CacheKey key = key_of(1);
+  other.store(key, "cpu-obj", "an entry elsewhere");
+  const std::string path = cache.entry_path(key, "cpu-obj");
+  fs::create_directories(fs::path(path).parent_path());
+  fs::create_symlink(other.entry_path(key, "cpu-obj"), path);
+  std::optional<std::string> got;
+  std::string err = warnings_of([&] { got = cache.load(key, "cpu-obj"); });
+  EXPECT_FALSE(got);
+  EXPECT_TRUE(fs::is_symlink(path));
+  EXPECT_EQ(cache.stats().corrupt, 0u);
+  EXPECT_NE(err.find(path + " is a symbolic link, not a cache entry"), std::string::npos) << err;
+
+  cache.store(key, "cpu-obj", "mine");
+  EXPECT_FALSE(fs::is_symlink(path));
+  EXPECT_EQ(cache.load(key, "cpu-obj"), "mine");
+  EXPECT_EQ(other.load(key, "cpu-obj"), "an entry elsewhere");  // the link's target is untouched
+}
+
+// A header whose payload length agrees with the file's size, but claims more than the cache
+// ever writes: refused before anything is allocated or read (under a memory limit the
+// allocation threw std::bad_alloc out of the compiled call). The file is sparse: a terabyte
+// where the file system allows it, else 6 GiB.
+TEST(DiskCacheCorrupt, HeaderClaimingAHugePayloadIsRefusedUnread) {
+  TempDir d;
+  DiskCache cache(config_for(d));
+  const CacheKey key = key_of(1);
+  cache.store(key, "cpu-obj", "payload");
+  const std::string path = cache.entry_path(key, "cpu-obj");
+  const uint64_t fixed = 48 + 7;
+  uint64_t claimed = 0;
+  for (uint64_t size : {uint64_t(1) << 40, uint64_t(6) << 30})
+    if (::truncate(path.c_str(), off_t(fixed + size)) == 0) {
+      claimed = size;
+      break;
+    }
+  if (claimed == 0) GTEST_SKIP() << "the file system holds no sparse file of 6 GiB";
+  {
+    char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = char(uint8_t(claimed >> (8 * i)));
+    int fd = ::open(path.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_EQ(::pwrite(fd, len, 8, 32), 8);
+    ::close(fd);
+  }
+  std::optional<std::string> got;
+  double seconds = 0;
+  std::string err = warnings_of([&] {
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_NO_THROW(got = cache.load(key, "cpu-obj"));
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  EXPECT_FALSE(got);
+  EXPECT_LT(seconds, 5.0) << "the claimed payload was read";
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_EQ(cache.stats().corrupt, 1u);
+  EXPECT_NE(err.find(path + " claims a payload of " + std::to_string(claimed) + " bytes, more than the cache holds"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("removed it"), std::string::npos) << err;
+  cache.store(key, "cpu-obj", "payload");
+  EXPECT_EQ(cache.load(key, "cpu-obj"), "payload");
+}
+
+// ---- warnings ----------------------------------------------------------------------------
+
+// Corrupt entries are said once per process (one line, naming the first file and what was
+// done), removed, and written again by the next store, as the next compile does.
+TEST(DiskCacheWarnings, CorruptEntryWarnsOnceAndIsRewritten) {
+  TempDir d;
+  DiskCache cache(config_for(d));
+  std::string err = warnings_of([&] {
+    for (int i = 0; i < 3; ++i) {
+      const std::string payload = random_bytes(100, uint32_t(i));
+      cache.store(key_of(i), "cpu-obj", payload);
+      fs::path p = cache.entry_path(key_of(i), "cpu-obj");
+      std::string b = read_bytes(p);
+      b[60] ^= 0x01;  // in the payload
+      write_bytes(p, b);
+      EXPECT_FALSE(cache.load(key_of(i), "cpu-obj")) << i;
+      EXPECT_FALSE(fs::exists(p)) << i;
+      cache.store(key_of(i), "cpu-obj", payload);
+      EXPECT_EQ(cache.load(key_of(i), "cpu-obj"), payload) << i;
+    }
+  });
+  EXPECT_EQ(count_of(err, "kiln: warning: [cache]"), 1u) << err;
+  EXPECT_NE(err.find("kiln: warning: [cache] " + cache.entry_path(key_of(0), "cpu-obj") +
+                     " is corrupt (checksum mismatch); removed it, and the next compile of this kernel rewrites it"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(cache.stats().corrupt, 3u);
+  EXPECT_EQ(cache.stats().hits, 3u);
+}
+
+// A store that cannot write says so (once), naming the entry and why.
+TEST(DiskCacheWarnings, UnwritableEntryWarnsOnce) {
+  TempDir d;
+  DiskCache cache(config_for(d));
+  std::string err = warnings_of([&] {
+    for (int i = 0; i < 3; ++i) {
+      fs::path shard = fs::path(cache.entry_path(key_of(i), "cpu-obj")).parent_path();
+      if (!fs::exists(shard)) write_bytes(shard, "a file where the shard directory goes");
+      cache.store(key_of(i), "cpu-obj", "payload");
+    }
+  });
+  EXPECT_EQ(cache.stats().store_failures, 3u);
+  EXPECT_EQ(count_of(err, "kiln: warning: [cache]"), 1u) << err;
+  EXPECT_NE(err.find("kiln: warning: [cache] cannot write the kernel cache entry " + cache.entry_path(key_of(0), "cpu-obj")),
+            std::string::npos)
+      << err;
+}
+
+// ---- the directory's trust checks --------------------------------------------------------
+
+// Directories the cache makes are private to the user, and so are its entries.
+TEST(DiskCacheTrust, NewDirectoriesArePrivate) {
+  TempDir d;
+  const fs::path root = d.path() / "new" / "cache";
+  DiskCache cache(config_at(root));
+  ASSERT_TRUE(cache.enabled());
+  cache.store(key_of(1), "cpu-obj", "payload");
+  const fs::path entry = cache.entry_path(key_of(1), "cpu-obj");
+  EXPECT_EQ(mode_of(root), 0700u);
+  EXPECT_EQ(mode_of(cache.dir()), 0700u);
+  EXPECT_EQ(mode_of(entry.parent_path()), 0700u);
+  EXPECT_EQ(mode_of(entry), 0600u);
+  EXPECT_EQ(cache.load(key_of(1), "cpu-obj"), "payload");
+}
+
+// Whoever can write the directory can run code in the process: a root or versioned directory
+// its group or others can write is refused, with one warning naming it, and nothing is read or
+// written there. One only its owner can write (an older kiln's, made under umask 022) is used.
+TEST(DiskCacheTrust, DirectoryOthersCanWriteIsRefused) {
+  struct Case {
+    fs::perms root, version;  // (the versioned directory's, if any)
+    std::string why, refused;  // refused: "root" or "version"
+  };
+  const fs::perms group_writable = fs::perms::owner_all | fs::perms::group_all;
+  const std::vector<Case> cases = {
+      {fs::perms::all, fs::perms::none, "is writable by every user (mode 0777)", "root"},
+      {group_writable, fs::perms::none, "is writable by its group (mode 0770)", "root"},
+      {fs::perms::owner_all, fs::perms::all, "is writable by every user (mode 0777)", "version"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.why + " " + c.refused);
+    TempDir d;
+    const fs::path root = d.path() / "cache", version = root / ("v" + std::to_string(kCacheFormatVersion));
+    fs::create_directories(root);
+    fs::permissions(root, c.root);
+    if (c.version != fs::perms::none) {
+      fs::create_directory(version);
+      fs::permissions(version, c.version);
+    }
+    std::optional<DiskCache> cache;
+    std::string err = warnings_of([&] { cache.emplace(config_at(root)); });
+    EXPECT_FALSE(cache->enabled());
+    const fs::path named = c.refused == "root" ? root : version;
+    EXPECT_NE(err.find("kiln: warning: [cache] the kernel cache directory " + named.string() + " " + c.why),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find("running without the disk cache"), std::string::npos) << err;
+    EXPECT_EQ(count_of(err, "kiln: warning:"), 1u) << err;
+    cache->store(key_of(1), "cpu-obj", "payload");
+    EXPECT_FALSE(cache->load(key_of(1), "cpu-obj"));
+    EXPECT_EQ(file_count(root), 0u);
+    EXPECT_EQ(mode_of(root), unsigned(c.root));  // refused, not changed
+  }
+  TempDir d;
+  const fs::path root = d.path() / "older";
+  fs::create_directories(root);
+  fs::permissions(root, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+  DiskCache cache(config_at(root));
+  EXPECT_TRUE(cache.enabled());
+}
+
+// A directory another user owns is refused too. Only root can give one away, and the tests
+// run as root in CI.
+TEST(DiskCacheTrust, DirectoryOfAnotherUserIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "only root can make a directory another user's";
+  TempDir d;
+  const fs::path root = d.path() / "theirs";
+  fs::create_directories(root);
+  fs::permissions(root, fs::perms::owner_all);
+  ASSERT_EQ(::chown(root.c_str(), 65534, 65534), 0) << std::strerror(errno);
+  std::optional<DiskCache> cache;
+  std::string err = warnings_of([&] { cache.emplace(config_at(root)); });
+  EXPECT_FALSE(cache->enabled());
+  EXPECT_NE(err.find("the kernel cache directory " + root.string() + " is owned by user id 65534, not by this process's user (0)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(file_count(root), 0u);
 }
 
 // ---- concurrency -------------------------------------------------------------------------

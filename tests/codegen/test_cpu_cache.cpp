@@ -141,6 +141,8 @@ class TempDir {
             ("kiln-cpu-cache-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
+    // Private whatever the umask: the cache refuses a directory others can write.
+    fs::permissions(path_, fs::perms::owner_all);
   }
   ~TempDir() {
     std::error_code ec;

@@ -5,6 +5,7 @@
 #include <kiln/runtime/factories.h>
 #include <kiln/runtime/ops.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -305,6 +306,43 @@ TEST(IrText, ParserErrorsSayWhereAndWhat) {
   expect_parse_error("graph @g(%x: f32[1]{1}) $", 1, 25, "unexpected character '$'");
 }
 
+// A type whose element count or bytes pass int64 is refused where it is read (text, JSON) and by
+// the verifier: dump-ir --run allocated a wrapped byte count for one and wrote past it.
+TEST(IrText, TypesPastInt64AreRefused) {
+  expect_parse_error("graph @g(%x: f32[4611686018427387905]{1}) {\n  return %x\n}", 1, 14,
+                     "malformed type: sizes [4611686018427387905] and strides {1} of f32 reach more bytes than "
+                     "int64 can count");
+  expect_parse_error("graph @g(%x: f32[4294967296,4294967296]{0,0}) {\n  return %x\n}", 1, 14,
+                     "malformed type: sizes [4294967296,4294967296] have more elements than int64 can count");
+  // a negative stride reaches as far as a positive one
+  expect_parse_error("graph @g(%x: i8[3]{-4611686018427387904}) {\n  return %x\n}", 1, 14, "reach more bytes");
+  expect_parse_error("graph @g(%x: f32[1]{1}) {\n  %0 = expand(%x) {sizes=[4294967296,4294967296]} : "
+                     "f32[4294967296,4294967296]{0,0}\n  return %0\n}",
+                     2, 53, "have more elements than int64 can count");
+  // from_json reads its types with the same parser
+  std::string js = to_json(parse("graph @g(%x: f32[4]{1}) {\n  %0 = neg(%x) : f32[4]{1}\n  return %0\n}\n"));
+  for (size_t at; (at = js.find("f32[4]{1}")) != std::string::npos;) js.replace(at, 9, "f32[4611686018427387905]{1}");
+  try {
+    from_json(js);
+    ADD_FAILURE() << "expected from_json to refuse the type";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("malformed type: sizes [4611686018427387905]"), std::string::npos) << e.what();
+  }
+  // a graph built in code: the verifier refuses it too
+  Graph g;
+  Value* x = g.add_input("x", Type::tensor(kFloat32, {(int64_t(1) << 62) + 1}, {1}));
+  g.set_outputs({x});
+  auto err = verify(g);
+  ASSERT_TRUE(err.has_value());
+  EXPECT_NE(err->message.find("graph input %x has a malformed type: sizes [4611686018427387905]"), std::string::npos)
+      << err->message;
+  // the edges: 2^62 bytes of f64 fit, 2^63 do not; a size-0 dim leaves nothing to count
+  EXPECT_EQ(size_problem(Type::contiguous(kFloat64, {int64_t(1) << 59})), "");
+  EXPECT_NE(size_problem(Type::contiguous(kFloat64, {int64_t(1) << 60})), "");
+  EXPECT_EQ(size_problem(Type::tensor(kFloat32, {int64_t(1) << 62, int64_t(1) << 62, 0}, {1, 1, 1})), "");
+  EXPECT_EQ(size_problem(Type::scalar(kFloat64)), "");
+}
+
 TEST(IrVerify, ReportsTheFirstProblem) {
   Graph g;
   Value* x = g.add_input("x", Type::contiguous(kFloat32, {2}));
@@ -336,6 +374,258 @@ TEST(IrJson, MalformedInputIsAnError) {
                               "outputs": ["%y"]})"),
                Error);
   EXPECT_THROW(from_json(R"({"graph": 3})"), Error);
+}
+
+// ---- JSON: only kiln::Error leaves from_json, saying what and where ----
+
+namespace {
+
+// The JSON of a graph with one neg node whose attribute list is `attr` (structure only:
+// from_json does not check attributes against the op).
+std::string neg_json(const std::string& attr) {
+  return R"({"graph": "g", "inputs": [{"name": "x", "type": "f32[2]{1}"}],
+  "nodes": [{"op": "neg", "inputs": ["%x"], "attrs": [)" + attr + R"(], "outputs": ["f32[2]{1}"]}],
+  "outputs": ["%0"]})";
+}
+
+void expect_json_error(const std::string& text, const std::string& needle) {
+  try {
+    from_json(text);
+    ADD_FAILURE() << "expected from_json to refuse: " << needle << "\n" << text.substr(0, 400);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "an exception other than kiln::Error left from_json: " << e.what();
+  }
+}
+
+}  // namespace
+
+// 1e999 is valid JSON syntax whose value no double holds: nlohmann's json::parse threw its own
+// out_of_range for it, which left from_json (and dump-ir) as a foreign exception with no
+// position. It is a ParseError at the number's line and column now.
+TEST(IrJson, ANumberOutOfRangeIsAParseErrorAtItsPosition) {
+  const std::string js = neg_json(R"({"name": "k", "kind": "float", "value": 1e999})");
+  const size_t at = js.find("1e999");
+  const int line = 1 + int(std::count(js.begin(), js.begin() + std::ptrdiff_t(at), '\n'));
+  const int col = int(at - js.rfind('\n', at));
+  for (int form = 0; form < 2; ++form) {
+    try {
+      if (form == 0) from_json(js);
+      else graphs_from_json(js);
+      ADD_FAILURE() << "expected a ParseError";
+    } catch (const ParseError& e) {
+      EXPECT_EQ(e.line, line) << e.what();
+      EXPECT_EQ(e.col, col) << e.what();
+      EXPECT_NE(std::string(e.what()).find("malformed JSON: number overflow parsing '1e999'"), std::string::npos)
+          << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "not a kiln::ParseError: " << e.what();
+    }
+  }
+  // a syntax error keeps its position too
+  try {
+    from_json("{\n  \"graph\": \"g\",\n  \"inputs\": [1, ]\n}");
+    ADD_FAILURE() << "expected a ParseError";
+  } catch (const ParseError& e) {
+    EXPECT_EQ(e.line, 3) << e.what();
+    EXPECT_EQ(e.col, 17) << e.what();
+    EXPECT_NE(std::string(e.what()).find("malformed JSON: syntax error"), std::string::npos) << e.what();
+  }
+}
+
+// Each field is checked for its kind before it is read: an int attribute of 2.5 was read as 2,
+// and one past int64 wrapped.
+TEST(IrJson, EveryFieldIsCheckedBeforeItIsRead) {
+  expect_json_error(R"({"graph": 3})", "\"graph\" (its name): expected a string, found the integer 3");
+  expect_json_error(R"([1, 2])", "expected an object, found array");
+  expect_json_error(R"({"graph": "g", "inputs": {}, "nodes": [], "outputs": []})",
+                    "graph: \"inputs\": expected an array, found object");
+  expect_json_error(R"({"graph": "g", "inputs": [], "nodes": [{"inputs": []}], "outputs": []})",
+                    "graph: node 0: \"op\" is missing");
+  expect_json_error(R"({"graph": "g", "inputs": [{"name": "x", "type": "f32["}], "nodes": [], "outputs": ["%x"]})",
+                    "graph: input 0: \"type\": type 'f32['");
+  expect_json_error(neg_json(R"({"name": "k", "kind": "int", "value": 2.5})"),
+                    "attribute 'k': \"value\": expected an integer, found the number 2.5");
+  expect_json_error(neg_json(R"({"name": "k", "kind": "int", "value": 18446744073709551615})"),
+                    "18446744073709551615 is out of the range of a 64-bit integer");
+  expect_json_error(neg_json(R"({"name": "k", "kind": "bool", "value": 1})"), "expected true or false");
+  expect_json_error(neg_json(R"({"name": "k", "kind": "ints", "value": [1, "2"]})"), "expected an integer, found string");
+  expect_json_error(neg_json(R"({"name": "k", "kind": "float", "value": "big"})"), "bad float 'big'");
+  expect_json_error(neg_json(R"({"name": "k", "kind": "complex", "value": 1})"), "unknown attribute kind 'complex'");
+  expect_json_error(std::string(100000, '[') + std::string(100000, ']'), "nested deeper than 512 levels");
+  // the values that are in range still read exactly
+  Graph g = from_json(neg_json(R"({"name": "k", "kind": "int", "value": -9223372036854775808},
+                                  {"name": "m", "kind": "int", "value": 9223372036854775807})"));
+  EXPECT_EQ(std::get<int64_t>(g.nodes()[0]->attr("k")->value), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(std::get<int64_t>(g.nodes()[0]->attr("m")->value), std::numeric_limits<int64_t>::max());
+}
+
+// The documents dump-ir writes hold one graph, one under "graph" or several under "graphs".
+TEST(IrJson, DocumentsOfSeveralGraphs) {
+  Graph a = parse("graph @a(%x: f32[2]{1}) {\n  %0 = neg(%x) : f32[2]{1}\n  return %0\n}\n");
+  Graph b = parse("graph @b(%y: f32[3]{1}) {\n  %0 = exp(%y) : f32[3]{1}\n  return %0\n}\n");
+  const std::string ja = to_json(a), jb = to_json(b);
+  auto printed = [](const std::vector<Graph>& gs) {
+    std::vector<std::string> out;
+    for (const Graph& g : gs) out.push_back(print(g));
+    return out;
+  };
+  EXPECT_EQ(printed(graphs_from_json(ja)), std::vector<std::string>{print(a)});
+  EXPECT_EQ(printed(graphs_from_json(R"({"graph": )" + ja + R"(, "outputs": []})")), std::vector<std::string>{print(a)});
+  EXPECT_EQ(printed(graphs_from_json(R"({"workload": "w", "graphs": [)" + ja + ", " + jb + "]}")),
+            (std::vector<std::string>{print(a), print(b)}));
+  try {
+    graphs_from_json(R"({"graphs": [)" + ja + R"(, {"graph": 3}]})");
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("graph 1: \"graph\" (its name): expected a string"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(graphs_from_json(R"({"graphs": []})"), Error);
+}
+
+// ---- names ----
+
+// Every name the verifier accepts prints and parses back; the others are refused wherever the
+// graph comes from (JSON accepted them, and dump-ir then printed text that did not parse).
+TEST(IrNames, OnlyNamesTheTextFormReadsBackVerify) {
+  auto graph = [](const std::string& name, const std::string& input, const std::string& attr) {
+    Graph g(name);
+    Value* x = g.add_input(input, f32({2}));
+    Node* n = g.add_node(OpId::Neg, {x}, attr.empty() ? std::vector<Attr>{} : std::vector<Attr>{{attr, int64_t(1)}},
+                         {f32({2})});
+    g.set_outputs({n->outputs[0]});
+    return g;
+  };
+  for (const std::string name : {"main", "1st", "_", "graph_0"})
+    for (const std::string input : {"x", "_1", "a0", "X_y"}) {
+      Graph g = graph(name, input, "k_1");
+      auto err = verify_structure(g);
+      ASSERT_FALSE(err.has_value()) << name << " " << input << ": " << err->str();
+      EXPECT_EQ(print(parse(print(g))), print(g));
+      EXPECT_EQ(print(from_json(to_json(g))), print(g));
+    }
+  struct Case {
+    std::string name, input, attr, needle;
+  };
+  const std::vector<Case> refused = {
+      {"", "x", "", "graph name '' cannot be written in the text form"},
+      {"a b", "x", "", "graph name 'a b' cannot be written in the text form"},
+      {"a-b", "x", "", "graph name 'a-b'"},
+      {"caf\xc3\xa9", "x", "", "graph name 'caf\\xc3\\xa9'"},
+      {"g", "1x", "", "graph input name '1x' cannot be written in the text form"},
+      {"g", "x.y", "", "graph input name 'x.y'"},
+      {"g", "%x", "", "graph input name '%x'"},
+      {"g", "x", "a b", "attribute name 'a b' cannot be written in the text form"},
+      {"g", "x", "1a", "attribute name '1a'"},
+  };
+  for (const Case& c : refused) {
+    SCOPED_TRACE(c.needle);
+    Graph g = graph(c.name, c.input, c.attr);
+    auto err = verify(g);
+    ASSERT_TRUE(err.has_value());
+    EXPECT_NE(err->message.find(c.needle), std::string::npos) << err->message;
+    expect_json_error(to_json(g), c.needle);
+  }
+  EXPECT_TRUE(is_valid_name(NameKind::Graph, "0"));
+  EXPECT_FALSE(is_valid_name(NameKind::Input, "0"));  // %0 names a node's result
+  EXPECT_FALSE(is_valid_name(NameKind::Attribute, "0"));
+}
+
+// ---- writes ----
+
+// A cond's branches are functional: a write into a region's input is a write into the cond's
+// operand, memory the kernel program does not see written (it returned the old values where
+// the reference executor returned the new ones). The verifier refuses it, through a view too.
+TEST(IrVerify, ARegionMustNotWriteItsInputs) {
+  const std::string writes = R"(graph @g(%p: b8[]{}, %x: f32[4]{1}, %b: f32[4]{1}) {
+  %0 = neg(%x) : f32[4]{1}
+  %1 = cond(%p, %x, %b) : f32[4]{1} {
+    graph @then(%u: f32[4]{1}, %v: f32[4]{1}) {
+      %0 = copy(%u, %v) : f32[4]{1}
+      return %0
+    }
+    graph @else(%u: f32[4]{1}, %v: f32[4]{1}) {
+      return %v
+    }
+  }
+  %2 = neg(%x) : f32[4]{1}
+  return %2, %1, %0
+})";
+  expect_parse_error(writes, 5, 7,
+                     "in region 0 (@then) of node 1 (%1 = cond): node 0 (%0 = copy): writes into %u, an input of the "
+                     "region: a cond's branches must not write their operands");
+  const std::string through_view = R"(graph @g(%p: b8[]{}, %x: f32[4]{1}, %b: f32[]{}) {
+  %0 = cond(%p, %x, %b) : f32[4]{1} {
+    graph @then(%u: f32[4]{1}, %v: f32[]{}) {
+      return %u
+    }
+    graph @else(%u: f32[4]{1}, %v: f32[]{}) {
+      %0 = select(%u) {dim=0, index=2} : f32[]{}
+      %1 = copy(%0, %v) : f32[]{}
+      %2 = neg(%u) : f32[4]{1}
+      return %2
+    }
+  }
+  return %0
+})";
+  expect_parse_error(through_view, 8, 7, "in region 1 (@else) of node 0 (%0 = cond): node 1 (%1 = copy): writes into %u");
+  // a branch may write memory of its own
+  const std::string own = R"(graph @g(%p: b8[]{}, %x: f32[4]{1}, %b: f32[4]{1}) {
+  %0 = cond(%p, %x, %b) : f32[4]{1} {
+    graph @then(%u: f32[4]{1}, %v: f32[4]{1}) {
+      %0 = neg(%u) : f32[4]{1}
+      %1 = copy(%0, %v) : f32[4]{1}
+      return %1
+    }
+    graph @else(%u: f32[4]{1}, %v: f32[4]{1}) {
+      return %v
+    }
+  }
+  return %0
+})";
+  Graph g = parse(own);
+  auto err = verify(g);
+  EXPECT_FALSE(err.has_value()) << err->str();
+}
+
+// A cond's results are new memory, as the kernel program makes them: a branch that returns its
+// operand, or a constant, hands back a copy. The reference executor returned the operand
+// itself, so a later write into the result reached the operand (and a write into a returned
+// constant reached every later run).
+TEST(IrExec, ACondResultIsNewMemory) {
+  Graph g = parse(R"(graph @g(%p: b8[]{}, %x: f32[4]{1}, %b: f32[4]{1}) {
+  %0 = cond(%p, %x) : f32[4]{1} {
+    graph @then(%u: f32[4]{1}) {
+      return %u
+    }
+    graph @else(%u: f32[4]{1}) {
+      %0 = constant() {data="0000803f000000400000404000008040"} : f32[4]{1}
+      return %0
+    }
+  }
+  %1 = neg(%0) : f32[4]{1}
+  %2 = copy(%0, %b) : f32[4]{1}
+  %3 = neg(%x) : f32[4]{1}
+  return %3, %1, %2
+})");
+  ASSERT_FALSE(verify(g).has_value()) << verify(g)->str();
+  Executable exe(g);
+  auto same = [](const Tensor& a, const Tensor& b) { return a.sizes().vec() == b.sizes().vec() && a.eq(b).all().item<bool>(); };
+  const Tensor constant = from_vector<float>({1, 2, 3, 4}, {4});
+  for (bool p : {true, false, false}) {
+    SCOPED_TRACE(p);
+    Tensor pred = full(std::vector<int64_t>{}, p, TensorOptions(kBool));
+    Tensor x = randn({4}), b = randn({4});
+    const Tensor x0 = x.clone();
+    std::vector<Tensor> out = exe.run(std::vector<Tensor>{pred, x, b});
+    ASSERT_EQ(out.size(), 3u);
+    EXPECT_TRUE(same(x, x0)) << "the write into the cond's result reached its operand";
+    EXPECT_TRUE(same(out[0], x0.neg()));
+    EXPECT_TRUE(same(out[1], p ? x0.neg() : constant.neg())) << "a write of an earlier run reached the constant";
+    EXPECT_TRUE(same(out[2], b));
+    EXPECT_FALSE(out[2].is_alias_of(x));
+  }
 }
 
 // A hand-written graph may leave out the attributes with a default in the op table's schema

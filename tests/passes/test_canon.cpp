@@ -60,48 +60,6 @@ TEST(CanonDce, KeepsWritesThatCanBeObserved) {
             "}\n");
 }
 
-TEST(CanonDce, KeepsCondsWhoseBranchesWrite) {
-  std::string out = check_pass("dce",
-                               "graph @g(%p: b8[]{}, %x: f32[4]{1}) {\n"
-                               "  %0 = cond(%p, %x) : f32[4]{1} {\n"
-                               "    graph @then(%x: f32[4]{1}) {\n"
-                               "      %0 = neg(%x) : f32[4]{1}\n"
-                               "      %1 = copy(%x, %0) : f32[4]{1}\n"
-                               "      return %1\n"
-                               "    }\n"
-                               "    graph @else(%x: f32[4]{1}) {\n"
-                               "      return %x\n"
-                               "    }\n"
-                               "  }\n"
-                               "  %1 = cond(%p, %x) : f32[4]{1} {\n"
-                               "    graph @then(%x: f32[4]{1}) {\n"
-                               "      %0 = neg(%x) : f32[4]{1}\n"
-                               "      return %0\n"
-                               "    }\n"
-                               "    graph @else(%x: f32[4]{1}) {\n"
-                               "      return %x\n"
-                               "    }\n"
-                               "  }\n"
-                               "  %2 = exp(%x) : f32[4]{1}\n"
-                               "  return %2\n"
-                               "}\n");
-  EXPECT_EQ(out,
-            "graph @g(%p: b8[]{}, %x: f32[4]{1}) {\n"
-            "  %0 = cond(%p, %x) : f32[4]{1} {\n"
-            "    graph @then(%x: f32[4]{1}) {\n"
-            "      %0 = neg(%x) : f32[4]{1}\n"
-            "      %1 = copy(%x, %0) : f32[4]{1}\n"
-            "      return %1\n"
-            "    }\n"
-            "    graph @else(%x: f32[4]{1}) {\n"
-            "      return %x\n"
-            "    }\n"
-            "  }\n"
-            "  %1 = exp(%x) : f32[4]{1}\n"
-            "  return %1\n"
-            "}\n");
-}
-
 TEST(CanonDce, UnchangedGraphIsLeftAlone) {
   check_pass("dce",
              "graph @g(%x: f32[4]{1}) {\n"
@@ -186,27 +144,6 @@ TEST(CanonCse, NoMergeAcrossAWrite) {
              "  %2 = sum(%x) {dims=[], dtype=none, keepdim=false} : f32[]{}\n"
              "  %3 = add(%0, %2) {alpha=1} : f32[]{}\n"
              "  return %3\n"
-             "}\n",
-             false);
-}
-
-TEST(CanonCse, ACondThatWritesCountsAsAWrite) {
-  check_pass("cse",
-             "graph @g(%p: b8[]{}, %x: f32[4]{1}) {\n"
-             "  %0 = exp(%x) : f32[4]{1}\n"
-             "  %1 = cond(%p, %x) : f32[4]{1} {\n"
-             "    graph @then(%x: f32[4]{1}) {\n"
-             "      %0 = neg(%x) : f32[4]{1}\n"
-             "      %1 = copy(%x, %0) : f32[4]{1}\n"
-             "      return %1\n"
-             "    }\n"
-             "    graph @else(%x: f32[4]{1}) {\n"
-             "      return %x\n"
-             "    }\n"
-             "  }\n"
-             "  %2 = exp(%x) : f32[4]{1}\n"
-             "  %3 = add(%0, %2) {alpha=1} : f32[4]{1}\n"
-             "  return %3, %1\n"
              "}\n",
              false);
 }

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../common/nvrtc.h"
 #include "workloads.h"
@@ -73,6 +75,17 @@ size_t count_lines(const std::string& s) {
   size_t n = 0;
   for (char c : s) n += c == '\n';
   return n;
+}
+
+// What `dump-ir FILE` prints for a file holding `graphs`: each graph's text form, after a
+// "// graph I of N" line when there are several.
+std::string listing(const std::vector<kiln::ir::Graph>& graphs) {
+  std::string s;
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    if (graphs.size() > 1) s += "// graph " + std::to_string(i) + " of " + std::to_string(graphs.size()) + "\n";
+    s += kiln::ir::print(graphs[i]);
+  }
+  return s;
 }
 
 }  // namespace
@@ -204,6 +217,132 @@ TEST(DumpIr, GraphFileRoundTripsThroughJson) {
   EXPECT_EQ(doc.at("outputs")[1].at("values").size(), 12u);
 }
 
+// Whatever dump-ir writes as text or JSON loads back into it, every graph of it: each
+// workload's traced graphs (three for branch_sign, whose trace breaks) and its optimized ones
+// (-O), in both forms; the output of the flags that add to it (--explain, --run, --stats,
+// --time-passes); and a file of several graphs, converted, run and optimized. dump-ir's own
+// multi-graph text and its JSON documents did not load back.
+TEST(DumpIr, EveryOutputLoadsBack) {
+  const std::string dir = testing::TempDir();
+  int files = 0;
+  // Writes `out` to a file and loads it back: dump-ir must print `want`.
+  auto loads_back = [&](const std::string& out, bool as_json, const std::string& want, const std::string& what) {
+    const std::string file = dir + "dump_ir_back_" + std::to_string(files++) + (as_json ? ".json" : ".ir");
+    std::ofstream(file) << out;
+    Result back = dump_ir("'" + file + "'");
+    EXPECT_EQ(back.status, 0) << what << ": " << dump_ir("'" + file + "'", 2).out;
+    EXPECT_EQ(back.out, want) << what << "\n" << out.substr(0, 3000);
+  };
+  auto graphs_of = [](const std::string& json_out, const std::string& what) {
+    std::vector<kiln::ir::Graph> graphs;
+    try {
+      graphs = kiln::ir::graphs_from_json(json_out);
+    } catch (const kiln::Error& e) {
+      ADD_FAILURE() << what << ": " << e.what();
+    }
+    return graphs;
+  };
+  for (const wl::Workload& w : wl::all_workloads()) {
+    for (const std::string opt : {"", " -O"}) {
+      const std::string target = w.name + opt;
+      Result js = dump_ir(target + " --format json");
+      ASSERT_EQ(js.status, 0) << target;
+      std::vector<kiln::ir::Graph> graphs = graphs_of(js.out, target);
+      EXPECT_EQ(graphs.size(), size_t(w.paths == 1 ? 1 : 1 + w.paths)) << target;
+      const std::string want = listing(graphs);
+      Result text = dump_ir(target);
+      ASSERT_EQ(text.status, 0) << target;
+      loads_back(js.out, true, want, target + " --format json");
+      loads_back(text.out, false, want, target);
+    }
+  }
+
+  const std::string traced = listing(graphs_of(dump_ir("branch_sign --format json").out, "branch_sign"));
+  const std::string optimized = listing(graphs_of(dump_ir("branch_sign -O --format json").out, "branch_sign -O"));
+  ASSERT_NE(traced.find("// graph 2 of 3\n"), std::string::npos) << traced;
+  for (const auto& [flags, want] : std::vector<std::pair<std::string, std::string>>{
+           {" --explain --run", traced}, {" -O --explain --run --stats --time-passes", optimized}})
+    for (bool as_json : {false, true}) {
+      const std::string what = "branch_sign" + flags + (as_json ? " --format json" : "");
+      Result out = dump_ir(what);
+      ASSERT_EQ(out.status, 0) << what;
+      loads_back(out.out, as_json, want, what);
+    }
+
+  // a file of several graphs stays several through every form dump-ir writes it in
+  const std::string three = dir + "dump_ir_three.ir";
+  std::ofstream(three) << dump_ir("branch_sign").out;
+  Result as_file = dump_ir("'" + three + "'");
+  ASSERT_EQ(as_file.status, 0) << dump_ir("'" + three + "'", 2).out;
+  EXPECT_EQ(as_file.out, traced);
+  for (const std::string flags : {" --format json", " --run --format json", " --explain --run", " --explain --run --format dot"}) {
+    const bool dot = flags.find("dot") != std::string::npos, as_json = flags.find("json") != std::string::npos;
+    Result out = dump_ir("'" + three + "'" + flags);
+    ASSERT_EQ(out.status, 0) << flags << ": " << dump_ir("'" + three + "'" + flags, 2).out;
+    if (dot) {  // (for Graphviz, not for loading back: one digraph per graph)
+      size_t digraphs = 0;
+      for (size_t at = out.out.find("digraph \""); at != std::string::npos; at = out.out.find("digraph \"", at + 1)) ++digraphs;
+      EXPECT_EQ(digraphs, 3u) << out.out;
+      continue;
+    }
+    loads_back(out.out, as_json, traced, "branch_sign's graphs as a file," + flags);
+  }
+  Result file_opt = dump_ir("'" + three + "' -O --run --format json");
+  ASSERT_EQ(file_opt.status, 0) << dump_ir("'" + three + "' -O --run --format json", 2).out;
+  std::vector<kiln::ir::Graph> file_optimized = graphs_of(file_opt.out, "the file -O");
+  EXPECT_EQ(file_optimized.size(), 3u);
+  EXPECT_EQ(listing(file_optimized), optimized);
+  EXPECT_EQ(json::parse(file_opt.out).at("optimized").size(), 3u);
+  loads_back(file_opt.out, true, optimized, "branch_sign's graphs as a file, -O --run --format json");
+  Result file_opt_text = dump_ir("'" + three + "' -O --run --stats");
+  ASSERT_EQ(file_opt_text.status, 0);
+  loads_back(file_opt_text.out, false, optimized, "branch_sign's graphs as a file, -O --run --stats");
+}
+
+// A JSON graph file's errors name the file and, for malformed JSON (1e999 overflows a double:
+// nlohmann threw its own exception for it, which dump-ir reported without the file), the line
+// and column. A graph name the text form cannot write is refused rather than printed.
+TEST(DumpIr, JsonErrorsSayWhereAndWhat) {
+  const std::string dir = testing::TempDir();
+  struct Case {
+    std::string file, content, expect;
+  };
+  const std::vector<Case> cases = {
+      {"dump_ir_overflow.json", "{\n  \"graph\": \"g\",\n  \"inputs\": [1e999]\n}\n",
+       "dump_ir_overflow.json:3:14: malformed JSON: number overflow parsing '1e999'"},
+      {"dump_ir_bad_name.json",
+       R"({"graph": "a b", "inputs": [{"name": "x", "type": "f32[2]{1}"}], "nodes": [], "outputs": ["%x"]})",
+       "dump_ir_bad_name.json: graph name 'a b' cannot be written in the text form"},
+      {"dump_ir_int_attr.json",
+       R"({"graph": "g", "inputs": [{"name": "x", "type": "f32[2]{1}"}], "nodes": [{"op": "mul", "inputs": ["%x", "%x"],
+          "attrs": [{"name": "v", "kind": "int", "value": 2.5}], "outputs": ["f32[2]{1}"]}], "outputs": ["%0"]})",
+       "dump_ir_int_attr.json: graph: node 0 (mul): attribute 'v': \"value\": expected an integer, found the number 2.5"},
+      {"dump_ir_no_graph.ir", "// only a comment\n", "dump_ir_no_graph.ir: no graph in the file"},
+      {"dump_ir_second_bad.ir",
+       "graph @a(%x: f32[2]{1}) {\n  return %x\n}\ngraph @b(%x: f32[2]{1}) {\n  %0 = nope(%x) : f32[2]{1}\n  return %0\n}\n",
+       "dump_ir_second_bad.ir:5:8: unknown op 'nope'"},
+  };
+  for (const Case& c : cases) {
+    const std::string path = dir + c.file;
+    std::ofstream(path) << c.content;
+    Result r = dump_ir("'" + path + "'", 2);
+    EXPECT_EQ(r.status, 1) << c.file << "\n" << r.out;
+    EXPECT_EQ(count_lines(r.out), 1u) << r.out;
+    EXPECT_EQ(r.out.rfind("dump-ir: error: ", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << r.out;
+  }
+}
+
+// The reference executor and the kernel program agree on a cond whose branch returns its
+// operand, written through afterwards (docs/passes.md, "Writes and the IR"): the reference
+// executor handed back the operand itself, so the write reached it there only.
+TEST(DumpIr, CondResultsAgreeWithTheKernelProgram) {
+  Result r = dump_ir("'" + data("cond_result_aliases_operand.ir") + "' -O --run");
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(r.out.find("MISMATCH"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("// check output 0: f32[4] max abs diff 0 "), std::string::npos) << r.out;
+}
+
 TEST(DumpIr, ErrorsAreOneLineWithTheDocumentedStatus) {
   struct Case {
     std::string args;
@@ -216,6 +355,10 @@ TEST(DumpIr, ErrorsAreOneLineWithTheDocumentedStatus) {
       {"'" + data("malformed.ir") + "'", 1, "malformed.ir:3:15: expected ')'"},
       {"'" + data("unknown_op.ir") + "'", 1, "unknown_op.ir:2:8: unknown op 'frobnicate'"},
       {"'" + data("bad_type.ir") + "'", 1, "bad_type.ir:3:3: node 1 (%1 = mul): declared f64[4]{1} but inferred"},
+      {"'" + data("huge_type.ir") + "' --run", 1,
+       "huge_type.ir:3:17: malformed type: sizes [4611686018427387905] and strides {1} of f32 reach more bytes"},
+      {"add_sin_cos --input a=4611686018427387905 --input b=4611686018427387905 --run", 1,
+       "sizes [4611686018427387905] hold 4611686018427387905 elements of 4 bytes"},
       {"'" + data("malformed.json") + "'", 1, "malformed.json:5:3: malformed JSON"},
       {"add_sin_cos --input c=10", 1, "workload 'add_sin_cos' has no input 'c' (its inputs: a, b)"},
       {"add_sin_cos --input a=10xq", 1, "bad size 'q'"},

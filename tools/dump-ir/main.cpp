@@ -7,6 +7,8 @@
 //   dump-ir branch_sign --explain                    breaks, guards, both paths of the trace tree
 //   dump-ir saved.ir --format json                   load (text or JSON), verify, convert
 //   dump-ir saved.json --run                         ... and run it on random inputs
+//   dump-ir branch_sign > three.ir && dump-ir three.ir   whatever dump-ir writes as text or JSON
+//                                                    loads back, every graph in it
 //
 // The optimizer (kiln/passes/pass.h), for workloads and files alike; each graph (every graph of
 // a workload's trace tree) becomes a passes::Module and goes through passes::run_pipeline, and
@@ -169,7 +171,8 @@ int run_main(int argc, char** argv) {
       "\n"
       "Text output is a graph file: header lines are comments (//). A workload whose trace has graph breaks\n"
       "prints one graph per piece of its trace tree. branch_sign is run on inputs of both signs so that\n"
-      "both paths are traced.\n"
+      "both paths are traced. Whatever dump-ir writes as text or JSON loads back as a graph file, every graph\n"
+      "in it (a kernel program after a graph, from -O, is skipped); DOT and --emit output are for other tools.\n"
       "\n"
       "Exit status: 0 on success; 1 for an error (unknown workload or input, bad size or dtype, a graph file\n"
       "that does not parse or verify: FILE:LINE:COL: message, a kiln error while tracing or running);\n"

@@ -48,8 +48,12 @@ std::vector<std::string> effective_pipeline(const Options& o) {
 // program is built the way passes::optimize does (one kernel per node).
 passes::Module optimize_graph(const ir::Graph& g, const Options& o, std::ostream& log) {
   passes::PipelineOptions po = pipeline_options(o, &log);
+  // The timing table is written here, as comments, so that the output stays a graph file that
+  // dump-ir reads back.
+  po.time_passes = false;
   passes::Module m(passes::clone(g));
-  passes::run_pipeline(m, po);
+  passes::PipelineReport report = passes::run_pipeline(m, po);
+  if (o.time_passes) log << commented(report.timing_table());
   if (!m.program && (o.stats || o.run)) {
     // An empty plan (its one pass disabled): optimize() only lowers the graph as it is.
     passes::PipelineOptions lower;

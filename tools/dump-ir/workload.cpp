@@ -97,6 +97,21 @@ static json explanation_json(const Explanation& ex) {
             {"eager_calls", s.eager_calls}}}};
 }
 
+// The explanation as part of a graph file: every line commented but the graphs' own text, so
+// that the output loads back with the graphs of the trace tree (`explain()`'s layout kept).
+static std::string explanation_text(const Explanation& ex) {
+  const std::string s = ex.str();
+  std::string out;
+  size_t pos = 0;
+  for (const auto& g : ex.graphs) {
+    size_t at = g.text.empty() ? std::string::npos : s.find(g.text, pos);
+    if (at == std::string::npos) continue;
+    out += commented(s.substr(pos, at - pos)) + g.text;
+    pos = at + g.text.size();
+  }
+  return out + commented(s.substr(pos));
+}
+
 static std::vector<Tensor> clone_all(const std::vector<Tensor>& ts) {
   std::vector<Tensor> out;
   for (const Tensor& t : ts) out.push_back(t.clone());
@@ -223,7 +238,8 @@ int dump_workload(const wl::Workload& w, const Options& o) {
     return 0;
   }
   std::cout << commented(header);
-  if (o.explain) std::cout << ex.str();
+  // (with -O the optimized graphs follow, so the traced ones in the explanation are comments)
+  if (o.explain) std::cout << (o.optimize ? commented(ex.str()) : explanation_text(ex));
   if (o.optimize) {
     for (size_t i = 0; i < ex.graphs.size(); ++i) {
       if (several) std::cout << "// graph " << i << " of " << ex.graphs.size() << " (" << ex.graphs[i].ops << " ops)\n";

@@ -10,8 +10,15 @@
 // Disk entries are written atomically (temp file + rename) and verified on load (magic, format
 // version, kind, key, length and a checksum of the payload), so a crash mid-write, a full disk
 // or a concurrent writer in another process can cost a recompilation but never hand back a
-// wrong object. I/O failures never throw out of load/store (only std::bad_alloc could): the
-// cache is an optimization, and a failure costs a compilation.
+// wrong object. Nothing throws out of load/store, not even std::bad_alloc: the cache is an
+// optimization, and a failure costs a compilation. Each kind of failure (a corrupt entry, a
+// file that is not an entry, an unwritable directory, ...) is said once per process on stderr,
+// "kiln: warning: [cache] ...", naming the file and what kiln did about it.
+//
+// The directory is a trust boundary: its entries are machine code that kiln loads and runs, so
+// whoever can write it can run code in the process. The cache creates it private to the user
+// (mode 0700) and refuses, with a warning, one that another user owns or that others can write:
+// the process then runs without the disk cache (docs/codegen.md, "The kernel cache").
 #pragma once
 #include <atomic>
 #include <concepts>
@@ -28,6 +35,11 @@ namespace kiln::codegen {
 // Bumped whenever the entry layout changes; entries of other versions live in other
 // directories (dir/v<N>/) and are never read.
 inline constexpr uint32_t kCacheFormatVersion = 1;
+
+// The largest entry the format holds (header, kind and payload). Compiled kernels are kilobytes
+// to a few megabytes; the bound lets load refuse a header that claims more before it allocates
+// or reads anything, whatever KILN_CACHE_MAX_MB allows.
+inline constexpr uint64_t kMaxCacheEntryBytes = 1ull << 30;
 
 // A stable 128-bit key (not std::hash: identical across processes, runs and machines).
 struct CacheKey {
@@ -95,8 +107,10 @@ struct DiskCacheStats {
 // several processes may share one directory.
 class DiskCache {
  public:
-  // Creates the versioned directory. If that fails (or the config is disabled, has no dir or a
-  // zero cap) the cache is disabled: loads miss and stores do nothing, without an error.
+  // Creates the root and the versioned directory private to the user (mode 0700). If that
+  // fails, or either is owned by another user or writable by its group or by others, the cache
+  // is disabled with a warning; a config that is disabled, has no dir or a zero cap disables it
+  // quietly. Disabled, loads miss and stores do nothing, without an error.
   explicit DiskCache(DiskCacheConfig c);
   DiskCache(const DiskCache&) = delete;
   DiskCache& operator=(const DiskCache&) = delete;
@@ -105,9 +119,13 @@ class DiskCache {
   static DiskCache& global();
 
   // The payload stored under `key` and `kind` (e.g. "cpu-obj"), or nullopt on a miss. An entry
-  // that is truncated, has a bad magic/version, another kind or key, or a checksum mismatch is
-  // deleted, counted in stats().corrupt and reported as a miss: never returned. A hit refreshes
-  // the entry's modification time, which makes eviction least-recently-used.
+  // that is truncated, has a bad magic/version, another kind or key, claims a payload larger
+  // than the cap (or kMaxCacheEntryBytes) or fails its checksum is deleted, counted in
+  // stats().corrupt and reported as a miss: never returned, and a claimed length is never
+  // allocated before it is checked against the file's size and the cap. Anything but a regular
+  // file under the entry's name (a FIFO, a socket, a device, a symbolic link, a directory) is
+  // never opened for reading: a miss, left in place (the next store replaces it). A hit
+  // refreshes the entry's modification time, which makes eviction least-recently-used.
   // `kind` must be 1-32 chars of [A-Za-z0-9_-] (it is part of the file name); any other kind
   // misses (load) or counts a store failure (store) rather than throwing.
   std::optional<std::string> load(const CacheKey& key, std::string_view kind);
@@ -115,7 +133,8 @@ class DiskCache {
   // Writes atomically: a uniquely named temp file in the entry's directory, written fully, then
   // renamed over the final name, so concurrent writers of one key (threads or processes) leave
   // one valid entry. Then keeps the directory under max_bytes. Never throws: failures count in
-  // stats().store_failures. An entry larger than max_bytes on its own is not written.
+  // stats().store_failures. An entry larger than max_bytes (or kMaxCacheEntryBytes) on its own
+  // is not written.
   void store(const CacheKey& key, std::string_view kind, std::string_view payload);
 
   bool enabled() const { return enabled_; }
@@ -127,7 +146,14 @@ class DiskCache {
   // Removes every entry of this format version (for tests and a future `kiln-cache clear`).
   void clear();
 
+  // Forgets which kinds of warning this process has printed, so that a test can see one again.
+  static void reset_warnings_for_testing();
+
  private:
+  // load and store without their guards (the kind checked, exceptions turned into misses and
+  // store failures).
+  std::optional<std::string> load_entry(const std::string& path, const CacheKey& key, std::string_view kind);
+  void store_entry(const CacheKey& key, std::string_view kind, std::string_view payload);
   void enforce_cap(uint64_t added_bytes);
   void evict_locked();
 

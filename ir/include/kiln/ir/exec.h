@@ -3,7 +3,9 @@
 // Preparing a graph decodes every node's attributes once into a step (a small closure that
 // calls the eager op); running it walks the steps over a frame of values. Views are real views
 // and write-backs (`copy`) really write, so a graph that mutates its inputs or returns views of
-// them behaves exactly as the eager program it was traced from. Later issues add compiled
+// them behaves exactly as the eager program it was traced from. A cond's results are new
+// tensors, as in the kernel program: a branch that returns its operand (or a view of it, or a
+// constant) gives a copy (docs/passes.md, "Writes and the IR"). Later issues add compiled
 // backends beside this one; this one stays the reference they are tested against.
 #pragma once
 #include <functional>

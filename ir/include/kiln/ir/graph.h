@@ -64,6 +64,11 @@ struct Type {
   bool operator==(const Type&) const = default;
   std::string str() const;  // f32[2,3]{3,1}, scalar<f64>, f32[]{} wrapped, ...@cuda:0
 };
+// Why no tensor can have this type's sizes and strides, or "" (for a scalar, or a tensor that
+// can exist): an element count, or a reach in bytes from its first element to its last,
+// past what int64 counts. The runtime refuses to make such a tensor; the parser, from_json and
+// the verifier refuse such a type, rather than let an executor allocate a wrapped byte count.
+std::string size_problem(const Type& t);
 // Short dtype spellings of the text form: b8 u8 i8 i16 i32 i64 f16 bf16 f32 f64.
 std::string_view short_name(DType dt);
 std::optional<DType> dtype_from_short_name(std::string_view s);
@@ -126,12 +131,31 @@ class Graph {
   std::vector<Value*> inputs_, outputs_;
 };
 
+// ---- names ----
+// The names the text form writes and reads back: a graph's (`@name`: letters, digits and '_'),
+// a graph input's (`%name`: the same, not starting with a digit, since numbers name node
+// results) and an attribute's (a letter or '_', then letters, digits and '_'). Letters and
+// digits are ASCII. verify_structure() refuses any other name, so every graph it accepts
+// prints and parses back, whether it was built in C++, parsed or read from JSON.
+enum class NameKind { Graph, Input, Attribute };
+bool is_valid_name(NameKind kind, std::string_view name);
+
 // ---- forms ----
 std::string print(const Graph& g);
 // Parses the text form. Errors throw ParseError ("[parse] LINE:COL: what").
 Graph parse(std::string_view text);
 std::string to_json(const Graph& g, int indent = 2);
+// Reads to_json's form. Only kiln::Error leaves it: malformed JSON (a syntax error, a number
+// out of range such as 1e999) throws ParseError with the line and column in the JSON text;
+// anything else (arrays and objects nested deeper than 512, a field missing or of the wrong
+// kind, an integer attribute that is not an integer, a type that does not parse, a graph that
+// fails verify_structure) throws Error("[json] what", naming the node or input).
 Graph from_json(std::string_view json_text);
+// Every graph of a JSON document kiln's tools write: to_json's form (one graph), an object with
+// one under "graph" (dump-ir on a graph file with --run or -O), or an object with a list under
+// "graphs" (dump-ir on a workload, or on a file of several graphs). Errors as from_json's; an
+// error in one of several graphs names it ("graph 2: ...").
+std::vector<Graph> graphs_from_json(std::string_view json_text);
 uint64_t hash(const Graph& g);
 
 class ParseError : public Error {
@@ -148,10 +172,13 @@ struct VerifyError {
 };
 // The first structural problem of the graph, or nullopt: a use before definition, a value of
 // another graph, an operand count the op table refuses, a node without outputs, a duplicate
-// or unsorted attribute, a malformed type (sizes and strides of different lengths, a negative
-// size, `wrapped` on a tensor that is not 0-d), regions on an op that takes none or the wrong
-// number of them (cond: then and else), a region whose input or output count does not match
-// its node. Regions are checked recursively. parse() and from_json() run this check.
+// or unsorted attribute, a name the text form cannot write (is_valid_name), a malformed type
+// (sizes and strides of different lengths, a negative size, `wrapped` on a tensor that is not
+// 0-d), regions on an op that takes none or the wrong number of them (cond: then and else), a
+// region whose input or output count does not match its node, a region that writes (`copy`)
+// into memory of one of its inputs: a cond's branches are functional, since their inputs are
+// the cond's operands, memory of the enclosing graph (docs/passes.md, "Writes and the IR").
+// Regions are checked recursively. parse() and from_json() run this check.
 std::optional<VerifyError> verify_structure(const Graph& g);
 // The structural check, then types: every node's declared output types must equal what
 // infer_types (kiln/ir/infer.h) derives from its operands and attributes, and every region's

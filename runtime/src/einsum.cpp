@@ -65,7 +65,7 @@ Term take_diagonals(Term x) {
   for (size_t i = 0; i < x.labels.size(); ++i)
     for (size_t j = i + 1; j < x.labels.size(); ++j) {
       if (x.labels[i] != x.labels[j]) continue;
-      KILN_CHECK(x.t.sizes()[i] == x.t.sizes()[j], "einsum", "subscript ", x.labels[i],
+      KILN_CHECK(x.t.sizes()[i] == x.t.sizes()[j], "einsum", "subscript ", label_char(x.labels[i]),
                  " is repeated for an operand but the sizes don't match, ", x.t.sizes()[i], " != ", x.t.sizes()[j]);
       int l = x.labels[i];
       x.t = x.t.diagonal(0, int64_t(i), int64_t(j));  // drops i and j, appends the diagonal
@@ -120,7 +120,7 @@ Term contract(const Term& a, const Term& b, const std::vector<int>& keep, const 
       for (int l : *g) {
         auto it = std::find(x.labels.begin(), x.labels.end(), l);
         if (it != x.labels.end()) perm.push_back(it - x.labels.begin());
-        n *= std::max(size_of(a, l), size_of(b, l));
+        n = shape::mul(n, std::max(size_of(a, l), size_of(b, l)), "einsum", "the operands' element count");
       }
       flat.push_back(n);
     }
@@ -196,10 +196,10 @@ Tensor detail::einsum_impl(std::string_view eq, const std::vector<Tensor>& opera
     auto so = scan_term(eq.substr(arrow + 2));
     out = expand_ellipsis(so, max_ell, max_ell);
     for (int l : out) {
-      KILN_CHECK(counts.count(l), "einsum", "einsum(): output subscript ", l < 26 ? char('a' + l) : char('A' + l - 26),
+      KILN_CHECK(counts.count(l), "einsum", "einsum(): output subscript ", label_char(l),
                  " does not appear in the equation for any input operand");
       KILN_CHECK(std::count(out.begin(), out.end(), l) == 1, "einsum", "einsum(): output subscript ",
-                 l < 26 ? char('a' + l) : char('A' + l - 26), " appears more than once in the output");
+                 label_char(l), " appears more than once in the output");
     }
   } else {
     // implicit output: ellipsis dims, then labels seen exactly once, in alphabetical order

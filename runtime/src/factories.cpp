@@ -2,8 +2,10 @@
 
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <numeric>
+#include <sstream>
 
 #include "ops_common.h"
 #include "philox.h"
@@ -17,48 +19,72 @@ void check_sizes(IntArrayRef sizes, std::string_view op) {
   for (int64_t s : sizes)
     KILN_CHECK(s >= 0, op, "Trying to create tensor with negative dimension ", s, ": ", sizes.vec());
 }
+
+// Refuses strides the storage-size arithmetic does not cover (a view reaching below its first
+// element), and sizes and strides whose storage takes more bytes than int64 counts.
+int64_t strided_bytes(IntArrayRef sizes, IntArrayRef strides, DType dt, std::string_view op) {
+  check_sizes(sizes, op);
+  KILN_CHECK(sizes.size() == strides.size(), op, "mismatch in length of strides (", strides.size(),
+             ") and shape (", sizes.size(), ")");
+  for (int64_t st : strides)
+    KILN_CHECK(st >= 0, op, "negative strides are not supported: sizes ", sizes.vec(), ", strides ",
+               strides.vec());
+  shape::numel(sizes, op);
+  std::optional<int64_t> bytes = shape::storage_bytes(sizes, strides, 0, int64_t(itemsize(dt)));
+  KILN_CHECK(bytes, op, "sizes ", sizes.vec(), " and strides ", strides.vec(), " of ", name(dt),
+             " elements reach more bytes than int64 can count");
+  return *bytes;
+}
+// A bound of arange as the user wrote it: an integer in full, a float as printed.
+std::string number_str(const Scalar& v) {
+  if (!v.is_floating()) return std::to_string(v.to_int());
+  std::ostringstream os;
+  os << v.to_double();
+  return os.str();
+}
 }  // namespace
+
+// empty() as the factory `op` calls it: a size error names the call the user made. (Not
+// traced: each factory reports itself.)
+Tensor detail::empty_for(IntArrayRef sizes, TensorOptions opts, std::string_view op) {
+  check_sizes(sizes, op);
+  auto impl = std::make_shared<TensorImpl>();
+  impl->dtype = opts.dtype_or(kDefaultFloat);
+  const int64_t bytes = shape::dense_bytes(sizes, int64_t(itemsize(impl->dtype)), op);
+  impl->sizes = sizes.vec();
+  impl->strides = shape::contiguous_strides(sizes, op);
+  impl->refresh();
+  impl->storage = Storage::allocate(size_t(bytes), opts.device_);
+  return Tensor(std::move(impl));
+}
 
 Tensor empty(IntArrayRef sizes, TensorOptions opts) {
   KILN_TRACE_FACTORY("empty", empty(sizes, opts))
-  check_sizes(sizes, "empty");
-  auto impl = std::make_shared<TensorImpl>();
-  impl->dtype = opts.dtype_or(kDefaultFloat);
-  impl->sizes = sizes.vec();
-  impl->strides = shape::contiguous_strides(sizes);
-  impl->refresh();
-  impl->storage = Storage::allocate(size_t(impl->numel * itemsize(impl->dtype)), opts.device_);
-  return Tensor(std::move(impl));
+  return empty_for(sizes, opts, "empty");
 }
 
 Tensor empty_strided(IntArrayRef sizes, IntArrayRef strides, TensorOptions opts) {
   KILN_TRACE_FACTORY("empty_strided", empty_strided(sizes, strides, opts))
-  check_sizes(sizes, "empty_strided");
-  KILN_CHECK(sizes.size() == strides.size(), "empty_strided", "mismatch in length of strides (",
-             strides.size(), ") and shape (", sizes.size(), ")");
-  int64_t extent = 1;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    KILN_CHECK(strides[i] >= 0, "empty_strided", "negative stride ", strides[i]);
-    if (sizes[i] == 0) extent = 0;
-    if (extent) extent += (sizes[i] - 1) * strides[i];
-  }
-  Tensor base = empty({extent}, opts);
+  DType dt = opts.dtype_or(kDefaultFloat);
+  // The storage covers the last element the sizes and strides reach, as PyTorch's does.
+  int64_t bytes = strided_bytes(sizes, strides, dt, "empty_strided");
+  Tensor base = empty_for({bytes / int64_t(itemsize(dt))}, opts.dtype(dt), "empty_strided");
   return base.as_strided(sizes, strides, 0);
 }
 
 Tensor zeros(IntArrayRef sizes, TensorOptions opts) {
   KILN_TRACE_FACTORY("zeros", zeros(sizes, opts))
-  return empty(sizes, opts).zero_();
+  return empty_for(sizes, opts, "zeros").zero_();
 }
 Tensor ones(IntArrayRef sizes, TensorOptions opts) {
   KILN_TRACE_FACTORY("ones", ones(sizes, opts))
-  return empty(sizes, opts).fill_(1);
+  return empty_for(sizes, opts, "ones").fill_(1);
 }
 
 Tensor full(IntArrayRef sizes, const Scalar& v, TensorOptions opts) {
   KILN_TRACE_FACTORY("full", full(sizes, v, opts))
   if (!opts.dtype_) opts.dtype_ = v.dtype();
-  return empty(sizes, opts).fill_(v);
+  return empty_for(sizes, opts, "full").fill_(v);
 }
 
 Tensor scalar_tensor(const Scalar& v, TensorOptions opts) {
@@ -79,16 +105,26 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
   KILN_CHECK((st > 0 && e >= s) || (st < 0 && e <= s), "arange",
              "upper bound and larger bound inconsistent with step sign (start ", s, ", end ", e,
              ", step ", st, ")");
-  int64_t n = all_int ? (end.to_int() - start.to_int() + step.to_int() - (step.to_int() > 0 ? 1 : -1)) /
-                            step.to_int()
-                      : int64_t(std::ceil((e - s) / st));
-  Tensor out = empty({n}, opts.dtype(dt));
+  // The count in 128 bits, or as a double: end - start can pass int64 (or be 1e20), and a count
+  // past int64 would wrap into a negative size.
+  const __int128 count = all_int ? (__int128(end.to_int()) - start.to_int() + step.to_int() -
+                                    (step.to_int() > 0 ? 1 : -1)) / step.to_int()
+                                 : 0;
+  const double count_d = all_int ? double(count) : std::ceil((e - s) / st);
+  KILN_CHECK(all_int ? count <= std::numeric_limits<int64_t>::max() : count_d < 0x1p63, "arange",
+             "start ", number_str(start), ", end ", number_str(end), " and step ", number_str(step), " give ",
+             count_d, " elements, more than int64 can count");
+  const int64_t n = all_int ? int64_t(count) : int64_t(count_d);
+  Tensor out = empty_for({n}, opts.dtype(dt), "arange");
   KILN_DISPATCH_ALL(dt, "arange", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
     scalar_t* p = out.data_ptr<scalar_t>();
     if constexpr (std::is_same_v<scalar_t, bool>) {
       KILN_FAIL("arange", "\"arange\" not implemented for 'bool'");
     } else if (all_int && is_integral(dt)) {
-      for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(start.to_int() + i * step.to_int());
+      // (start + i * step lies in [start, end), but i * step alone may not fit: in wrapping
+      // unsigned arithmetic the sum is exact)
+      const uint64_t a = uint64_t(start.to_int()), k = uint64_t(step.to_int());
+      for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(int64_t(a + uint64_t(i) * k));
     } else {
       for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(s + double(i) * st);
     }
@@ -100,7 +136,7 @@ Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, TensorOpt
   KILN_TRACE_FACTORY("linspace", linspace(start, end, steps, opts))
   KILN_CHECK(steps >= 0, "linspace", "number of steps must be non-negative, got ", steps);
   DType dt = opts.dtype_or(kDefaultFloat);
-  Tensor out = empty({steps}, opts.dtype(dt));
+  Tensor out = empty_for({steps}, opts.dtype(dt), "linspace");
   double s = start.to_double(), e = end.to_double();
   double step = steps > 1 ? (e - s) / double(steps - 1) : 0.0;
   int64_t half = steps / 2;
@@ -123,7 +159,7 @@ Tensor logspace(const Scalar& start, const Scalar& end, int64_t steps, double ba
   KILN_TRACE_FACTORY("logspace", logspace(start, end, steps, base, opts))
   DType dt = opts.dtype_or(kDefaultFloat);
   Tensor exps = linspace(start, end, steps, opts.dtype(kFloat64));
-  Tensor out = empty({steps}, opts.dtype(dt));
+  Tensor out = empty_for({steps}, opts.dtype(dt), "logspace");
   const double* e = exps.data_ptr<double>();
   KILN_DISPATCH_ALL(dt, "logspace", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
     scalar_t* p = out.data_ptr<scalar_t>();
@@ -136,7 +172,7 @@ Tensor eye(int64_t n, TensorOptions opts) { return eye(n, n, opts); }
 Tensor eye(int64_t n, int64_t m, TensorOptions opts) {
   KILN_TRACE_FACTORY("eye", eye(n, m, opts))
   KILN_CHECK(n >= 0 && m >= 0, "eye", "n and m must be non-negative, got n = ", n, ", m = ", m);
-  Tensor out = zeros({n, m}, opts);
+  Tensor out = empty_for({n, m}, opts, "eye").zero_();
   if (n && m) out.diagonal().fill_(1);
   return out;
 }
@@ -185,7 +221,7 @@ Tensor rand(IntArrayRef sizes, TensorOptions opts) {
   KILN_TRACE_FACTORY("rand", rand(sizes, opts))
   DType dt = opts.dtype_or(kDefaultFloat);
   KILN_CHECK(is_floating(dt), "rand", "\"check_uniform_bounds\" not implemented for '", name(dt), "'");
-  Tensor out = empty(sizes, opts.dtype(dt));
+  Tensor out = empty_for(sizes, opts.dtype(dt), "rand");
   int64_t n = out.numel();
   KILN_DISPATCH_FLOAT(dt, "rand", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
     scalar_t* p = out.data_ptr<scalar_t>();
@@ -212,7 +248,7 @@ Tensor randn(IntArrayRef sizes, TensorOptions opts) {
   KILN_TRACE_FACTORY("randn", randn(sizes, opts))
   DType dt = opts.dtype_or(kDefaultFloat);
   KILN_CHECK(is_floating(dt), "randn", "\"normal\" not implemented for '", name(dt), "'");
-  Tensor out = empty(sizes, opts.dtype(dt));
+  Tensor out = empty_for(sizes, opts.dtype(dt), "randn");
   int64_t n = out.numel();
   // Box-Muller: each block of four 32-bit draws gives two normals from two 53-bit uniforms.
   KILN_DISPATCH_FLOAT(dt, "randn", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
@@ -233,7 +269,7 @@ Tensor randint(int64_t low, int64_t high, IntArrayRef sizes, TensorOptions opts)
   KILN_CHECK(low < high, "randint", "random_ expects 'from' to be less than 'to', but got from=",
              low, " >= to=", high);
   DType dt = opts.dtype_or(kInt64);
-  Tensor out = empty(sizes, opts.dtype(kInt64));
+  Tensor out = empty_for(sizes, opts.dtype(kInt64), "randint");
   int64_t n = out.numel();
   uint64_t range = uint64_t(high) - uint64_t(low);
   int64_t* p = out.data_ptr<int64_t>();
@@ -252,16 +288,19 @@ Tensor randint(int64_t high, IntArrayRef sizes, TensorOptions opts) { return ran
 Tensor randperm(int64_t n, TensorOptions opts) {
   KILN_TRACE_FACTORY("randperm", randperm(n, opts))
   KILN_CHECK(n >= 0, "randperm", "n must be non-negative, got ", n);
-  std::vector<int64_t> v(static_cast<size_t>(n));
-  std::iota(v.begin(), v.end(), 0);
+  // (shuffled in the tensor itself: a std::vector of a size no tensor can have would throw
+  // std::length_error)
+  Tensor out = empty_for({n}, TensorOptions(kInt64), "randperm");
+  int64_t* v = out.data_ptr<int64_t>();
+  std::iota(v, v + n, int64_t(0));
   // Fisher-Yates with one Philox block per swap.
   auto [key, first] = reserve(uint64_t(n));
   for (int64_t i = n - 1; i > 0; --i) {
     auto r = philox::block(key, first + uint64_t(i));
     uint64_t x = (uint64_t(r[0]) << 32) | r[1];
-    std::swap(v[size_t(i)], v[size_t(x % uint64_t(i + 1))]);
+    std::swap(v[i], v[int64_t(x % uint64_t(i + 1))]);
   }
-  return as_dtype(from_vector(v), opts.dtype_or(kInt64));
+  return as_dtype(out, opts.dtype_or(kInt64));
 }
 
 // ---- *_like ----
@@ -285,9 +324,11 @@ template <typename T>
 Tensor from_vector(const std::vector<T>& values, IntArrayRef sizes) {
   KILN_TRACE_FACTORY("from_vector", from_vector(values, sizes))
   std::vector<int64_t> sz = sizes.empty() ? std::vector<int64_t>{int64_t(values.size())} : sizes.vec();
-  KILN_CHECK(shape::numel(sz) == int64_t(values.size()), "from_vector", "shape ", sz, " needs ",
-             shape::numel(sz), " values but ", values.size(), " were given");
-  Tensor out = empty(sz, dtype_of<T>());
+  check_sizes(sz, "from_vector");
+  const int64_t n = shape::numel(sz, "from_vector");
+  KILN_CHECK(n == int64_t(values.size()), "from_vector", "shape ", sz, " needs ", n, " values but ",
+             values.size(), " were given");
+  Tensor out = empty_for(sz, dtype_of<T>(), "from_vector");
   std::copy(values.begin(), values.end(), out.data_ptr<T>());
   return out;
 }
@@ -308,24 +349,18 @@ Tensor from_vector(const std::vector<bool>& values, IntArrayRef sizes) {
 }
 
 Tensor from_blob(void* data, IntArrayRef sizes, TensorOptions opts, Storage::Deleter deleter) {
-  return from_blob(data, sizes, shape::contiguous_strides(sizes), opts, std::move(deleter));
+  return from_blob(data, sizes, shape::contiguous_strides(sizes, "from_blob"), opts, std::move(deleter));
 }
 
 Tensor from_blob(void* data, IntArrayRef sizes, IntArrayRef strides, TensorOptions opts,
                  Storage::Deleter deleter) {
   KILN_TRACE_FACTORY("from_blob", from_blob(data, sizes, strides, opts, deleter))
-  check_sizes(sizes, "from_blob");
-  KILN_CHECK(sizes.size() == strides.size(), "from_blob", "mismatch in length of strides (",
-             strides.size(), ") and shape (", sizes.size(), ")");
   DType dt = opts.dtype_or(kDefaultFloat);
-  int64_t extent = 1;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    if (sizes[i] == 0) extent = 0;
-    if (extent) extent += (sizes[i] - 1) * strides[i];
-  }
-  KILN_CHECK(data || extent == 0, "from_blob", "null data pointer for a tensor of shape ", sizes.vec());
+  // (the storage spans the bytes the view reaches, which later views are checked against)
+  const int64_t bytes = strided_bytes(sizes, strides, dt, "from_blob");
+  KILN_CHECK(data || bytes == 0, "from_blob", "null data pointer for a tensor of shape ", sizes.vec());
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = Storage::wrap(data, size_t(extent * itemsize(dt)), opts.device_, std::move(deleter));
+  impl->storage = Storage::wrap(data, size_t(bytes), opts.device_, std::move(deleter));
   impl->sizes = sizes.vec();
   impl->strides = strides.vec();
   impl->dtype = dt;

@@ -456,7 +456,7 @@ Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* into = nullpt
   }
   std::vector<int64_t> ba(A.sizes().begin(), A.sizes().end() - 2), bb(B.sizes().begin(), B.sizes().end() - 2);
   std::vector<int64_t> batch = broadcast_shapes(ba, bb, "matmul");
-  int64_t nbatch = shape::numel(batch);
+  int64_t nbatch = shape::numel(batch, "matmul");
   std::vector<int64_t> ea = batch, eb = batch;
   ea.insert(ea.end(), {n, k});
   eb.insert(eb.end(), {k, m});

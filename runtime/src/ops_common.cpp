@@ -37,6 +37,7 @@ DType result_type(std::span<const Arg> args) {
 std::vector<int64_t> broadcast_all(std::initializer_list<Arg> args, std::string_view op) {
   std::vector<int64_t> shape;
   for (const Arg& a : args) shape = broadcast_shapes(shape, a.t.sizes(), op);
+  shape::numel(shape, op);  // ([2^32, 1] and [1, 2^32] broadcast past int64 elements)
   return shape;
 }
 

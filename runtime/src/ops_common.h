@@ -25,6 +25,10 @@ struct Arg {
   Arg(const Scalar& s);
 };
 
+// empty() for a factory or an op named `op` (runtime/src/factories.cpp): sizes whose element or
+// byte count overflows int64 are refused under that name. Not traced.
+Tensor empty_for(IntArrayRef sizes, TensorOptions opts, std::string_view op);
+
 DType result_type(std::span<const Arg> args);
 inline DType result_type(std::initializer_list<Arg> args) { return result_type(std::span<const Arg>(args.begin(), args.size())); }
 std::vector<int64_t> broadcast_all(std::initializer_list<Arg> args, std::string_view op);

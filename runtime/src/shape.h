@@ -1,5 +1,11 @@
 // Shape and stride arithmetic shared by views, factories and kernels (internal header).
+//
+// Sizes, strides, element and byte counts are int64 and a user may ask for any of them, so
+// every product and sum of them here is checked: one that overflows raises "[op] ..." naming
+// the sizes, where a wrapped count would allocate a few bytes that a kernel then writes
+// billions of elements into. The checks run once per tensor or view made, never per element.
 #pragma once
+#include <algorithm>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -16,8 +22,34 @@ inline int64_t wrap_dim(int64_t d, int64_t ndim, std::string_view op) {
              ", ", hi, "], but got ", d, ")");
   return d < 0 ? d + std::max<int64_t>(ndim, 1) : d;
 }
+// a * b and a + b, or "[op] what overflows int64 (a * b)".
+inline int64_t mul(int64_t a, int64_t b, std::string_view op, std::string_view what) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) [[unlikely]]
+    KILN_FAIL(op, what, " overflows int64 (", a, " * ", b, ")");
+  return r;
+}
+inline int64_t add(int64_t a, int64_t b, std::string_view op, std::string_view what) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) [[unlikely]]
+    KILN_FAIL(op, what, " overflows int64 (", a, " + ", b, ")");
+  return r;
+}
+// The element count of non-negative sizes: 0 when one is 0 (whatever the others), else their
+// product, which must fit in int64. Without `op` the error says "[numel]": for the places where
+// no op checked the sizes before.
+int64_t numel(IntArrayRef sizes, std::string_view op);
 int64_t numel(IntArrayRef sizes);
+// Row-major strides (a size-0 dim counting as 1, as PyTorch's), checked.
+std::vector<int64_t> contiguous_strides(IntArrayRef sizes, std::string_view op);
 std::vector<int64_t> contiguous_strides(IntArrayRef sizes);
+// The bytes of storage a view of these sizes, non-negative strides and offset reaches:
+// (offset + the largest index it reaches + 1) * itemsize, or 0 when it has no element;
+// nullopt when that count overflows int64.
+std::optional<int64_t> storage_bytes(IntArrayRef sizes, IntArrayRef strides, int64_t offset, int64_t itemsize);
+// The bytes of a dense tensor of these sizes, for a factory named `op` to allocate: checks
+// the element count, the strides and the byte count, each naming the sizes.
+int64_t dense_bytes(IntArrayRef sizes, int64_t itemsize, std::string_view op);
 bool is_contiguous(IntArrayRef sizes, IntArrayRef strides);
 // Replaces one -1 entry by what makes the element count `numel`; checks the count.
 std::vector<int64_t> infer_size(IntArrayRef shape, int64_t numel, std::string_view op);

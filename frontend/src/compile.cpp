@@ -1,26 +1,28 @@
 // The compiled-function engine: the signature cache, trace trees, replay with guards, the
-// recompile budget with dynamic dimensions, statistics and explain().
+// recompile budget with dynamic dimensions, and statistics (explain() is in explain.cpp, one
+// graph's compiling and running in nodes.cpp).
 #include <algorithm>
-#include <atomic>
-#include <cstdio>
+#include <cstring>
 #include <iostream>
-#include <optional>
 #include <mutex>
-#include <set>
-#include <shared_mutex>
 #include <sstream>
-#include <unordered_map>
 
-#include "kiln/codegen/cuda.h"
-#include "kiln/compile.h"
-#include "kiln/passes/kernel.h"
-#include "kiln/ir/infer.h"
-#include "kiln/passes/pass.h"
+#include "engine.h"
+#include "kiln/runtime/log.h"
 #include "speculate.h"
 #include "tracer.h"
 
 namespace kiln {
 namespace detail {
+
+size_t KeyHash::operator()(const Key& k) const {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+  for (int64_t v : k) {
+    h ^= uint64_t(v);
+    h *= 1099511628211ull;
+  }
+  return size_t(h);
+}
 
 namespace {
 
@@ -59,22 +61,8 @@ StrideClass stride_class(const Tensor& t, std::vector<int64_t>* detail) {
   return broadcast ? StrideClass::Broadcast : StrideClass::General;
 }
 
-using Key = std::vector<int64_t>;
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
-    for (int64_t v : k) {
-      h ^= uint64_t(v);
-      h *= 1099511628211ull;
-    }
-    return size_t(h);
-  }
-};
+}  // namespace
 
-using DynamicDims = std::set<std::pair<size_t, size_t>>;  // (argument, dim)
-
-// The signature of a call: per tensor argument its dtype, device, sizes (a dynamic dim counts
-// as -1), stride class and which earlier argument it aliases; per number its kind and value.
 Key signature(std::span<const CallArg> args, const DynamicDims& dynamic) {
   Key k;
   k.reserve(args.size() * 8);
@@ -115,6 +103,7 @@ Key signature(std::span<const CallArg> args, const DynamicDims& dynamic) {
   return k;
 }
 
+namespace {
 std::string arg_text(const CallArg& a) {
   if (!a.is_tensor) {
     const Scalar& s = a.scalar;
@@ -134,6 +123,8 @@ std::string arg_text(const CallArg& a) {
   return s;
 }
 
+}  // namespace
+
 std::string signature_text(std::span<const CallArg> args) {
   std::string s = "(";
   for (size_t i = 0; i < args.size(); ++i) {
@@ -147,255 +138,240 @@ std::string signature_text(std::span<const CallArg> args) {
   return s + ")";
 }
 
-// The graphs of a trace with sizes and strides erased: equal for two traces at different
-// sizes exactly when no attribute or constant depends on the sizes.
-std::string shape_erased(const TreeNode& root) {
+namespace {
+
+
+// The graphs along a trace's first path with their sizes erased (erase_shapes): equal for two
+// traces at different sizes exactly when no attribute or constant depends on the sizes.
+std::string chain_erased(const TreeNode& root) {
   std::string out;
-  for (const TreeNode* n = &root; n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
-    std::string text = ir::print(n->graph);
-    std::string s;
-    for (size_t i = 0; i < text.size(); ++i) {
-      // a type is a short dtype name followed by [sizes]{strides}
-      if (text[i] == '[' && i > 0 && std::isalnum(static_cast<unsigned char>(text[i - 1]))) {
-        size_t close = text.find(']', i);
-        if (close != std::string::npos && close + 1 < text.size() && text[close + 1] == '{') {
-          size_t brace = text.find('}', close);
-          if (brace != std::string::npos) {
-            s += "[?]";
-            i = brace;
-            continue;
-          }
-        }
-      }
-      s += text[i];
+  for (const TreeNode* n = &root; n; n = n->children.empty() ? nullptr : n->children[0].second.get())
+    out += erase_shapes(ir::print(n->graph)) + "|" + std::to_string(int(n->exit)) + "\n";
+  return out;
+}
+
+const char* kind_name(const Scalar& s) { return s.is_bool() ? "bool" : s.is_integral() ? "integer" : "double"; }
+
+std::vector<ArgDesc> describe_args(std::span<const CallArg> args) {
+  std::vector<ArgDesc> out(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    ArgDesc& d = out[i];
+    d.is_tensor = args[i].is_tensor;
+    if (!d.is_tensor) {
+      d.scalar = args[i].scalar;
+      continue;
     }
-    out += s + "|" + std::to_string(int(n->exit)) + "\n";
+    const Tensor& t = args[i].tensor;
+    d.dtype = t.dtype();
+    d.device = t.device();
+    d.sizes = t.impl().sizes;
+    std::vector<int64_t> detail;
+    d.layout = int(stride_class(t, &detail));
+    for (size_t j = 0; j < i; ++j)
+      if (args[j].is_tensor && args[j].tensor.is_alias_of(t)) {
+        d.alias = int64_t(j);
+        break;
+      }
   }
   return out;
 }
 
-size_t count_ops(const ir::Graph& g) {
-  size_t n = 0;
-  for (const auto& node : g.nodes()) n += node->op != OpId::Constant;
-  return n;
+bool same_number(const Scalar& a, const Scalar& b) {
+  if (a.kind() != b.kind()) return false;
+  if (!a.is_floating()) return a.to_int() == b.to_int();
+  const double x = a.to_double(), y = b.to_double();
+  return std::memcmp(&x, &y, sizeof x) == 0;
+}
+
+// Why a new signature was traced: how its arguments differ from the nearest signature traced
+// before (the one with the fewest differences).
+std::vector<RetraceCause> signature_causes(const std::vector<ArgDesc>& now,
+                                           const std::vector<const std::vector<ArgDesc>*>& before) {
+  std::vector<RetraceCause> best;
+  bool first = true;
+  for (const std::vector<ArgDesc>* old : before) {
+    std::vector<RetraceCause> diff;
+    if (old->size() != now.size()) continue;
+    for (size_t i = 0; i < now.size(); ++i) {
+      const ArgDesc &a = now[i], &b = (*old)[i];
+      const std::string arg = "argument " + std::to_string(i);
+      if (a.is_tensor != b.is_tensor) {
+        diff.push_back({arg, arg, "kinds", "a tensor and a number take turns in this place", ""});
+        continue;
+      }
+      if (!a.is_tensor) {
+        if (same_number(a.scalar, b.scalar)) continue;
+        std::ostringstream v;
+        v.precision(17);
+        if (a.scalar.is_floating()) v << a.scalar.to_double();
+        else v << a.scalar.to_int();
+        const std::string subject = arg + " (" + kind_name(a.scalar) + ")";
+        diff.push_back({subject, subject, "values",
+                        "every value of a number argument is traced on its own; pass it as a 0-d tensor "
+                        "(kiln::scalar_tensor(v)), a graph input read at every call, to trace once",
+                        v.str()});
+        continue;
+      }
+      if (a.dtype != b.dtype)
+        diff.push_back({arg + " dtype", arg, "dtypes", "each dtype is a graph of its own", std::string(name(a.dtype))});
+      if (!(a.device == b.device))
+        diff.push_back({arg + " device", arg, "devices", "each device is a graph of its own", a.device.str()});
+      if (a.sizes.size() != b.sizes.size()) {
+        diff.push_back({arg + " rank", arg, "numbers of dims", "each rank is a graph of its own",
+                        std::to_string(a.sizes.size()) + "-d"});
+      } else {
+        for (size_t d = 0; d < a.sizes.size(); ++d)
+          if (a.sizes[d] != b.sizes[d]) {
+            const std::string subject = arg + " size(" + std::to_string(d) + ")";
+            diff.push_back({subject, subject, "sizes",
+                            "a dim whose size varies is made dynamic (one graph for every size) once recompile_limit "
+                            "signatures are traced, unless the graph or the host code depends on the size "
+                            "(explain() says which)",
+                            std::to_string(a.sizes[d])});
+          }
+      }
+      if (a.layout != b.layout)
+        diff.push_back({arg + " layout", arg, "layouts (stride classes)",
+                        "each layout (contiguous, permuted, broadcast, strided) is a graph of its own; pass "
+                        "x.contiguous() where the layouts vary",
+                        std::string(passes::stride_class_name(passes::StrideClass(a.layout)))});
+      if (a.alias != b.alias)
+        diff.push_back({arg + " aliasing", arg, "aliasings", "which arguments share memory is part of the signature",
+                        a.alias < 0 ? "no alias" : "aliasing argument " + std::to_string(a.alias)});
+    }
+    if (first || diff.size() < best.size()) best = std::move(diff);
+    first = false;
+  }
+  return best;
+}
+
+std::string join_causes(const std::vector<RetraceCause>& causes) {
+  std::string s;
+  for (const RetraceCause& c : causes)
+    s += (s.empty() ? "" : "; ") + c.subject + (c.sample.empty() ? "" : " is now " + c.sample);
+  return s;
+}
+
+// The cause of a retrace that a guard failing on replay made.
+RetraceCause guard_cause(const TreeNode& n, const std::string& key) {
+  RetraceCause c;
+  c.key = n.reason + " at " + n.where;
+  c.subject = c.key;
+  c.sample = describe_key(n.exit, n.access, key);
+  if (n.exit == Exit::DataDependent) {
+    c.noun = "output shapes";
+    c.fix = "each output size of a data-dependent op is a graph of its own; keep the shape fixed with a mask "
+            "(kiln::where) where the data decides";
+  } else if (n.access == trace::HostAccess::Item) {
+    c.noun = "values";
+    c.fix = "each value item() returns is a graph of its own; compare on the tensor instead, "
+            "`(loss < 1e-3).item<bool>()` has two outcomes, or keep the decision in the graph (kiln::where, kiln::cond)";
+  } else if (n.access == trace::HostAccess::Bool) {
+    c.noun = "outcomes";
+    c.fix = "each outcome of a branch on a tensor is a graph of its own (kiln::cond keeps both in one graph)";
+  } else {
+    c.noun = "values";
+    c.fix = "the host read the tensor's elements: each new content is a graph of its own; keep the logic on tensors";
+  }
+  return c;
+}
+
+// The cause of a retrace that a size guard failing on replay made.
+RetraceCause size_guard_cause(const SizeGuard* g, const std::string& why) {
+  RetraceCause c;
+  if (!g) {
+    c.key = why;
+    c.subject = why;
+    c.noun = "sizes";
+    c.fix = "the graph depends on sizes it cannot follow: it is traced again for each";
+    return c;
+  }
+  const bool exact = g->inside && g->lo == g->hi && g->terms.size() == 1 && g->where.find("sym") == std::string::npos;
+  c.key = "size guard " + g->where;
+  c.subject = "the size guard `" + describe_guard(*g) + "` (" + g->where + ")";
+  c.noun = exact ? "sizes" : "outcomes";
+  c.fix = exact ? "size(), sizes(), numel() and strides() hand the host the exact value, so each new size is "
+                  "traced again; compare on x.sym_size(d) instead (docs/compile.md, \"Sizes and host code\"): one "
+                  "graph per outcome of the comparison"
+                : "each outcome of a comparison on sizes is a graph of its own";
+  return c;
 }
 
 }  // namespace
 
-// ---- the backend ----
+// ---- the engine ----
 
-// The device a graph's tensors live on: a GPU when any input or constant is there (one op
-// never mixes devices; a graph that does is refused by the CUDA backend's runner and runs on the
-// reference executor), else the cpu.
-static Device graph_device(const ir::Graph& g) {
-  for (const ir::Value* v : g.inputs())
-    if (!v->type.is_scalar() && v->type.device.is_cuda()) return v->type.device;
-  for (const auto& n : g.nodes())
-    for (const ir::Value* v : n->outputs)
-      if (!v->type.is_scalar() && v->type.device.is_cuda()) return v->type.device;
-  return Device::cpu();
+Engine::Engine(CompileOptions options, std::source_location where) : state_(std::make_unique<State>()) {
+  state_->opts = std::move(options);
+  if (where.line() != 0) state_->where = std::string(where.file_name()) + ":" + std::to_string(where.line());
 }
-
-static codegen::CudaCompileOptions cuda_options(const CompileOptions& opts) {
-  codegen::CudaCompileOptions o;
-  o.graphs = opts.mode == CompileOptions::Mode::ReduceOverhead;
-  return o;
-}
-
-// Optimizes a graph and compiles its kernel program for its device (throws on failure).
-static std::shared_ptr<codegen::CompiledProgram> compile_graph(const ir::Graph& g, const CompileOptions& opts) {
-  passes::Module m = passes::optimize(g);
-  std::vector<ir::Type> types;
-  for (const ir::Value* v : g.inputs()) types.push_back(v->type);
-  const Device dev = graph_device(g);
-  return dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev, cuda_options(opts))
-                       : codegen::compile_cpu(m.program, std::move(types));
-}
-
-// A traced graph's name in the kernel profile (kiln/runtime/profile.h): the function's name, the
-// graph's as explain() prints it, and its hash, which tells a guard's paths apart.
-static std::string graph_tag(const TreeNode& n) {
-  char hash[16];
-  std::snprintf(hash, sizeof hash, "%08x", unsigned(n.hash & 0xffffffffu));
-  return "@" + n.graph.name() + " " + hash;
-}
-static std::string node_label(const CompileOptions& opts, const TreeNode& n) {
-  return (opts.name.empty() ? "compiled function" : opts.name) + " " + graph_tag(n);
-}
-
-// Optimizes a traced graph and compiles its kernel program for its device. Never throws: a graph
-// the optimizer or the backend fails on runs on the reference executor, with a warning.
-static void compile_node(TreeNode& n, const CompileOptions& opts) {
-  if (opts.backend == CompileOptions::Backend::Reference) {
-    n.backend_note = "reference executor (CompileOptions::backend)";
-    return;
-  }
-  if (n.graph.outputs().empty()) {  // the IR's graphs return something; a void trace replays as it is
-    n.backend_note = "reference executor: the graph returns nothing";
-    return;
-  }
-  try {
-    const Device dev = graph_device(n.graph);
-    n.compiled = compile_graph(n.graph, opts);
-    n.label = node_label(opts, n);
-    n.compiled->set_label(n.label);
-    n.variant_graphs = dev.is_cuda() && cuda_options(opts).graphs;
-    const codegen::CompileStats& st = n.compiled->stats();
-    n.backend_note = dev.str() + ": " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
-                     " kernels compiled (" + std::to_string(st.memory_hits) + " from memory, " +
-                     std::to_string(st.disk_hits) + " from disk) in " + std::to_string(int(st.compile_ms)) + " ms";
-    if (st.epilogues > 0)
-      n.backend_note += "; " + std::to_string(st.epilogues) + " library op" + (st.epilogues > 1 ? "s" : "") +
-                        " with a compiled epilogue";
-    for (const std::string& what : st.library) n.backend_note += "; library " + what;
-    for (const std::string& why : st.interpreted) n.backend_note += "; interpreted " + why;
-    if (!st.graphs.empty()) n.backend_note += "; " + st.graphs;
-  } catch (const Error& e) {
-    n.compiled.reset();
-    n.backend_note = std::string("reference executor: the backend failed: ") + e.what();
-    std::fprintf(stderr, "kiln: warning: %s\n", n.backend_note.c_str());
-  }
-}
-
-// The graph with new input types and every node's output types inferred again (a graph traced
-// at one size of a dynamic dim, re-specialised for another). nullopt when inference refuses
-// (the graph depends on the old sizes) or the graph has regions.
-static std::optional<ir::Graph> retype(const ir::Graph& g, const std::vector<Tensor>& ins) {
-  ir::Graph out(g.name());
-  std::unordered_map<const ir::Value*, ir::Value*> map;
-  for (size_t i = 0; i < g.inputs().size(); ++i) {
-    const ir::Value* v = g.inputs()[i];
-    map[v] = out.add_input(v->name, ir::Type::tensor(ins[i].dtype(), ins[i].sizes().vec(), ins[i].strides().vec(),
-                                                     ins[i].device()));
-  }
-  try {
-    for (const auto& n : g.nodes()) {
-      if (!n->regions.empty()) return std::nullopt;
-      std::vector<ir::Value*> args;
-      std::vector<ir::Type> types;
-      for (const ir::Value* v : n->inputs) {
-        args.push_back(map.at(v));
-        types.push_back(args.back()->type);
-      }
-      std::vector<ir::Type> outs;
-      if (n->op == OpId::Constant)
-        for (const ir::Value* v : n->outputs) outs.push_back(v->type);
-      else
-        outs = ir::infer_types(n->op, types, n->attrs);
-      ir::Node* m = out.add_node(n->op, args, n->attrs, outs, n->loc);
-      for (size_t k = 0; k < n->outputs.size(); ++k) map[n->outputs[k]] = m->outputs[k];
-    }
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-  std::vector<ir::Value*> outs;
-  for (const ir::Value* v : g.outputs()) outs.push_back(map.at(v));
-  out.set_outputs(outs);
-  return out;
-}
-
-// Runs one graph of the trace tree: compiled when its inputs have the sizes and strides the
-// kernels were specialised on. Other sizes (a dynamic dim's) get a program of their own, from
-// size-generic kernels on either device (sizes as arguments: the first other size compiles
-// them, later sizes find them in the kernel caches and only rerun the passes); the last
-// kMaxVariants of them are kept.
-static std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>& ins) {
-  if (!n.compiled) return n.exe->run(ins);
-  std::vector<ir::Slot> slots(ins.size());
-  for (size_t i = 0; i < ins.size(); ++i) slots[i].tensor = ins[i];
-  if (auto outs = n.compiled->try_run(slots)) return std::move(*outs);
-  std::vector<int64_t> key;
-  for (const Tensor& t : ins) {
-    key.push_back(t.dim());
-    for (int64_t d = 0; d < t.dim(); ++d) key.push_back(t.sizes()[size_t(d)]), key.push_back(t.strides()[size_t(d)]);
-  }
-  std::shared_ptr<codegen::CompiledProgram> variant;
-  {
-    std::lock_guard<std::mutex> lock(n.variants_mu);
-    auto it = n.variants.find(key);
-    if (it != n.variants.end()) {
-      variant = it->second;
-    } else {
-      try {
-        if (std::optional<ir::Graph> g = retype(n.graph, ins)) {
-          passes::Module m = passes::optimize(*g);
-          std::vector<ir::Type> types;
-          for (const ir::Value* v : g->inputs()) types.push_back(v->type);
-          const Device dev = graph_device(*g);
-          size_t graphs = 0;
-          for (const auto& [k, v] : n.variants) graphs += v && v->replays();
-          variant = dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev,
-                                                          {.graphs = n.variant_graphs && graphs < TreeNode::kMaxGraphVariants,
-                                                           .generic = true})
-                                  : codegen::compile_cpu(m.program, std::move(types), {.generic = true});
-          variant->set_label(n.label + " (size variant)");
-        }
-      } catch (const Error&) {
-        variant.reset();
-      }
-      if (n.variants.size() >= TreeNode::kMaxVariants) {  // the oldest size goes
-        n.variants.erase(n.variant_order.front());
-        n.variant_order.pop_front();
-      }
-      n.variants.emplace(key, variant);
-      n.variant_order.push_back(key);
-      n.variants_built++;
-    }
-  }
-  if (variant)
-    if (auto outs = variant->try_run(slots)) return std::move(*outs);
-  return n.exe->run(ins);
-}
-
-// Runs a node's speculation (its graph and its child's as one program): the node's outputs,
-// then the child's. nullopt when the program does not take these inputs (other sizes of a
-// dynamic dim) or fails (an error the child's kernels raise on values its guard would have
-// kept it from): the node then runs alone, as it would have without speculation (it writes
-// nothing, so running it again is safe).
-static std::optional<std::vector<Tensor>> run_speculation(const Speculation& s, Env& env) {
-  std::vector<ir::Slot> slots(s.inputs.size());
-  for (size_t i = 0; i < s.inputs.size(); ++i) slots[i].tensor = env.at(s.inputs[i]);
-  try {
-    return s.compiled->try_run(slots);
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
-struct Engine::State {
-  CompileOptions opts;
-  struct Entry {
-    std::unique_ptr<TreeNode> root;
-    std::vector<std::weak_ptr<TensorImpl>> captures;
-    std::string eager_reason;
-    std::string signature;
-    std::vector<std::vector<int64_t>> arg_sizes;  // of the call that created it
-    size_t value_slots = 0;
-  };
-  mutable std::shared_mutex mu;
-  std::unordered_map<Key, std::unique_ptr<Entry>, KeyHash> cache;
-  DynamicDims dynamic;
-  std::set<std::pair<size_t, size_t>> static_only;  // dims whose graphs depend on their size
-  std::vector<std::string> log;                   // every trace and why
-  bool warned = false;
-  std::atomic<uint64_t> calls{0}, hits{0}, misses{0}, guard_failures{0}, compiles{0}, breaks{0}, eager_calls{0};
-  mutable std::atomic<uint64_t> speculated{0}, misspeculated{0};
-
-  struct Replay {
-    bool ok = false;
-    std::string why;  // when not ok
-    std::vector<Tensor> outputs;
-  };
-  Replay replay(const Entry& e, std::span<const CallArg> args) const;
-  std::vector<Tensor> trace(const Key& key, std::span<const CallArg> args,
-                            const std::function<std::vector<Tensor>()>& run_eager, std::string why);
-  void merge(Entry& e, std::unique_ptr<TreeNode> chain);
-  std::string name() const { return opts.name.empty() ? "compiled function" : opts.name; }
-};
-
-Engine::Engine(CompileOptions options) : state_(std::make_unique<State>()) { state_->opts = std::move(options); }
 Engine::~Engine() = default;
 const CompileOptions& Engine::options() const { return state_->opts; }
+
+void Engine::State::note(std::string line) {
+  if (log.size() >= kLogLines) {
+    log.pop_front();
+    log_dropped++;
+  }
+  log.push_back(std::move(line));
+}
+
+std::string Engine::State::budget_text() const {
+  const uint64_t limit = uint64_t(std::max(0, opts.recompile_limit));
+  const uint64_t used = traces_taken > 0 ? traces_taken - 1 : 0;
+  std::string s = std::to_string(used) + " of " + std::to_string(limit) + " retraces used";
+  if (budget_eager_calls > 0)
+    s += "; spent: " + std::to_string(budget_eager_calls.load()) + " calls needed a new trace and ran eagerly";
+  if (!causes.empty()) s += "; the retraces' causes:" + budget_causes_text();
+  return s;
+}
+
+bool Engine::State::take_budget(const std::vector<RetraceCause>& why) {
+  std::unique_lock lock(mu);
+  const uint64_t allowed = 1 + uint64_t(std::max(0, opts.recompile_limit));
+  if (traces_taken >= allowed) {
+    if (!warned_budget) {
+      warned_budget = true;
+      std::cerr << "kiln: warning: " << who() << " has used its recompile budget (recompile_limit "
+                << opts.recompile_limit << ": " << allowed << " traces); calls that need a new trace run eagerly "
+                << "from now on (correct, not compiled). The traces were caused by:" << budget_causes_text()
+                << "\n  Raise CompileOptions::recompile_limit if these traces are wanted.\n";
+    }
+    const uint64_t n = ++budget_eager_calls;
+    if ((n & (n - 1)) == 0)  // the 1st, 2nd, 4th, ... such call: the log stays short
+      logs::emit(logs::Channel::PerfHints, who() + ": call past the recompile budget ran eagerly (" +
+                                             std::to_string(n) + " so far); it needed a trace because: " +
+                                             join_causes(why));
+    return false;
+  }
+  traces_taken++;
+  if (traces_taken > 1)
+    for (const RetraceCause& c : why) {
+      CauseTally& t = causes[c.key];
+      t.count++;
+      t.what = c.subject;
+      t.noun = c.noun;
+      t.fix = c.fix;
+      if (!c.sample.empty() && t.samples.size() < CauseTally::kSamples &&
+          std::find(t.samples.begin(), t.samples.end(), c.sample) == t.samples.end())
+        t.samples.push_back(c.sample);
+    }
+  return true;
+}
+
+std::string Engine::State::budget_causes_text() const {
+  std::string s;
+  for (const auto& [key, t] : causes) {
+    s += "\n  - " + t.what + " took " + std::to_string(t.count) + " new " + t.noun;
+    if (!t.samples.empty()) {
+      s += " (";
+      for (size_t i = 0; i < t.samples.size(); ++i) s += (i ? ", " : "") + t.samples[i];
+      s += t.count > t.samples.size() ? ", ...)" : ")";
+    }
+    s += ": " + t.fix;
+  }
+  return s.empty() ? "\n  - (no cause recorded)" : s;
+}
 
 Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const CallArg> args) const {
   Replay r;
@@ -408,6 +384,12 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
     auto sp = e.captures[i].lock();
     if (!sp) {
       r.why = "captured tensor #" + std::to_string(i) + " was released (rebound or destroyed): trace again";
+      r.cause = {"captured tensor #" + std::to_string(i), "captured tensor #" + std::to_string(i),
+                 "tensors (it was rebound or released)",
+                 "a rebound capture is a new graph input, traced again; update it in place (w.copy_(new_w)) or "
+                 "pass it as an argument",
+                 ""};
+      r.reset = true;
       return r;
     }
     env.captures[i] = Tensor(std::move(sp));
@@ -419,7 +401,30 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
   auto undo = [&] {
     for (auto it = saved.rbegin(); it != saved.rend(); ++it) it->first.copy_(it->second);
   };
-  const TreeNode* n = e.root.get();
+  auto inputs_of = [&](const TreeNode& n) {
+    std::vector<Tensor> ins;
+    ins.reserve(n.inputs.size());
+    for (Ref ref : n.inputs) ins.push_back(env.at(ref));
+    return ins;
+  };
+  // Under dynamic dims a place of the tree may hold several traces (alternatives), told apart by
+  // their size guards: the first whose guards hold for these sizes runs.
+  SymbolTable table;
+  auto select = [&](const TreeNode* n) -> const TreeNode* {
+    if (!e.generic) return n;
+    for (const TreeNode* m = n; m; m = m->alternative.get()) {
+      if (!m->has_size_guards()) return m;
+      std::string why;
+      const SizeGuard* failed = nullptr;
+      if (size_guards_hold(*m, inputs_of(*m), table, &why, &failed)) return m;
+      r.why = why;
+      r.cause = size_guard_cause(failed, why);
+    }
+    return nullptr;
+  };
+  const TreeNode* n = select(e.root.get());
+  if (!n) return r;
+  r.why.clear();
   // The outputs of a speculated child (n's speculation ran it with n), kept until the guard is
   // read; `ran` when n is that child and its outputs are already in env.
   std::vector<Tensor> ahead;
@@ -443,12 +448,7 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
             spec = nullptr;
           }
         }
-        if (!spec) {
-          std::vector<Tensor> ins;
-          ins.reserve(n->inputs.size());
-          for (Ref ref : n->inputs) ins.push_back(env.at(ref));
-          outs = run_node(*n, ins);
-        }
+        if (!spec) outs = run_node(*n, inputs_of(*n));
       } catch (...) {
         undo();
         throw;
@@ -479,23 +479,38 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
         next = n->children[k].second.get();
         n->predictor.observe(k);  // (a path not traced yet is observed when merge() adds it)
       }
-    if (spec) {
-      if (next == spec->child) {
-        for (size_t k = 0; k < ahead.size(); ++k) env.values[next->outputs[k]] = std::move(ahead[k]);
-        ran = true;
-        speculated++;
-      } else {
-        misspeculated++;  // the child's outputs are dropped; it wrote nothing
-      }
+    if (spec && next != spec->child) {
+      misspeculated++;  // the child's outputs are dropped; it wrote nothing
       ahead.clear();
+      spec = nullptr;
     }
     if (!next) {
       undo();
       std::string seen;
-      for (const auto& [k, child] : n->children) seen += (seen.empty() ? "" : ", ") + describe_key(n->exit, n->access, k);
+      size_t shown = 0;
+      for (const auto& [k, child] : n->children)
+        if (shown++ < 8) seen += (seen.empty() ? "" : ", ") + describe_key(n->exit, n->access, k);
+      if (n->children.size() > 8) seen += ", and " + std::to_string(n->children.size() - 8) + " more";
       r.why = "guard failed: " + n->reason + " at " + n->where + " gave " + describe_key(n->exit, n->access, key) +
               " (traced: " + seen + ")";
+      r.cause = guard_cause(*n, key);
       return r;
+    }
+    next = select(next);
+    if (!next) {
+      undo();
+      return r;
+    }
+    r.why.clear();
+    if (spec) {
+      if (next == spec->child) {  // (not another trace of its place, chosen by size guards)
+        for (size_t k = 0; k < ahead.size(); ++k) env.values[next->outputs[k]] = std::move(ahead[k]);
+        ran = true;
+        speculated++;
+      } else {
+        misspeculated++;
+      }
+      ahead.clear();
     }
     n = next;
   }
@@ -507,16 +522,26 @@ void Engine::State::merge(Entry& e, std::unique_ptr<TreeNode> chain) {
   std::unique_ptr<TreeNode>* slot = &e.root;
   std::unique_ptr<TreeNode>* owner = &chain;
   while (true) {
-    TreeNode* cur = slot->get();
     TreeNode* nw = owner->get();
-    if (!cur || !cur->same_step(*nw)) {
-      // A different graph where the tree had one (a function whose trace does not depend on
-      // its inputs and guards alone): the new path replaces the old subtree.
-      if (cur) log.push_back("  (the new trace differs from the cached one at this point; it replaces it)");
-      *slot = std::move(*owner);
-      for (TreeNode* n = slot->get(); n && !n->children.empty(); n = n->children[0].second.get()) n->predictor.observe(0);
+    std::unique_ptr<TreeNode>* alt = slot;
+    while (*alt && !(*alt)->same_step(*nw, e.generic)) alt = &(*alt)->alternative;
+    if (!*alt) {
+      bool guarded = e.generic && *slot;
+      for (const TreeNode* m = slot->get(); m && guarded; m = m->alternative.get()) guarded = m->has_size_guards();
+      if (guarded) {
+        // Every trace here has size guards, and they failed for the sizes this one was traced at.
+        *alt = std::move(*owner);
+      } else {
+        // A different graph where the tree had one (a function whose trace does not depend on
+        // its inputs and guards alone): the new path replaces the old subtree.
+        if (*slot) note("  (the new trace differs from the cached one at this point; it replaces it)");
+        *slot = std::move(*owner);
+        alt = slot;
+      }
+      for (TreeNode* n = alt->get(); n && !n->children.empty(); n = n->children[0].second.get()) n->predictor.observe(0);
       return;
     }
+    TreeNode* cur = alt->get();
     if (nw->exit == Exit::Return) return;  // already there (another thread traced it first)
     auto& [key, next_new] = nw->children.at(0);
     auto it = std::find_if(cur->children.begin(), cur->children.end(), [&](auto& c) { return c.first == key; });
@@ -537,10 +562,31 @@ void Engine::State::merge(Entry& e, std::unique_ptr<TreeNode> chain) {
   }
 }
 
+// The KILN_LOGS lines of a fresh trace: its breaks and the guards it recorded.
+void Engine::State::log_trace(const TreeNode& head, size_t number, const std::string& why) const {
+  const State& s = *this;
+  logs::emit(logs::Channel::Recompiles, s.who() + ": trace #" + std::to_string(number) + ": " + why);
+  for (const TreeNode* n = &head; n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
+    if (n->exit != Exit::Return) {
+      logs::emit(logs::Channel::GraphBreaks, s.who() + ": graph break after " + n->graph.name() + ": " + n->reason +
+                                               " at " + n->where + " (the graph so far runs; tracing goes on in a new one)");
+      if (n->exit != Exit::Print)
+        logs::emit(logs::Channel::Guards, s.who() + ": guard on " + n->reason + " at " + n->where + ": " +
+                                            describe_key(n->exit, n->access, n->children.at(0).first));
+    }
+    for (const SizeGuard& g : n->size_guards)
+      logs::emit(logs::Channel::Guards, s.who() + ": size guard in " + n->graph.name() + ": " + describe_guard(g) +
+                                          " (" + g.where + ")");
+    if (!n->opaque.empty())
+      logs::emit(logs::Channel::Guards, s.who() + ": " + n->graph.name() + " runs only at its traced sizes: " + n->opaque);
+  }
+}
+
 std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg> args,
-                                         const std::function<std::vector<Tensor>()>& run_eager, std::string why) {
+                                         const std::function<std::vector<Tensor>()>& run_eager, std::string why,
+                                         bool reset, bool generic) {
   std::vector<std::weak_ptr<TensorImpl>> known_captures;
-  {
+  if (!reset) {
     std::shared_lock lock(mu);
     auto it = cache.find(key);
     if (it != cache.end()) known_captures = it->second->captures;
@@ -552,7 +598,7 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
     trace::Install install(&tracer);
     outs = run_eager();
   }
-  compiles++;
+  const size_t number = ++compiles;
   breaks += tracer.breaks();
   std::unique_ptr<TreeNode> chain;
   if (tracer.not_replayable().empty()) {
@@ -562,11 +608,9 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
     if (opts.speculate && opts.backend == CompileOptions::Backend::Compiled)
       for (TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get())
         if (n->exit != Exit::Return)
-          n->speculations.push_back(speculate(*n, 0, [&](const ir::Graph& g) {
-            auto c = compile_graph(g, opts);
-            c->set_label(node_label(opts, *n) + " speculating " + graph_tag(*n->children[0].second));
-            return c;
-          }));
+          n->speculations.push_back(
+              speculate(*n, 0, [&](const ir::Graph& g) { return compile_speculation(*n, g, opts); }));
+    log_trace(*chain, number, why);
   }
 
   std::unique_lock lock(mu);
@@ -574,17 +618,28 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
   if (!slot) {
     slot = std::make_unique<Entry>();
     slot->signature = signature_text(args);
-    for (const CallArg& a : args) slot->arg_sizes.push_back(a.is_tensor ? a.tensor.sizes().vec() : std::vector<int64_t>{});
+    slot->args = describe_args(args);
+    slot->generic = generic;
   }
   Entry& e = *slot;
-  log.push_back("trace #" + std::to_string(compiles.load()) + " " + e.signature + ": " + why);
+  note("trace #" + std::to_string(number) + " " + e.signature + ": " + why);
   if (!chain) {
     e.eager_reason = tracer.not_replayable();
-    log.push_back("  not replayable: " + e.eager_reason + "; this signature runs eagerly from now on");
+    note("  not replayable: " + e.eager_reason + "; this signature runs eagerly from now on");
     return outs;
   }
-  if (e.captures.size() != known) return outs;  // another thread extended the captures meanwhile
+  if (reset) {
+    // A capture was released: the tree's graphs read it, so they all go.
+    e.root.reset();
+    e.captures.clear();
+    e.symbols = 0;
+    e.value_slots = 0;
+    note("  a captured tensor was released: the signature's trace tree is traced anew");
+  } else if (e.captures.size() != known) {
+    return outs;  // another thread extended the captures meanwhile
+  }
   e.captures = tracer.captures();
+  e.symbols = std::max(e.symbols, tracer.symbols());
   for (const TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
     for (uint32_t s : n->outputs) e.value_slots = std::max<size_t>(e.value_slots, s + 1);
     if (n->exit == Exit::DataDependent) e.value_slots = std::max<size_t>(e.value_slots, n->dd_output + 1);
@@ -605,6 +660,8 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
   Key key;
   bool dynamic_key;
   std::string why;
+  std::vector<RetraceCause> causes;
+  bool reset = false;
   {
     // One reader lock covers the signature (it reads the dynamic dims), lookup and replay.
     std::shared_lock lock(s.mu);
@@ -624,6 +681,8 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
         return std::move(r.outputs);
       }
       why = r.why;
+      causes.push_back(std::move(r.cause));
+      reset = r.reset;
       s.guard_failures++;
     }
   }
@@ -632,14 +691,19 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
     std::unique_lock lock(s.mu);
     why = s.cache.empty() ? "first call" : "new input signature";
     if (!s.cache.empty()) {
+      std::vector<const std::vector<ArgDesc>*> before;
+      for (const auto& [k, e] : s.cache) before.push_back(&e->args);
+      const std::vector<ArgDesc> now = describe_args(args);
+      causes = signature_causes(now, before);
+      if (!causes.empty()) why += ": " + join_causes(causes);
       // Which sizes differ from the entries already cached (the candidates for dynamic dims).
       std::set<std::pair<size_t, size_t>> varying;
       for (const auto& [k, e] : s.cache)
-        for (size_t i = 0; i < args.size() && i < e->arg_sizes.size(); ++i)
-          if (args[i].is_tensor && int64_t(e->arg_sizes[i].size()) == args[i].tensor.dim())
-            for (size_t d = 0; d < e->arg_sizes[i].size(); ++d)
-              if (e->arg_sizes[i][d] != args[i].tensor.sizes()[d]) varying.insert({i, d});
-      if (s.cache.size() >= size_t(std::max(0, s.opts.recompile_limit))) {
+        for (size_t i = 0; i < args.size() && i < e->args.size(); ++i)
+          if (args[i].is_tensor && e->args[i].is_tensor && e->args[i].sizes.size() == now[i].sizes.size())
+            for (size_t d = 0; d < now[i].sizes.size(); ++d)
+              if (e->args[i].sizes[d] != now[i].sizes[d]) varying.insert({i, d});
+      if (s.cache.size() >= size_t(std::max(0, std::min(s.opts.recompile_limit, s.opts.dynamic_after)))) {
         std::string dims;
         for (auto& v : varying)
           if (!s.static_only.count(v) && !s.dynamic.count(v)) {
@@ -647,12 +711,12 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
             dims += (dims.empty() ? "" : ", ") + ("arg " + std::to_string(v.first) + " dim " + std::to_string(v.second));
           }
         if (!dims.empty()) {
-          if (!s.warned)
-            std::cerr << "kiln: warning: " << s.name() << " was traced for " << s.cache.size()
-                      << " input signatures (recompile_limit " << s.opts.recompile_limit
-                      << "); marking the varying dimensions dynamic: " << dims << "\n";
-          s.warned = true;
-          why += "; recompile_limit reached, dynamic: " + dims;
+          logs::emit(logs::Channel::Recompiles, s.who() + " was traced for " + std::to_string(s.cache.size()) +
+                                                    " input signatures (dynamic_after " +
+                                                    std::to_string(s.opts.dynamic_after) + ", recompile_limit " +
+                                                    std::to_string(s.opts.recompile_limit) +
+                                                    "): the varying dimensions become dynamic: " + dims);
+          why += "; dynamic: " + dims;
           key = signature(args, s.dynamic);
           dynamic_key = true;
           auto it = s.cache.find(key);
@@ -667,18 +731,22 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
       }
     }
   }
-  std::vector<Tensor> outs = s.trace(key, args, run_eager, why);
+  if (!s.take_budget(causes)) {
+    s.eager_calls++;
+    return run_eager();
+  }
+  std::vector<Tensor> outs = s.trace(key, args, run_eager, why, reset, dynamic_key);
   // A graph traced under dynamic dims is kept for all sizes only when it matches, sizes
   // erased, a trace of the same function at other sizes; otherwise the dims stay static.
   std::unique_lock lock(s.mu);
   auto it = s.cache.find(key);
   if (dynamic_key && it != s.cache.end() && it->second->root) {
-    std::string mine = shape_erased(*it->second->root);
+    std::string mine = chain_erased(*it->second->root);
     bool generic = false;
     for (const auto& [k, e] : s.cache)
-      if (e.get() != it->second.get() && e->root && shape_erased(*e->root) == mine) generic = true;
+      if (e.get() != it->second.get() && e->root && chain_erased(*e->root) == mine) generic = true;
     if (!generic) {
-      s.log.push_back("  the graph depends on the dynamic sizes (view sizes, constants): the dims stay static");
+      s.note("  the graph depends on the dynamic sizes (view sizes, constants): the dims stay static");
       for (auto& d : s.dynamic) s.static_only.insert(d);
       s.dynamic.clear();
       s.cache.erase(it);
@@ -697,91 +765,11 @@ CompileStats Engine::stats() const {
   st.compiles = s.compiles;
   st.breaks = s.breaks;
   st.eager_calls = s.eager_calls;
+  st.budget_eager_calls = s.budget_eager_calls;
   st.speculated = s.speculated;
   st.misspeculated = s.misspeculated;
   return st;
 }
 
-Explanation Engine::explain(std::span<const CallArg> args) const {
-  const State& s = *state_;
-  Explanation ex;
-  ex.stats = stats();
-  std::shared_lock lock(s.mu);
-  ex.recompiles = s.log;
-  Key key = signature(args, s.dynamic);
-  auto it = s.cache.find(key);
-  ex.signature = signature_text(args);
-  if (it == s.cache.end()) return ex;
-  const State::Entry& e = *it->second;
-  ex.eager_reason = e.eager_reason;
-  if (!e.root) return ex;
-  // Walk the tree: every graph, every break and its guard with the values seen.
-  std::vector<const TreeNode*> stack{e.root.get()};
-  std::set<std::string> seen_breaks;
-  while (!stack.empty()) {
-    const TreeNode* n = stack.back();
-    stack.pop_back();
-    std::string note = n->backend_note;
-    {
-      std::lock_guard<std::mutex> vlock(n->variants_mu);
-      size_t compiled = 0, replayed = 0;
-      for (const auto& [k, v] : n->variants) {
-        compiled += v != nullptr;
-        replayed += v && v->replays();
-      }
-      if (!n->variants.empty())
-        note += "; other sizes: " + std::to_string(n->variants_built) + " seen, " + std::to_string(compiled) +
-                " kept with size-generic kernels" +
-                (n->variant_graphs ? " (" + std::to_string(replayed) + " replayed as CUDA graphs)" : "") + ", " +
-                std::to_string(n->variants.size() - compiled) + " on the reference executor";
-    }
-    ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph), note});
-    if (n->exit == Exit::Return) continue;
-    if (seen_breaks.insert(n->reason + "@" + n->where).second) ex.breaks.push_back({n->reason, n->where});
-    std::string g = n->reason + " at " + n->where;
-    if (n->exit == Exit::Print) {
-      g += ": printed on every call (no guard)";
-    } else {
-      g += n->exit == Exit::DataDependent ? ": output shape in {" : ": value in {";
-      for (size_t k = 0; k < n->children.size(); ++k)
-        g += (k ? ", " : "") + describe_key(n->exit, n->access, n->children[k].first);
-      g += "}";
-    }
-    std::string spec;
-    for (size_t k = 0; k < n->speculations.size() && k < n->children.size(); ++k)
-      if (n->speculations[k])
-        spec += (spec.empty() ? "" : ", ") + describe_key(n->exit, n->access, n->children[k].first) + ": " +
-                n->speculations[k]->note;
-    if (!spec.empty()) g += "; speculated when predicted: {" + spec + "}";
-    if (!n->speculation_note.empty()) g += "; " + n->speculation_note;
-    ex.guards.push_back(g);
-    for (auto it2 = n->children.rbegin(); it2 != n->children.rend(); ++it2) stack.push_back(it2->second.get());
-  }
-  return ex;
-}
-
 }  // namespace detail
-
-std::string Explanation::str() const {
-  std::ostringstream o;
-  o << "signature " << signature << "\n";
-  if (!eager_reason.empty()) o << "runs eagerly: " << eager_reason << "\n";
-  o << graphs.size() << " graph" << (graphs.size() == 1 ? "" : "s") << ", " << breaks.size() << " graph break"
-    << (breaks.size() == 1 ? "" : "s") << "\n";
-  for (size_t i = 0; i < breaks.size(); ++i) o << "break " << i << ": " << breaks[i].reason << " at " << breaks[i].where << "\n";
-  for (size_t i = 0; i < guards.size(); ++i) o << "guard " << i << ": " << guards[i] << "\n";
-  for (size_t i = 0; i < graphs.size(); ++i) {
-    o << "graph " << i << " (" << graphs[i].ops << " ops):\n" << graphs[i].text;
-    if (!graphs[i].backend.empty()) o << "  runs on: " << graphs[i].backend << "\n";
-  }
-  o << "traces of this function:\n";
-  for (const auto& r : recompiles) o << "  " << r << "\n";
-  o << "stats: calls " << stats.calls << ", hits " << stats.hits << ", misses " << stats.misses << ", guard failures "
-    << stats.guard_failures << ", compiles " << stats.compiles << ", breaks " << stats.breaks << ", eager calls "
-    << stats.eager_calls << ", speculated " << stats.speculated << ", misspeculated " << stats.misspeculated << "\n";
-  return o.str();
-}
-
-std::ostream& operator<<(std::ostream& os, const Explanation& e) { return os << e.str(); }
-
 }  // namespace kiln

@@ -9,7 +9,7 @@ namespace {
 
 // Traces one branch on `operands` into a graph; returns its real outputs through `outs`.
 ir::Graph trace_branch(const char* which, const BranchFn& fn, const std::vector<Tensor>& operands,
-                       std::vector<Tensor>& outs) {
+                       std::vector<Tensor>& outs, Tracer* parent) {
   std::vector<CallArg> args;
   for (const Tensor& t : operands) {
     CallArg a;
@@ -17,7 +17,7 @@ ir::Graph trace_branch(const char* which, const BranchFn& fn, const std::vector<
     a.is_tensor = true;
     args.push_back(a);
   }
-  Tracer branch(args, {}, /*fullgraph=*/true);
+  Tracer branch(args, {}, /*fullgraph=*/true, parent);
   try {
     trace::Install install(&branch);
     outs = fn(operands);
@@ -37,6 +37,7 @@ ir::Graph trace_branch(const char* which, const BranchFn& fn, const std::vector<
 
 std::vector<Tensor> cond_impl(const Tensor& pred, const BranchFn& then_fn, const BranchFn& else_fn,
                               const std::vector<Tensor>& operands, std::source_location) {
+  trace::Internal internal_;  // cond's own checks of shapes are not the user's reads
   KILN_CHECK(pred.defined() && pred.numel() == 1, "cond", "the predicate must be a one-element tensor, got shape ",
              pred.defined() ? pred.sizes().vec() : std::vector<int64_t>{});
   auto* tracer = dynamic_cast<Tracer*>(trace::active());
@@ -57,8 +58,8 @@ std::vector<Tensor> cond_impl(const Tensor& pred, const BranchFn& then_fn, const
     // The branch not taken runs on copies, so nothing it does reaches the caller's tensors.
     std::vector<Tensor> copies;
     for (const Tensor& t : operands) copies.push_back(t.clone());
-    then_g = trace_branch("then", then_fn, p ? operands : copies, then_out);
-    else_g = trace_branch("else", else_fn, p ? copies : operands, else_out);
+    then_g = trace_branch("then", then_fn, p ? operands : copies, then_out, tracer);
+    else_g = trace_branch("else", else_fn, p ? copies : operands, else_out, tracer);
   }
   KILN_CHECK(then_out.size() == else_out.size(), "cond", "the branches return ", then_out.size(), " and ",
              else_out.size(), " tensors");

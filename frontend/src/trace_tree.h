@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,34 @@ enum class Exit : uint8_t {
 
 struct TreeNode;
 
+// A piece of a traced value's metadata that the user's code read (trace::Metadata): the size or
+// stride of one dim, whether it is contiguous, its storage offset. Symbols are numbered per
+// trace, in the order the code read them; a guard names them by number.
+struct Symbol {
+  int value_id = 0;                                  // the value, in its node's graph
+  trace::Metadata kind = trace::Metadata::Size;      // Size, Stride, Contiguity or Offset
+  int32_t dim = -1;                                  // for Size and Stride
+  int64_t traced = 0;                                // its value when traced
+  std::string name;                                  // for messages: "argument 0 size(1)"
+  bool operator==(const Symbol& o) const {
+    return value_id == o.value_id && kind == o.kind && dim == o.dim;
+  }
+};
+
+// A guard on sizes: the user's code made a decision on the linear form sum(coef * symbol) +
+// constant, which held when traced as recorded here: the form lies in [lo, hi] (inside) or
+// outside it. A replay at other sizes runs the graph only where every guard still holds.
+struct SizeGuard {
+  std::vector<std::pair<uint32_t, int64_t>> terms;
+  int64_t constant = 0, lo = 0, hi = 0;
+  bool inside = true;
+  std::string where;               // what decided and where: "> at f.cpp:12 (main)"
+  std::vector<std::string> names;  // of the terms' symbols, for messages
+  bool same(const SizeGuard& o) const {
+    return terms == o.terms && constant == o.constant && lo == o.lo && hi == o.hi && inside == o.inside;
+  }
+};
+
 // Speculation past a guard (docs/compile.md): a node's graph and the graph of one of its
 // children, merged into one graph and compiled as one program. The passes then fuse across the
 // break (x.sum() and the x * 2 that follows it read x once), and replay runs the child's
@@ -80,6 +109,16 @@ struct Predictor {
   std::atomic<uint32_t> table[kPaths * kPaths] = {};  // per history: child | in-a-row count << 8
 };
 
+// A node's graph at input sizes other than the traced ones (a dynamic dim's): its types
+// inferred again for them, its symbols' values there, and its program of size-generic kernels.
+struct Variant {
+  bool typed = false;                           // inference followed the new sizes
+  std::vector<std::optional<int64_t>> symbols;  // as the node's `symbols` (nullopt: not known here)
+  std::optional<ir::Graph> graph;               // the graph retyped, until its program is built
+  bool built = false;                           // the program was tried
+  std::shared_ptr<codegen::CompiledProgram> program;  // null: the reference executor runs it
+};
+
 struct TreeNode {
   ir::Graph graph;
   std::unique_ptr<ir::Executable> exe;
@@ -98,7 +137,7 @@ struct TreeNode {
   static constexpr size_t kMaxGraphVariants = 8;
   bool variant_graphs = false;
   mutable std::mutex variants_mu;
-  mutable std::map<std::vector<int64_t>, std::shared_ptr<codegen::CompiledProgram>> variants;
+  mutable std::map<std::vector<int64_t>, std::shared_ptr<Variant>> variants;
   mutable std::deque<std::vector<int64_t>> variant_order;  // oldest first
   mutable uint64_t variants_built = 0;
   uint64_t hash = 0;
@@ -116,6 +155,25 @@ struct TreeNode {
   std::function<Tensor(std::span<const Tensor>)> replay;
   std::string reason, where;  // the break, for explain()
 
+  // The symbols the user's code read in this node's graph (global number, definition), and the
+  // guards on them recorded while it was traced. Checked when a dynamic dim's replay gives the
+  // node inputs of other sizes; `opaque` (when set) says why this node cannot run at other
+  // sizes at all (a size read inside a cond branch).
+  std::vector<std::pair<uint32_t, Symbol>> symbols;
+  std::vector<SizeGuard> size_guards;
+  std::string opaque;
+  // Another trace of this place of the tree, tried when this one's size guards fail (x.size(0)
+  // > 100 traced one way, then the other).
+  std::unique_ptr<TreeNode> alternative;
+  // The hash of the graph with sizes and strides erased: two traces of one path at different
+  // sizes of a dynamic dim are the same step.
+  uint64_t erased_hash = 0;
+  // The graph returns nothing (a function whose effect is writes into its inputs): its outputs
+  // are the hidden ones the tracer added to keep the writes, dropped at replay.
+  bool hidden_outputs = false;
+  // The graph neither returns nor writes anything: replay skips it.
+  bool empty = false;
+
   // The guard's observed values (canonical bytes) and the subtree each leads to.
   std::vector<std::pair<std::string, std::unique_ptr<TreeNode>>> children;
   // The key recorded while tracing (used when merging a new path into the tree).
@@ -126,13 +184,28 @@ struct TreeNode {
   std::string speculation_note;
   mutable Predictor predictor;
 
-  // Does `other` (a freshly traced node) describe the same graph and break as this one?
-  bool same_step(const TreeNode& other) const {
-    return hash == other.hash && inputs == other.inputs && outputs == other.outputs && exit == other.exit &&
-           returns == other.returns && guarded == other.guarded && access == other.access &&
-           dd_inputs == other.dd_inputs && dd_output == other.dd_output;
+  // Does `other` (a freshly traced node) describe the same graph, size guards and break as this
+  // one? Under dynamic dims (`generic`) the graphs are compared with their sizes erased.
+  bool same_step(const TreeNode& other, bool generic) const {
+    if (!(generic ? erased_hash == other.erased_hash : hash == other.hash) || inputs != other.inputs ||
+        outputs != other.outputs || exit != other.exit || returns != other.returns || guarded != other.guarded ||
+        access != other.access || dd_inputs != other.dd_inputs || dd_output != other.dd_output ||
+        opaque != other.opaque || symbols != other.symbols || size_guards.size() != other.size_guards.size())
+      return false;
+    for (size_t i = 0; i < size_guards.size(); ++i)
+      if (!size_guards[i].same(other.size_guards[i])) return false;
+    return true;
   }
+  bool has_size_guards() const { return !symbols.empty() || !size_guards.empty() || !opaque.empty(); }
 };
+
+// A size guard as text: "argument 0 size(0) >= 101".
+std::string describe_guard(const SizeGuard& g);
+// A graph's text with every type's sizes and strides erased (f32[?]): equal for two traces at
+// different sizes exactly when no attribute or constant depends on the sizes.
+std::string erase_shapes(const std::string& text);
+// FNV-1a of a text (stable across runs, unlike std::hash).
+uint64_t stable_hash(const std::string& text);
 
 // The canonical bytes of a host value read from `t` (the guard key).
 std::string guard_key(Exit exit, trace::HostAccess access, const Tensor& t);

@@ -5,7 +5,10 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <cstring>
+#include <limits>
 
 #include "kiln/ir/exec.h"
 #include "kiln/ir/infer.h"
@@ -50,8 +53,18 @@ ir::Type Tracer::type_of(const Tensor& t) {
   return ir::Type::tensor(t.dtype(), t.sizes().vec(), t.strides().vec(), t.device());
 }
 
-Tracer::Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorImpl>> captures, bool fullgraph)
-    : fullgraph_(fullgraph), start_serial_(next_tensor_serial()), captures_(std::move(captures)) {
+namespace {
+std::atomic<uint64_t> next_trace_id{1};
+}  // namespace
+
+Tracer::Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorImpl>> captures, bool fullgraph,
+               Tracer* parent)
+    : fullgraph_(fullgraph),
+      parent_(parent),
+      id_(next_trace_id.fetch_add(1, std::memory_order_relaxed)),
+      start_serial_(next_tensor_serial()),
+      captures_(std::move(captures)) {
+  trace::Pause pause;  // the tracer's own reads of the arguments' metadata
   head_ = std::make_unique<TreeNode>();
   head_->graph = ir::Graph("graph0");
   tail_ = head_.get();
@@ -113,6 +126,7 @@ std::vector<ir::Value*> Tracer::operand_values(std::span<const trace::Operand> i
 
 void Tracer::record(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs,
                     std::span<const Tensor> outputs) {
+  trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   if (!not_replayable_.empty()) return;
   std::vector<ir::Value*> ins = operand_values(inputs);
   std::vector<ir::Type> types;
@@ -123,6 +137,7 @@ void Tracer::record(OpId op, std::span<const trace::Operand> inputs, std::vector
 
 void Tracer::record_inplace(const Tensor& self, OpId op, std::span<const trace::Operand> inputs,
                             std::vector<Attr> attrs) {
+  trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   if (!not_replayable_.empty()) return;
   std::vector<ir::Value*> ins = operand_values(inputs);
   std::vector<ir::Type> in_types;
@@ -134,6 +149,7 @@ void Tracer::record_inplace(const Tensor& self, OpId op, std::span<const trace::
 }
 
 void Tracer::write_back(const Tensor& dst, const Tensor& src) {
+  trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   if (!not_replayable_.empty()) return;
   write_back_value(dst, value_of(src));
 }
@@ -155,6 +171,7 @@ void Tracer::write_back_value(const Tensor& dst, ir::Value* vs) {
 }
 
 void Tracer::created(const Tensor& t, std::string_view factory) {
+  trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   if (!not_replayable_.empty()) return;
   static const char* refused[] = {"rand", "randn", "randint", "randperm"};
   for (const char* r : refused)
@@ -242,6 +259,7 @@ void Tracer::host_access(const Tensor& t, trace::HostAccess what, const std::sou
 
 void Tracer::data_dependent(std::string_view op, std::span<const Tensor> inputs, const Tensor& output,
                             std::function<Tensor(std::span<const Tensor>)> replay, const std::source_location& where) {
+  trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   if (!not_replayable_.empty()) return;
   std::string loc = describe_location(where, nullptr);
   KILN_CHECK(!fullgraph_, "compile", "graph break in fullgraph mode: ", op, "() at ", loc,
@@ -262,20 +280,259 @@ void Tracer::data_dependent(std::string_view op, std::span<const Tensor> inputs,
 }
 
 std::unique_ptr<TreeNode> Tracer::finish(const std::vector<Tensor>& outputs) {
+  trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   KILN_CHECK(not_replayable_.empty(), "compile", "finish() on a trace that cannot be replayed");
   std::vector<ir::Value*> outs;
   for (const Tensor& t : outputs) outs.push_back(value_of(t));
+  const size_t returned = outs.size();
+  if (outs.empty()) {
+    // A function whose effect is writes into its arguments or captures (an optimizer step):
+    // the last write-back into one is the graph's output, which keeps the graph a graph (the
+    // IR's graphs return something) and every write-back with it (dce keeps the writes into
+    // inputs); replay drops it.
+    const auto& gin = tail_->graph.inputs();
+    for (auto it = tail_->graph.nodes().rbegin(); it != tail_->graph.nodes().rend() && outs.empty(); ++it) {
+      if ((*it)->op != OpId::Copy) continue;
+      auto pos = std::find(gin.begin(), gin.end(), ir::alias_root((*it)->inputs[0]));
+      if (pos != gin.end() && tail_->inputs[size_t(pos - gin.begin())].space != Ref::Space::Value)
+        outs.push_back((*it)->outputs[0]);
+    }
+    tail_->hidden_outputs = !outs.empty();
+    tail_->empty = outs.empty();
+  }
   tail_->graph.set_outputs(outs);
   tail_->exit = Exit::Return;
   for (size_t k = 0; k < outs.size(); ++k) {
     tail_->outputs.push_back(next_value_slot_++);
-    tail_->returns.push_back({Ref::Space::Value, tail_->outputs.back()});
+    if (k < returned) tail_->returns.push_back({Ref::Space::Value, tail_->outputs.back()});
   }
   for (TreeNode* n = head_.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
+    const std::string text = ir::print(n->graph);
     n->hash = ir::hash(n->graph);
-    n->exe = std::make_unique<ir::Executable>(n->graph);
+    n->erased_hash = stable_hash(erase_shapes(text));
+    if (!n->empty) n->exe = std::make_unique<ir::Executable>(n->graph);
   }
   return std::move(head_);
+}
+
+// ---- identity of traced graphs ----
+
+std::string erase_shapes(const std::string& text) {
+  std::string s;
+  s.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    // a type is a short dtype name followed by [sizes]{strides}
+    if (text[i] == '[' && i > 0 && std::isalnum(static_cast<unsigned char>(text[i - 1]))) {
+      size_t close = text.find(']', i);
+      if (close != std::string::npos && close + 1 < text.size() && text[close + 1] == '{') {
+        size_t brace = text.find('}', close);
+        if (brace != std::string::npos) {
+          s += "[?]";
+          i = brace;
+          continue;
+        }
+      }
+    }
+    s += text[i];
+  }
+  return s;
+}
+
+uint64_t stable_hash(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// ---- sizes read by the user's code ----
+
+namespace {
+constexpr int64_t kNegInf = std::numeric_limits<int64_t>::min();
+constexpr int64_t kPosInf = std::numeric_limits<int64_t>::max();
+
+const char* metadata_name(trace::Metadata m) {
+  switch (m) {
+    case trace::Metadata::Size: return "size";
+    case trace::Metadata::Stride: return "stride";
+    case trace::Metadata::Contiguity: return "is_contiguous";
+    case trace::Metadata::Offset: return "storage_offset";
+    default: return "?";
+  }
+}
+
+// floor and ceiling of a / b for b != 0, in 128 bits.
+__int128 floor_div(__int128 a, __int128 b) {
+  __int128 q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+__int128 ceil_div(__int128 a, __int128 b) { return -floor_div(-a, b); }
+int64_t clamp64(__int128 v) { return v < kNegInf ? kNegInf : v > kPosInf ? kPosInf : int64_t(v); }
+
+// A guard on one symbol becomes a range of that symbol (a * s + c in [lo, hi] -> s in [lo', hi']);
+// the outside of a half-line is a half-line.
+void normalise(SizeGuard& g) {
+  if (g.terms.size() == 1 && g.terms[0].second != 0) {
+    const __int128 a = g.terms[0].second, c = g.constant;
+    __int128 lo = g.lo == kNegInf ? kNegInf : __int128(g.lo) - c;
+    __int128 hi = g.hi == kPosInf ? kPosInf : __int128(g.hi) - c;
+    __int128 nlo, nhi;
+    if (a > 0) {
+      nlo = lo == kNegInf ? kNegInf : ceil_div(lo, a);
+      nhi = hi == kPosInf ? kPosInf : floor_div(hi, a);
+    } else {
+      nlo = hi == kPosInf ? kNegInf : ceil_div(hi, a);
+      nhi = lo == kNegInf ? kPosInf : floor_div(lo, a);
+    }
+    g.terms[0].second = 1;
+    g.constant = 0;
+    g.lo = clamp64(nlo);
+    g.hi = clamp64(nhi);
+  }
+  if (!g.inside && g.lo == kNegInf && g.hi != kPosInf) {
+    g.lo = g.hi + 1, g.hi = kPosInf, g.inside = true;
+  } else if (!g.inside && g.hi == kPosInf && g.lo != kNegInf) {
+    g.hi = g.lo - 1, g.lo = kNegInf, g.inside = true;
+  }
+}
+
+std::string bound_text(int64_t v) { return v == kNegInf ? "-inf" : v == kPosInf ? "inf" : std::to_string(v); }
+}  // namespace
+
+std::string describe_guard(const SizeGuard& g) {
+  std::string form;
+  for (size_t i = 0; i < g.terms.size(); ++i) {
+    const auto [sym, coef] = g.terms[i];
+    std::string name = i < g.names.size() ? g.names[i] : "symbol " + std::to_string(sym);
+    if (!form.empty()) form += coef < 0 ? " - " : " + ";
+    else if (coef < 0) form += "-";
+    int64_t mag = coef < 0 ? -coef : coef;
+    form += (mag == 1 ? "" : std::to_string(mag) + " * ") + name;
+  }
+  if (g.constant) form += (g.constant < 0 ? " - " : " + ") + std::to_string(g.constant < 0 ? -g.constant : g.constant);
+  if (g.lo == g.hi) return form + (g.inside ? " == " : " != ") + bound_text(g.lo);
+  if (g.inside && g.lo == kNegInf) return form + " <= " + bound_text(g.hi);
+  if (g.inside && g.hi == kPosInf) return form + " >= " + bound_text(g.lo);
+  return form + (g.inside ? " in [" : " outside [") + bound_text(g.lo) + ", " + bound_text(g.hi) + "]";
+}
+
+std::optional<uint32_t> Tracer::symbol(const Tensor& t, trace::Metadata kind, int32_t dim) {
+  auto it = known_.find(t.impl_ptr().get());
+  // A tensor the trace never used that existed before it (captured, or not used at all): its
+  // metadata is the same at every call (a rebound capture is a new tensor, traced again).
+  if (it == known_.end() || it->second.impl.expired()) return std::nullopt;
+  ir::Value* v = it->second.value;
+  SymbolKey key{tail_, v->id, kind, dim};
+  auto found = symbol_ids_.find(key);
+  if (found != symbol_ids_.end()) return found->second;
+  const TensorImpl& impl = t.impl();
+  int64_t value = kind == trace::Metadata::Size     ? impl.sizes.at(size_t(dim))
+                  : kind == trace::Metadata::Stride ? impl.strides.at(size_t(dim))
+                  : kind == trace::Metadata::Offset ? impl.offset
+                                                    : int64_t(impl.contiguous);
+  // Its name in messages: the argument or capture it is, else the value in the graph.
+  std::string name;
+  const auto& gin = tail_->graph.inputs();
+  auto pos = std::find(gin.begin(), gin.end(), v);
+  if (pos != gin.end()) {
+    Ref r = tail_->inputs[size_t(pos - gin.begin())];
+    name = r.space == Ref::Space::Arg       ? "argument " + std::to_string(r.index)
+           : r.space == Ref::Space::Capture ? "captured tensor " + std::to_string(r.index)
+                                            : "%" + v->name;
+  } else {
+    name = "the value %" + std::to_string(v->id) + " of " + tail_->graph.name();
+  }
+  name += std::string(" ") + metadata_name(kind) + "(" + (dim >= 0 ? std::to_string(dim) : "") + ")";
+  const uint32_t id = uint32_t(symbol_values_.size());
+  symbol_values_.push_back(value);
+  symbol_names_.push_back(name);
+  symbol_ids_.emplace(key, id);
+  tail_->symbols.push_back({id, Symbol{v->id, kind, dim, value, name}});
+  return id;
+}
+
+void Tracer::make_opaque(const std::string& why) {
+  if (parent_) return parent_->make_opaque(why);
+  if (tail_->opaque.empty()) tail_->opaque = why;
+}
+
+void Tracer::metadata_read(const Tensor& t, trace::Metadata what, int64_t dim, const void* pc) {
+  if (!not_replayable_.empty()) return;
+  if (parent_) {
+    // A branch's values live in its region, where no guard can follow them.
+    make_opaque(std::string("a cond branch read ") + (what == trace::Metadata::Size ? "a size" : "metadata") +
+                " of a tensor (" + describe_location({}, pc) + ")");
+    return;
+  }
+  using M = trace::Metadata;
+  auto exact = [&](M kind, int32_t d) {
+    std::optional<uint32_t> s = symbol(t, kind, d);
+    if (!s) return;
+    SymExpr e;
+    e.trace = id_;
+    e.terms = {{*s, 1}};
+    const int64_t v = symbol_values_[*s];
+    const char* how = kind == M::Size ? "size()" : kind == M::Stride ? "stride()" : kind == M::Offset ? "storage_offset()"
+                                                                                                      : "is_contiguous()";
+    constrain(e, v, v, true, how, {}, pc);
+  };
+  const int32_t n = int32_t(t.impl().sizes.size());
+  switch (what) {
+    case M::Sizes:
+    case M::Numel:
+      for (int32_t d = 0; d < n; ++d) exact(M::Size, d);
+      break;
+    case M::Size: exact(M::Size, int32_t(dim)); break;
+    case M::Strides:
+      for (int32_t d = 0; d < n; ++d) exact(M::Stride, d);
+      break;
+    case M::Stride: exact(M::Stride, int32_t(dim)); break;
+    case M::Contiguity: exact(M::Contiguity, -1); break;
+    case M::Offset: exact(M::Offset, -1); break;
+  }
+}
+
+SymInt Tracer::sym_size(const Tensor& t, int64_t dim) {
+  trace::Pause pause;
+  const int64_t value = t.impl().sizes.at(size_t(dim));
+  if (!not_replayable_.empty()) return value;
+  if (parent_) {
+    make_opaque("a cond branch read sym_size() of a tensor");
+    return value;
+  }
+  std::optional<uint32_t> s = symbol(t, trace::Metadata::Size, int32_t(dim));
+  if (!s) return value;
+  auto e = std::make_shared<SymExpr>();
+  e->trace = id_;
+  e->terms = {{*s, 1}};
+  return SymInt(value, std::move(e));
+}
+
+void Tracer::constrain(const SymExpr& form, int64_t lo, int64_t hi, bool inside, const char* what,
+                       const std::source_location& where, const void* pc) {
+  if (parent_) return parent_->constrain(form, lo, hi, inside, what, where, pc);
+  if (!not_replayable_.empty()) return;
+  SizeGuard g;
+  g.terms = form.terms;
+  g.constant = form.constant;
+  g.lo = lo;
+  g.hi = hi;
+  g.inside = inside;
+  normalise(g);
+  // Guards on one form fold into one range (a loop's i < n for every i is one guard).
+  for (SizeGuard& h : tail_->size_guards) {
+    if (h.same(g)) return;
+    if (g.inside && h.inside && h.terms == g.terms && h.constant == g.constant) {
+      h.lo = std::max(h.lo, g.lo);
+      h.hi = std::min(h.hi, g.hi);
+      return;
+    }
+  }
+  g.where = std::string(what) + " at " + describe_location(where, pc);
+  for (auto [sym, coef] : g.terms) g.names.push_back(sym < symbol_names_.size() ? symbol_names_[sym] : "?");
+  tail_->size_guards.push_back(std::move(g));
 }
 
 // ---- guard keys ----
@@ -337,6 +594,7 @@ namespace kiln::detail {
 
 void Tracer::record_cond(const Tensor& pred, const std::vector<Tensor>& operands, ir::Graph then_graph,
                          ir::Graph else_graph, const std::vector<Tensor>& outputs) {
+  trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   if (!not_replayable_.empty()) return;
   std::vector<ir::Value*> ins{value_of(pred)};
   for (const Tensor& t : operands) ins.push_back(value_of(t));

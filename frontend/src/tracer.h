@@ -4,6 +4,7 @@
 // at each graph break.
 #pragma once
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -18,7 +19,10 @@ class Tracer final : public trace::Recorder {
  public:
   // `args` are the call's arguments; `captures` the closure tensors known from earlier traces
   // of this signature (their slots stay stable across paths).
-  Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorImpl>> captures, bool fullgraph);
+  // `parent`: the tracer of the function a cond branch is traced inside (the branch's own
+  // graph becomes a region; guards on sizes go to the parent).
+  Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorImpl>> captures, bool fullgraph,
+         Tracer* parent = nullptr);
 
   void record(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs,
               std::span<const Tensor> outputs) override;
@@ -31,6 +35,11 @@ class Tracer final : public trace::Recorder {
   void data_dependent(std::string_view op, std::span<const Tensor> inputs, const Tensor& output,
                       std::function<Tensor(std::span<const Tensor>)> replay,
                       const std::source_location& where) override;
+  void metadata_read(const Tensor& t, trace::Metadata what, int64_t dim, const void* pc) override;
+  SymInt sym_size(const Tensor& t, int64_t dim) override;
+  bool owns(uint64_t trace) const override { return trace == id_ || (parent_ && parent_->owns(trace)); }
+  void constrain(const SymExpr& form, int64_t lo, int64_t hi, bool inside, const char* what,
+                 const std::source_location& where, const void* pc) override;
 
   // A kiln::cond: both branches were traced into `then_graph` and `else_graph`; `outputs` are
   // the real results of the branch `pred` chose.
@@ -47,6 +56,8 @@ class Tracer final : public trace::Recorder {
   const std::string& not_replayable() const { return not_replayable_; }
   const std::vector<std::weak_ptr<TensorImpl>>& captures() const { return captures_; }
   size_t breaks() const { return breaks_; }
+  // How many symbols the trace numbered (the size of a replay's table of their values).
+  size_t symbols() const { return symbol_values_.size(); }
 
  private:
   struct Known {
@@ -63,8 +74,31 @@ class Tracer final : public trace::Recorder {
   TreeNode* cut(const Tensor* also_live = nullptr);
   Ref slot_of(const Tensor& t);  // the Value slot a live tensor was handed out in at the last cut
   static ir::Type type_of(const Tensor& t);
+  // The symbol for `kind` (and dim) of the traced tensor t, numbered on first read; nullopt
+  // for a tensor whose metadata cannot vary between calls (made before the trace, not an input).
+  std::optional<uint32_t> symbol(const Tensor& t, trace::Metadata kind, int32_t dim);
+  // This node cannot run at other sizes (a size the guards cannot follow was read).
+  void make_opaque(const std::string& why);
 
   bool fullgraph_;
+  Tracer* parent_;
+  uint64_t id_;  // this trace's number, which its SymInts carry
+  struct SymbolKey {
+    const TreeNode* node;
+    int value_id;
+    trace::Metadata kind;
+    int32_t dim;
+    bool operator==(const SymbolKey&) const = default;
+  };
+  struct SymbolKeyHash {
+    size_t operator()(const SymbolKey& k) const {
+      return std::hash<const void*>()(k.node) ^ (size_t(k.value_id) * 1000003u) ^ (size_t(k.kind) << 20) ^
+             (size_t(k.dim + 1) << 24);
+    }
+  };
+  std::unordered_map<SymbolKey, uint32_t, SymbolKeyHash> symbol_ids_;
+  std::vector<int64_t> symbol_values_;  // by number: the value when traced
+  std::vector<std::string> symbol_names_;
   uint64_t start_serial_;
   std::vector<std::weak_ptr<TensorImpl>> captures_;
   std::unique_ptr<TreeNode> head_;

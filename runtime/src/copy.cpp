@@ -24,6 +24,7 @@ std::vector<int64_t> broadcast_shapes(IntArrayRef a, IntArrayRef b, std::string_
 }
 
 std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& ts) {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   std::vector<int64_t> shape;
   for (auto& t : ts) shape = broadcast_shapes(shape, t.sizes(), "broadcast_tensors");
   std::vector<Tensor> out;

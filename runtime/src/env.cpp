@@ -54,6 +54,11 @@ int cuda_tile() {
   return t;
 }
 
+std::string logs() {
+  const char* v = std::getenv("KILN_LOGS");
+  return v ? v : "";
+}
+
 bool cuda_row_groups() { return read_setting("KILN_CUDA_ROW_GROUPS", 1, 0, 1) == 1; }
 int64_t cpu_thread_min_work() {
   return int64_t(read_setting("KILN_CPU_THREAD_MIN_WORK", 0, 0, int64_t(1) << 40));

@@ -36,9 +36,10 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
       KILN_CHECK(k == d || t.sizes()[k] == ref->sizes()[k], "cat", "Sizes of tensors must match except in dimension ",
                  d, ". Expected size ", ref->sizes()[k], " but got size ", t.sizes()[k], " for tensor number ", i,
                  " in the list.");
-    out_shape[d] += t.sizes()[d];
+    KILN_CHECK(!__builtin_add_overflow(out_shape[d], t.sizes()[d], &out_shape[d]), "cat",
+               "the sizes along dimension ", d, " sum past int64 at tensor number ", i);
   }
-  Tensor out = empty(out_shape, dt);
+  Tensor out = empty_for(out_shape, dt, "cat");
   auto skipped = [&](const Tensor& t) { return t.dim() == 1 && t.numel() == 0 && nd != 1; };
   bool slabs = d > 0;
   for (auto& t : ts) slabs &= skipped(t) || (t.dtype() == dt && t.is_contiguous());
@@ -79,6 +80,7 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
 }
 
 Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   KILN_CHECK(!ts.empty(), "stack", "stack expects a non-empty TensorList");
   int64_t d = shape::wrap_dim(dim, ts[0].dim() + 1, "stack");
   for (size_t i = 1; i < ts.size(); ++i)
@@ -157,7 +159,7 @@ Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index_in) {
     return x.clone();
   }
   shape[d] = n;
-  Tensor out = empty(shape, x.dtype());
+  Tensor out = empty_for(shape, x.dtype(), "index_select");
   if (out.numel() == 0) return out;
   // x contiguous and the slices after dim d long enough: one memcpy per (outer position,
   // index) block. Otherwise one gather over every element, the index read along d only.

@@ -43,9 +43,27 @@ int64_t slice_bound(const Tensor& t, int64_t d, std::optional<int64_t> b, int64_
 }
 }  // namespace
 
-int64_t Tensor::size(int64_t d) const { return impl().sizes[shape::wrap_dim(d, dim(), "size")]; }
+int64_t Tensor::size(int64_t d) const {
+  d = shape::wrap_dim(d, dim(), "size");
+  if (trace::installed_recorders.load(std::memory_order_relaxed)) [[unlikely]]
+    trace::metadata_read(*this, trace::Metadata::Size, d, __builtin_return_address(0));
+  return impl().sizes[d];
+}
 int64_t Tensor::stride(int64_t d) const {
-  return impl().strides[shape::wrap_dim(d, dim(), "stride")];
+  d = shape::wrap_dim(d, dim(), "stride");
+  if (trace::installed_recorders.load(std::memory_order_relaxed)) [[unlikely]]
+    trace::metadata_read(*this, trace::Metadata::Stride, d, __builtin_return_address(0));
+  return impl().strides[d];
+}
+SymInt Tensor::sym_size(int64_t d) const {
+  d = shape::wrap_dim(d, dim(), "sym_size");
+  if (trace::Recorder* r = trace::active()) [[unlikely]] return r->sym_size(*this, d);
+  return impl().sizes[d];
+}
+std::vector<SymInt> Tensor::sym_sizes() const {
+  std::vector<SymInt> out;
+  for (int64_t d = 0; d < dim(); ++d) out.push_back(sym_size(d));
+  return out;
 }
 
 // ---- host access ----
@@ -73,6 +91,7 @@ T* Tensor::data_ptr(std::source_location where) const {
 }
 
 Scalar Tensor::item(std::source_location where) const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   KILN_CHECK(numel() == 1, "item", "a Tensor with ", numel(),
              " elements cannot be converted to Scalar");
   trace::host_access(*this, trace::HostAccess::Item, where);
@@ -88,7 +107,7 @@ Scalar Tensor::item(std::source_location where) const {
 
 template <typename T>
 T Tensor::item(std::source_location where) const {
-  return item(where).to<T>();
+  return checked_convert<T>(item(where), "item");
 }
 
 template <typename T>
@@ -101,6 +120,7 @@ std::vector<T> Tensor::to_vector(std::source_location where) const {
 }
 
 Tensor::operator bool() const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   KILN_CHECK(numel() == 1, "bool", "Boolean value of Tensor with ", numel(),
              " elements is ambiguous; reduce it first (any(), all(), sum() > 0)");
   trace::host_access(*this, trace::HostAccess::Bool, std::source_location(), __builtin_return_address(0));
@@ -142,6 +162,7 @@ Tensor Tensor::view(IntArrayRef shape_) const {
 }
 
 Tensor Tensor::reshape(IntArrayRef shape_) const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   auto sizes = shape::infer_size(shape_, numel(), "reshape");
   // While tracing, reshape is recorded as what it does: a view, or a copy and a view.
   if (trace::active()) [[unlikely]]
@@ -166,6 +187,7 @@ Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
 }
 
 Tensor Tensor::t() const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   KILN_CHECK(dim() <= 2, "t", "t() expects a tensor with <= 2 dimensions, but self is ", dim(), "D");
   return dim() < 2 ? *this : transpose(0, 1);
 }
@@ -208,23 +230,25 @@ Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int6
   };
   int64_t s = start ? clamp_index(*start) : 0;
   int64_t e = end ? clamp_index(*end) : n;
-  int64_t len = e > s ? (e - s + step - 1) / step : 0;
+  int64_t len = e > s ? (e - s - 1) / step + 1 : 0;  // ceil((e - s) / step), which a large step cannot overflow
   auto sizes = impl().sizes;
   auto st = impl().strides;
-  int64_t offset = storage_offset() + s * st[d];
+  int64_t offset = shape::add(storage_offset(), shape::mul(s, st[d], "slice", "the start times the stride"),
+                              "slice", "the storage offset");
   sizes[d] = len;
-  st[d] *= step;
+  st[d] = shape::mul(st[d], step, "slice", "the stride times the step");
   return make_view(*this, std::move(sizes), std::move(st), offset);
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   KILN_CHECK(dim() > 0, "narrow", "narrow() cannot be applied to a 0-dim tensor");
   d = shape::wrap_dim(d, dim(), "narrow");
   int64_t n = impl().sizes[d];
   KILN_CHECK(start >= -n && start <= n, "narrow", "start (", start,
              ") is out of range for dimension ", d, " of size ", n);
   if (start < 0) start += n;
-  KILN_CHECK(length >= 0 && start + length <= n, "narrow", "start (", start, ") + length (",
+  KILN_CHECK(length >= 0 && length <= n - start, "narrow", "start (", start, ") + length (",
              length, ") exceeds dimension size (", n, ")");
   return slice(d, start, start + length);
 }
@@ -245,39 +269,57 @@ Tensor Tensor::select(int64_t d, int64_t index) const {
   return make_view(*this, std::move(sizes), std::move(st), offset);
 }
 
-Tensor Tensor::index(std::initializer_list<indexing::TensorIndex> idx) const {
-  return index(std::vector<indexing::TensorIndex>(idx));
-}
-
-Tensor Tensor::index(const std::vector<indexing::TensorIndex>& idx) const {
+namespace {
+// x.index({...}) for the call `op` that indexes (index, index_put_): an error names that call,
+// not the select or slice it takes, and counts dims as x's, as PyTorch's messages do.
+Tensor apply_index(const Tensor& x, const std::vector<indexing::TensorIndex>& idx, std::string_view op) {
   using K = indexing::TensorIndex::Kind;
   int64_t consumed = 0, ellipses = 0;
   for (auto& i : idx) {
     if (i.kind == K::Integer || i.kind == K::Slice) ++consumed;
     if (i.kind == K::Ellipsis) ++ellipses;
   }
-  KILN_CHECK(ellipses <= 1, "index", "an index can only have a single ellipsis ('...')");
-  KILN_CHECK(consumed <= dim(), "index", "too many indices for tensor of dimension ", dim(),
+  KILN_CHECK(ellipses <= 1, op, "an index can only have a single ellipsis ('...')");
+  KILN_CHECK(consumed <= x.dim(), op, "too many indices for tensor of dimension ", x.dim(),
              " (got ", consumed, ")");
-  Tensor r = *this;
-  int64_t d = 0;
+  Tensor r = x;
+  int64_t d = 0, xd = 0;  // the dim of r an entry applies to, and the dim of x it stands for
   for (auto& i : idx) {
     switch (i.kind) {
-      case K::Integer: r = r.select(d, i.integer); break;
-      case K::Slice: r = r.slice(d, i.slice.start, i.slice.stop, i.slice.step); ++d; break;
+      case K::Integer: {
+        const int64_t n = r.sizes()[size_t(d)];
+        KILN_CHECK(i.integer >= -n && i.integer < n, op, "index ", i.integer,
+                   " is out of bounds for dimension ", xd, " with size ", n);
+        r = r.select(d, i.integer);
+        ++xd;
+        break;
+      }
+      case K::Slice: r = r.slice(d, i.slice.start, i.slice.stop, i.slice.step); ++d; ++xd; break;
       case K::None: r = r.unsqueeze(d); ++d; break;
-      case K::Ellipsis: d += dim() - consumed; break;
+      case K::Ellipsis: d += x.dim() - consumed; xd += x.dim() - consumed; break;
     }
   }
   return r;
 }
+}  // namespace
+
+Tensor Tensor::index(std::initializer_list<indexing::TensorIndex> idx) const {
+  return index(std::vector<indexing::TensorIndex>(idx));
+}
+
+Tensor Tensor::index(const std::vector<indexing::TensorIndex>& idx) const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
+  return apply_index(*this, idx, "index");
+}
 
 Tensor& Tensor::index_put_(std::initializer_list<indexing::TensorIndex> idx, const Tensor& v) {
-  index(idx).copy_(v);
+  trace::Internal internal_;  // the reads below are the op's, not the user's
+  apply_index(*this, std::vector<indexing::TensorIndex>(idx), "index_put_").copy_(v);
   return *this;
 }
 Tensor& Tensor::index_put_(std::initializer_list<indexing::TensorIndex> idx, const Scalar& v) {
-  index(idx).fill_(v);
+  trace::Internal internal_;  // the reads below are the op's, not the user's
+  apply_index(*this, std::vector<indexing::TensorIndex>(idx), "index_put_").fill_(v);
   return *this;
 }
 
@@ -308,12 +350,14 @@ Tensor Tensor::expand(IntArrayRef target) const {
     }
     int64_t have = impl().sizes[j];
     if (want == -1) want = have;
+    KILN_CHECK(want >= 0, "expand", "the expanded size of the tensor (", want, ") is negative at dimension ", i);
     KILN_CHECK(have == want || have == 1, "expand", "The expanded size of the tensor (", want,
                ") must match the existing size (", have, ") at non-singleton dimension ", i,
                ".  Target sizes: ", target.vec(), ".  Tensor sizes: ", impl().sizes);
     sizes[i] = want;
     st[i] = have == want ? impl().strides[j] : 0;
   }
+  shape::numel(sizes, "expand");  // (the one view that can grow the element count)
   return make_view(*this, std::move(sizes), std::move(st), storage_offset());
 }
 
@@ -344,21 +388,22 @@ Tensor Tensor::unsqueeze(int64_t d) const {
   d = shape::wrap_dim(d, dim() + 1, "unsqueeze");
   auto sizes = impl().sizes;
   auto st = impl().strides;
-  int64_t s = d < dim() ? sizes[d] * st[d] : 1;
+  int64_t s = d < dim() ? shape::mul(sizes[d], st[d], "unsqueeze", "the new dim's stride") : 1;
   sizes.insert(sizes.begin() + d, 1);
   st.insert(st.begin() + d, s);
   return make_view(*this, std::move(sizes), std::move(st), storage_offset());
 }
 
 Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   if (dim() == 0) return reshape({1});
   start = shape::wrap_dim(start, dim(), "flatten");
   end = shape::wrap_dim(end, dim(), "flatten");
   KILN_CHECK(start <= end, "flatten", "start_dim (", start, ") cannot come after end_dim (", end, ")");
   std::vector<int64_t> sizes;
   for (int64_t i = 0; i < start; ++i) sizes.push_back(impl().sizes[i]);
-  int64_t m = 1;
-  for (int64_t i = start; i <= end; ++i) m *= impl().sizes[i];
+  // (a size-0 dim elsewhere lets the flattened ones' product pass int64)
+  int64_t m = shape::numel(IntArrayRef(impl().sizes.data() + start, size_t(end - start + 1)), "flatten");
   sizes.push_back(m);
   for (int64_t i = end + 1; i < dim(); ++i) sizes.push_back(impl().sizes[i]);
   return reshape(sizes);
@@ -387,7 +432,7 @@ Tensor Tensor::diagonal(int64_t offset, int64_t d1, int64_t d2) const {
       st.push_back(impl().strides[i]);
     }
   sizes.push_back(len);
-  st.push_back(impl().strides[d1] + impl().strides[d2]);
+  st.push_back(shape::add(impl().strides[d1], impl().strides[d2], "diagonal", "the diagonal's stride"));
   return make_view(*this, std::move(sizes), std::move(st), start);
 }
 
@@ -396,23 +441,23 @@ Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef st, std::optional<int64
   KILN_CHECK(sizes.size() == st.size(), "as_strided", "mismatch in length of strides (", st.size(),
              ") and shape (", sizes.size(), ")");
   int64_t offset = off.value_or(storage_offset());
-  int64_t max_index = offset;
-  bool empty = false;
-  for (size_t i = 0; i < sizes.size(); ++i) {
+  for (size_t i = 0; i < sizes.size(); ++i)
     KILN_CHECK(sizes[i] >= 0 && st[i] >= 0, "as_strided", "negative size or stride: sizes ",
                sizes.vec(), ", strides ", st.vec());
-    if (sizes[i] == 0) empty = true;
-    else max_index += (sizes[i] - 1) * st[i];
-  }
   KILN_CHECK(offset >= 0, "as_strided", "negative storage offset ", offset);
-  KILN_CHECK(empty || (max_index + 1) * element_size() <= int64_t(storage()->nbytes()), "as_strided",
-             "setStorage: sizes ", sizes.vec(), ", strides ", st.vec(), " and storage offset ",
-             offset, " require ", (max_index + 1) * element_size(),
-             " bytes, but the storage has only ", storage()->nbytes());
+  shape::numel(sizes, "as_strided");
+  // The view must stay inside its storage, its last byte included: a reach past int64 wraps
+  // into a small count (2 elements 2^61 apart on a 16-byte storage) and would pass a plain check.
+  std::optional<int64_t> need = shape::storage_bytes(sizes, st, offset, element_size());
+  KILN_CHECK(need && uint64_t(*need) <= storage()->nbytes(), "as_strided", "setStorage: sizes ", sizes.vec(),
+             ", strides ", st.vec(), ", storage offset ", offset, " and itemsize ", element_size(), " require ",
+             need ? std::to_string(*need) + " bytes" : std::string("more bytes than int64 can count"),
+             ", out of bounds for storage of size ", storage()->nbytes());
   return make_view(*this, sizes.vec(), st.vec(), offset);
 }
 
 std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   KILN_CHECK(dim() > 0, "split", "split expects at least a 1-dimensional tensor");
   d = shape::wrap_dim(d, dim(), "split");
   int64_t n = impl().sizes[d];
@@ -425,12 +470,14 @@ std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d) const {
 }
 
 std::vector<Tensor> Tensor::split(IntArrayRef sizes, int64_t d) const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   KILN_CHECK(dim() > 0, "split", "split expects at least a 1-dimensional tensor");
   d = shape::wrap_dim(d, dim(), "split");
   int64_t total = 0;
   for (int64_t s : sizes) {
     KILN_CHECK(s >= 0, "split", "split sizes must be non-negative, got ", sizes.vec());
-    total += s;
+    KILN_CHECK(!__builtin_add_overflow(total, s, &total), "split", "split sizes ", sizes.vec(),
+               " sum past int64");
   }
   KILN_CHECK(total == impl().sizes[d], "split", "split_with_sizes expects split_sizes to sum exactly to ",
              impl().sizes[d], " (input tensor's size at dimension ", d, "), but got split_sizes=",
@@ -445,11 +492,12 @@ std::vector<Tensor> Tensor::split(IntArrayRef sizes, int64_t d) const {
 }
 
 std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   KILN_CHECK(dim() > 0, "chunk", "chunk expects at least a 1-dimensional tensor");
   KILN_CHECK(chunks > 0, "chunk", "chunk expects `chunks` to be greater than 0, got: ", chunks);
   d = shape::wrap_dim(d, dim(), "chunk");
   int64_t n = impl().sizes[d];
-  int64_t each = (n + chunks - 1) / chunks;
+  int64_t each = n / chunks + (n % chunks != 0);  // (n + chunks - 1) / chunks overflows for a large `chunks`
   if (each == 0) {
     std::vector<Tensor> out;
     for (int64_t i = 0; i < chunks; ++i) out.push_back(narrow(d, 0, 0));
@@ -459,6 +507,7 @@ std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d) const {
 }
 
 std::vector<Tensor> Tensor::unbind(int64_t d) const {
+  trace::Internal internal_;  // the reads below are the op's, not the user's
   KILN_CHECK(dim() > 0, "unbind", "unbind expects at least a 1-dimensional tensor");
   d = shape::wrap_dim(d, dim(), "unbind");
   std::vector<Tensor> out;

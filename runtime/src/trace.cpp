@@ -23,12 +23,46 @@ namespace trace {
 namespace {
 // initial-exec: the eager ops test this on every call, so it must be one load, not a call.
 thread_local Recorder* tls_recorder __attribute__((tls_model("initial-exec"))) = nullptr;
+// The depth of kiln's own code (Internal scopes) on this thread while it traces.
+thread_local int tls_internal __attribute__((tls_model("initial-exec"))) = 0;
 }  // namespace
+
+std::atomic<int> installed_recorders{0};
 
 Recorder* active() { return tls_recorder; }
 
-Install::Install(Recorder* r) : saved_(tls_recorder) { tls_recorder = r; }
-Install::~Install() { tls_recorder = saved_; }
+// A recorder installed from kiln's code (a cond branch) traces user code again: its reads count.
+Install::Install(Recorder* r) : saved_(tls_recorder), saved_internal_(tls_internal) {
+  tls_recorder = r;
+  tls_internal = 0;
+  installed_recorders.fetch_add(1, std::memory_order_relaxed);
+}
+Install::~Install() {
+  tls_recorder = saved_;
+  tls_internal = saved_internal_;
+  installed_recorders.fetch_sub(1, std::memory_order_relaxed);
+}
+
+Internal::Internal() : on_(tls_recorder != nullptr) {
+  if (on_) ++tls_internal;
+}
+Internal::~Internal() {
+  if (on_) --tls_internal;
+}
+
+__attribute__((noinline)) void metadata_read(const Tensor& t, Metadata what, int64_t dim, const void* pc) {
+  Recorder* r = tls_recorder;
+  if (!r || tls_internal > 0) return;
+  if (!pc) pc = __builtin_return_address(0);  // the accessor was inlined into the reader
+  Pause p;  // the recorder reads the tensor's metadata itself
+  r->metadata_read(t, what, dim, pc);
+}
+
+SymInt Recorder::sym_size(const Tensor& t, int64_t dim) {
+  Pause p;
+  return t.size(dim);
+}
+
 Pause::Pause() : saved_(tls_recorder) { tls_recorder = nullptr; }
 Pause::~Pause() { tls_recorder = saved_; }
 

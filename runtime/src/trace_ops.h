@@ -29,9 +29,14 @@
 #define KILN_TRACE(id, operands, attrs, ...)                                                  \
   if (::kiln::trace::Recorder* kiln_rec_ = ::kiln::trace::active()) [[unlikely]] {           \
     KILN_PAUSED_RESULT(__VA_ARGS__)                                                          \
+    std::vector<::kiln::Attr> kiln_attrs_;                                                   \
+    {                                                                                        \
+      ::kiln::trace::Pause kiln_pause_; /* the op's own reads of sizes are not the user's */ \
+      kiln_attrs_ = std::vector<::kiln::Attr>{KILN_UNPACK attrs};                            \
+    }                                                                                        \
     std::initializer_list<::kiln::trace::Operand> kiln_in_{KILN_UNPACK operands};            \
     kiln_rec_->record(::kiln::OpId::id, {kiln_in_.begin(), kiln_in_.size()},                 \
-                      std::vector<::kiln::Attr>{KILN_UNPACK attrs}, {&kiln_out_, 1});        \
+                      std::move(kiln_attrs_), {&kiln_out_, 1});                              \
     return kiln_out_;                                                                        \
   }                                                                                          \
   {                                                                                          \
@@ -55,12 +60,15 @@
 // std::vector<Attr>), evaluated only when tracing or on a GPU.
 #define KILN_TRACE_INPLACE_WITH(self, id, operands, attrs, ...)                               \
   if (::kiln::trace::Recorder* kiln_rec_ = ::kiln::trace::active()) [[unlikely]] {           \
+    std::vector<::kiln::trace::Operand> kiln_in_;                                            \
+    std::vector<::kiln::Attr> kiln_attrs_;                                                   \
     {                                                                                        \
       ::kiln::trace::Pause kiln_pause_;                                                      \
       __VA_ARGS__;                                                                           \
+      kiln_in_ = operands;                                                                   \
+      kiln_attrs_ = attrs;                                                                   \
     }                                                                                        \
-    const std::vector<::kiln::trace::Operand> kiln_in_ = operands;                           \
-    kiln_rec_->record_inplace(self, ::kiln::OpId::id, kiln_in_, attrs);                      \
+    kiln_rec_->record_inplace(self, ::kiln::OpId::id, kiln_in_, std::move(kiln_attrs_));     \
     return self;                                                                             \
   }                                                                                          \
   if (!(self).device().is_cpu()) [[unlikely]] {                                              \
@@ -76,9 +84,13 @@
 #define KILN_TRACE_LIST(id, tensors, attrs, ...)                                              \
   if (::kiln::trace::Recorder* kiln_rec_ = ::kiln::trace::active()) [[unlikely]] {           \
     KILN_PAUSED_RESULT(__VA_ARGS__)                                                          \
+    std::vector<::kiln::Attr> kiln_attrs_;                                                   \
+    {                                                                                        \
+      ::kiln::trace::Pause kiln_pause_;                                                      \
+      kiln_attrs_ = std::vector<::kiln::Attr>{KILN_UNPACK attrs};                            \
+    }                                                                                        \
     std::vector<::kiln::trace::Operand> kiln_in_(tensors.begin(), tensors.end());            \
-    kiln_rec_->record(::kiln::OpId::id, kiln_in_, std::vector<::kiln::Attr>{KILN_UNPACK attrs}, \
-                      {&kiln_out_, 1});                                                      \
+    kiln_rec_->record(::kiln::OpId::id, kiln_in_, std::move(kiln_attrs_), {&kiln_out_, 1});  \
     return kiln_out_;                                                                        \
   }                                                                                          \
   {                                                                                          \

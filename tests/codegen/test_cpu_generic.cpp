@@ -122,9 +122,9 @@ TEST(CpuGenericCompile, DynamicDimRunsOnGenericKernels) {
     V got = f(x, b), want = fn(x, b);
     EXPECT_TRUE(close_to(got[0], want[0], {}));
   }
-  std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("recompile_limit"), std::string::npos) << err;
+  ::testing::internal::GetCapturedStderr();
   Explanation ex = f.explain(randn({250, 77}), randn({77}));
+  EXPECT_NE(ex.str().find("dynamic: arg 0 dim 0"), std::string::npos) << ex;
   ASSERT_FALSE(ex.graphs.empty());
   EXPECT_NE(ex.graphs.back().backend.find("kept with size-generic kernels"), std::string::npos) << describe(ex);
   EXPECT_EQ(ex.graphs.back().backend.find(" 0 kept"), std::string::npos) << describe(ex);

@@ -39,9 +39,15 @@ namespace kiln {
 struct CompileOptions {
   // A graph break is an error (what and where), as torch.compile(fullgraph=True).
   bool fullgraph = false;
-  // Traces for new input signatures allowed before kiln warns and marks the varying
-  // dimensions dynamic (one graph for all their sizes, when the graph does not depend on them).
+  // The recompile budget: how many times the function may be traced again after its first
+  // trace, whatever the cause (a new input signature, a guard seeing a new value, a size guard
+  // failing, a released capture). Past it, a call that needs a new trace runs eagerly (correct,
+  // uncompiled), with one warning naming the causes; explain() and stats() say so.
   int recompile_limit = 8;
+  // Dynamic dimensions: once this many input signatures are traced (or recompile_limit, if
+  // fewer), the dimensions whose sizes varied among them are made dynamic: one graph serves all
+  // their sizes, where the graph and the host code's reads of sizes allow (docs/compile.md).
+  int dynamic_after = 3;
   // A name for messages and explain(); default "compiled function".
   std::string name;
   // What runs the traced graphs. Compiled optimizes them (kiln/passes) and compiles their
@@ -72,7 +78,8 @@ struct CompileStats {
   uint64_t guard_failures = 0;  // replays that met a guard with an unseen value
   uint64_t compiles = 0;        // traces recorded (misses + guard failures + re-traces)
   uint64_t breaks = 0;          // graph breaks met while tracing
-  uint64_t eager_calls = 0;     // calls run eagerly (nested in another trace, or not replayable)
+  uint64_t eager_calls = 0;     // calls run eagerly (nested in another trace, not replayable, or past the budget)
+  uint64_t budget_eager_calls = 0;  // of those, calls that needed a trace past the recompile budget
   uint64_t speculated = 0;      // guards met with the next graph's results already computed
   uint64_t misspeculated = 0;   // guards that went another way than the speculated graph
 };
@@ -88,11 +95,14 @@ struct Explanation {
     std::string reason;  // e.g. "operator bool on a traced tensor"
     std::string where;   // file:line (function), or the code address for operator bool
   };
-  std::string signature;
-  std::vector<GraphInfo> graphs;     // every graph of the trace tree
+  std::string signature;             // the call's (explain() without arguments: "every signature")
+  std::vector<std::string> signatures;  // explain() without arguments: each signature traced
+  std::vector<GraphInfo> graphs;     // every graph of the trace tree (of every tree, without arguments)
   std::vector<BreakInfo> breaks;     // every distinct break
   std::vector<std::string> guards;   // every guard with the values seen
-  std::vector<std::string> recompiles;  // each trace of this function and why
+  std::vector<std::string> recompiles;  // each trace of this function and why (the newest 64)
+  std::vector<std::string> size_guards;  // every guard on sizes the host code's reads made
+  std::string budget;                // the recompile budget: used, left, and the causes of the retraces
   std::string eager_reason;          // non-empty when this signature always runs eagerly
   CompileStats stats;
   std::string str() const;
@@ -111,17 +121,19 @@ struct CallArg {
 // The type-erased engine behind CompiledFunction: cache, trace trees, replay, statistics.
 class Engine {
  public:
-  explicit Engine(CompileOptions options);
+  Engine(CompileOptions options, std::source_location where);
   ~Engine();
   // Runs the function for these arguments: replays cached graphs, or calls `run_eager` (the
   // user's function on these arguments, returning its tensors flattened) under the tracer.
   std::vector<Tensor> call(std::span<const CallArg> args, const std::function<std::vector<Tensor>()>& run_eager);
   Explanation explain(std::span<const CallArg> args) const;
+  Explanation explain() const;
   CompileStats stats() const;
   const CompileOptions& options() const;
 
+  struct State;  // (frontend/src/engine.h)
+
  private:
-  struct State;
   std::unique_ptr<State> state_;
 };
 
@@ -167,8 +179,9 @@ template <typename... Ts> struct Returns<std::tuple<Ts...>> {
 template <typename F>
 class CompiledFunction {
  public:
-  CompiledFunction(F fn, CompileOptions options)
-      : fn_(std::make_shared<F>(std::move(fn))), engine_(std::make_shared<detail::Engine>(std::move(options))) {}
+  CompiledFunction(F fn, CompileOptions options, std::source_location where = std::source_location::current())
+      : fn_(std::make_shared<F>(std::move(fn))),
+        engine_(std::make_shared<detail::Engine>(std::move(options), where)) {}
 
   template <typename... Args>
   auto operator()(Args&&... args) const {
@@ -188,10 +201,14 @@ class CompiledFunction {
     if constexpr (!std::is_void_v<R>) return detail::Returns<R>::unflatten(std::move(out));
   }
 
-  // Runs the call (tracing it if needed) and reports the graphs, breaks and guards of its
-  // signature, and every recompile of this function with its reason.
+  // What the function has seen so far: every signature's graphs, breaks and guards, every
+  // recompile with its reason, the budget. Runs nothing.
+  Explanation explain() const { return engine_->explain(); }
+  // Runs the call (tracing it if needed: an in-place function performs its update once more)
+  // and reports the graphs, breaks and guards of its signature, and every recompile.
   template <typename... Args>
   Explanation explain(Args&&... args) const {
+    static_assert(sizeof...(Args) > 0);
     (*this)(args...);
     std::vector<detail::CallArg> flat;
     (detail::append_args(flat, args), ...);
@@ -205,8 +222,9 @@ class CompiledFunction {
 };
 
 template <typename F>
-CompiledFunction<F> compile(F fn, CompileOptions options = {}) {
-  return CompiledFunction<F>(std::move(fn), std::move(options));
+CompiledFunction<F> compile(F fn, CompileOptions options = {},
+                            std::source_location where = std::source_location::current()) {
+  return CompiledFunction<F>(std::move(fn), std::move(options), where);
 }
 
 template <typename F, typename... Args>

@@ -45,6 +45,10 @@ bool omp_passive_wait();
 enum class CpuBlas { Auto, OneDnn, OpenBlas };
 CpuBlas cpu_blas();
 
+// KILN_LOGS: the diagnostics channels turned on (kiln/runtime/log.h), a comma-separated list
+// of their names or `all`; "" (default): none. Read at each call.
+std::string logs();
+
 // KILN_PROFILE: 1 records every kernel of the process and prints the kernel profile's table
 // on stderr at exit (kiln/runtime/profile.h); 0 (default): only a kiln::Profiler records.
 bool profile();

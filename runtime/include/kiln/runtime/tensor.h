@@ -8,6 +8,7 @@
 // Assignment follows libtorch: `a = b` on a named tensor rebinds the handle; assignment to a
 // temporary view copies into it: `x.slice(0, 0, 2) = y;`, `x.index({1}) = 0.5;`.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
@@ -22,6 +23,7 @@
 #include "error.h"
 #include "scalar.h"
 #include "storage.h"
+#include "symint.h"
 
 namespace kiln {
 
@@ -29,6 +31,18 @@ namespace shape {
 // Row-major strides (in elements) of a dense tensor of these sizes.
 std::vector<int64_t> contiguous_strides(IntArrayRef sizes);
 }  // namespace shape
+
+class Tensor;
+namespace trace {
+// The metadata of a tensor that host code can read (and so base a decision on).
+enum class Metadata : uint8_t { Sizes, Size, Numel, Strides, Stride, Contiguity, Offset };
+// Recorders installed on any thread (paused ones included): the metadata accessors below test
+// this first, so that eager code pays one relaxed load when no thread is tracing.
+extern std::atomic<int> installed_recorders;
+// Reports a read of `t`'s metadata to the thread's recorder when it is the user's (trace.h);
+// `pc` is the reader's code address (null: the caller of this function).
+void metadata_read(const Tensor& t, Metadata what, int64_t dim, const void* pc = nullptr);
+}  // namespace trace
 
 // A process-wide creation counter: the tracer tells tensors that existed before a trace began
 // (captured by the function's closure) from tensors the traced function made.
@@ -99,21 +113,31 @@ class Tensor {
   Tensor& operator=(const Scalar& v) &&;
 
   // ---- metadata ----
+  // While a compiled function is traced, the sizes, strides and layout the user's code reads
+  // become guards (docs/compile.md, "Sizes and host code"): size() specialises the graph on
+  // the size; sym_size() keeps it symbolic, guarding only on the comparisons made with it.
   bool defined() const { return impl_ != nullptr; }
   int64_t dim() const { return int64_t(impl().sizes.size()); }
   int64_t ndimension() const { return dim(); }
-  IntArrayRef sizes() const { return impl().sizes; }
-  IntArrayRef strides() const { return impl().strides; }
+  IntArrayRef sizes() const { note(trace::Metadata::Sizes); return impl().sizes; }
+  IntArrayRef strides() const { note(trace::Metadata::Strides); return impl().strides; }
   int64_t size(int64_t d) const;
   int64_t stride(int64_t d) const;
-  int64_t numel() const { return impl().numel; }
+  SymInt sym_size(int64_t d) const;
+  std::vector<SymInt> sym_sizes() const;
+  int64_t numel() const { note(trace::Metadata::Numel); return impl().numel; }
   DType dtype() const { return impl().dtype; }
   DType scalar_type() const { return impl().dtype; }
   Device device() const { return impl().storage->device(); }
-  int64_t storage_offset() const { return impl().offset; }
+  int64_t storage_offset() const { note(trace::Metadata::Offset); return impl().offset; }
   int64_t element_size() const { return itemsize(dtype()); }
-  int64_t nbytes() const { return numel() * element_size(); }
-  bool is_contiguous() const { return impl().contiguous; }
+  int64_t nbytes() const {
+    int64_t n;  // (an expanded view can count more elements than memory holds bytes)
+    KILN_CHECK(!__builtin_mul_overflow(numel(), element_size(), &n), "nbytes", "a tensor of shape ", impl().sizes,
+               " has more bytes than int64 can count");
+    return n;
+  }
+  bool is_contiguous() const { note(trace::Metadata::Contiguity); return impl().contiguous; }
   bool is_floating_point() const { return is_floating(dtype()); }
   bool is_cpu() const { return device().is_cpu(); }
   bool is_cuda() const { return device().is_cuda(); }
@@ -146,9 +170,9 @@ class Tensor {
 
   // ---- views (share storage, never copy) ----
   Tensor view(IntArrayRef shape) const;
-  Tensor view_as(const Tensor& o) const { return view(o.sizes()); }
+  Tensor view_as(const Tensor& o) const { return view(o.impl().sizes); }
   Tensor reshape(IntArrayRef shape) const;  // a view when strides allow, else a copy
-  Tensor reshape_as(const Tensor& o) const { return reshape(o.sizes()); }
+  Tensor reshape_as(const Tensor& o) const { return reshape(o.impl().sizes); }
   Tensor transpose(int64_t d0, int64_t d1) const;
   Tensor t() const;
   Tensor permute(IntArrayRef dims) const;
@@ -162,7 +186,7 @@ class Tensor {
   Tensor& index_put_(std::initializer_list<indexing::TensorIndex> idx, const Scalar& v);
   Tensor operator[](int64_t i) const { return select(0, i); }
   Tensor expand(IntArrayRef sizes) const;
-  Tensor expand_as(const Tensor& o) const { return expand(o.sizes()); }
+  Tensor expand_as(const Tensor& o) const { return expand(o.impl().sizes); }
   Tensor squeeze() const;
   Tensor squeeze(int64_t dim) const;
   Tensor unsqueeze(int64_t dim) const;
@@ -297,6 +321,10 @@ class Tensor {
   Tensor& operator/=(const Scalar& o) { return div_(o); }
 
  private:
+  void note(trace::Metadata what) const {
+    if (trace::installed_recorders.load(std::memory_order_relaxed)) [[unlikely]]
+      trace::metadata_read(*this, what, -1);
+  }
   std::shared_ptr<TensorImpl> impl_;
 };
 

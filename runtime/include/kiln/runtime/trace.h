@@ -20,6 +20,7 @@
 
 #include "dtype.h"
 #include "scalar.h"
+#include "symint.h"
 #include "tensor.h"
 
 namespace kiln {
@@ -58,6 +59,13 @@ struct Operand {
   Operand(const Scalar& s) : scalar(s) {}
 };
 
+// The metadata of a traced tensor the user's code read (Metadata in tensor.h) is reported to
+// the recorder, which guards on it: a graph traced after reading x.size(0) is replayed only
+// for inputs that give x.size(0) the same value (or, read as x.sym_size(0), the same outcome of
+// every comparison made on it). Reads made inside kiln's ops are not the user's: ops run their
+// body with recording paused, and the ops that are made of other ops (reshape, split, ...)
+// open an Internal scope.
+
 // Why a traced tensor had to become a host value.
 enum class HostAccess : uint8_t { Bool, Item, ToVector, DataPtr, Print, Str };
 std::string_view host_access_name(HostAccess a);
@@ -87,6 +95,30 @@ class Recorder {
   virtual void data_dependent(std::string_view op, std::span<const Tensor> inputs, const Tensor& output,
                               std::function<Tensor(std::span<const Tensor>)> replay,
                               const std::source_location& where) = 0;
+  // The user's code read `what` of `t` (dim: the dim for Size and Stride, else -1) at the code
+  // address `pc`. The default ignores it (a recorder that does not replay needs no guards).
+  virtual void metadata_read(const Tensor& t, Metadata what, int64_t dim, const void* pc) {}
+  // t.sym_size(dim) while tracing: the size as a symbol of this trace. The default: a plain number.
+  virtual SymInt sym_size(const Tensor& t, int64_t dim);
+  // Does this recorder take guards on symbols of trace `trace` (SymExpr::trace)?
+  virtual bool owns(uint64_t trace) const { return false; }
+  // The host's control flow depended on a symbolic form: `form` is in [lo, hi] when `inside`,
+  // outside it when not. `what` says how ("<", "==", "guard_int", ...), where the caller is.
+  virtual void constrain(const SymExpr& form, int64_t lo, int64_t hi, bool inside, const char* what,
+                         const std::source_location& where, const void* pc) {}
+};
+
+// Marks kiln's own code while the user's function is traced: metadata read inside it is not the
+// user's (an op made of other ops, which are recorded, reads sizes to choose them).
+class Internal {
+ public:
+  Internal();
+  ~Internal();
+  Internal(const Internal&) = delete;
+  Internal& operator=(const Internal&) = delete;
+
+ private:
+  bool on_;
 };
 
 // The thread's recorder, or null when the thread is not tracing.
@@ -101,6 +133,7 @@ class Install {
 
  private:
   Recorder* saved_;
+  int saved_internal_;
 };
 // Suspends recording on this thread (ops implemented with other ops report only themselves).
 class Pause {

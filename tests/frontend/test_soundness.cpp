@@ -1,0 +1,382 @@
+// compile() is never silently wrong and never unbounded: the host's reads of sizes guard the
+// graphs (size() specialises, sym_size() guards comparisons), one recompile budget counts every
+// retrace past which calls run eagerly, functions that return nothing compile, explain() without
+// a call, KILN_LOGS, and a differential test of host code branching on sizes and numbers.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "../common/close.h"
+#include "../common/scoped_env.h"
+#include "../common/seeds.h"
+
+using namespace kiln;
+
+namespace {
+
+void expect_same(const Tensor& a, const Tensor& b) { EXPECT_TRUE(kiln::testing::close(a, b)) << a << "\nvs\n" << b; }
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// The program: a host branch on a size, called at more sizes than the budget.
+Tensor size_branch(const Tensor& x) {
+  if (x.size(0) > 100) return x * 2;
+  return x * 3;
+}
+
+}  // namespace
+
+TEST(Soundness, HostBranchOnSizeIsNeverFrozen) {
+  auto f = compile(size_branch);
+  ::testing::internal::CaptureStderr();
+  for (int64_t n = 10; n <= 100; n += 5) expect_same(f(ones({n})), ones({n}) * 3);
+  expect_same(f(ones({200})), ones({200}) * 2);  // x * 3 here was the silent error
+  expect_same(f(ones({150})), ones({150}) * 2);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  // size() hands the host the exact value: each size is a guard of its own, so the budget ends
+  // the tracing (1 + recompile_limit traces) and the calls after it run eagerly, correctly.
+  EXPECT_EQ(f.stats().compiles, 9u);
+  EXPECT_GT(f.stats().budget_eager_calls, 0u);
+  EXPECT_TRUE(contains(err, "recompile budget")) << err;
+  EXPECT_TRUE(contains(err, "sym_size")) << err;  // the fix it names
+}
+
+TEST(Soundness, SymSizeComparisonsKeepOneGraphPerOutcome) {
+  CompileOptions o;
+  o.recompile_limit = 4;
+  auto fn = [](const Tensor& x) {
+    if (x.sym_size(0) > 100) return x * 2;
+    return x * 3;
+  };
+  auto f = compile(fn, o);
+  ::testing::internal::CaptureStderr();
+  for (int64_t n = 10; n <= 100; n += 5) {
+    Tensor x = randn({n});
+    expect_same(f(x), fn(x));
+  }
+  for (int64_t n = 101; n <= 300; n += 7) {
+    Tensor x = randn({n});
+    expect_same(f(x), fn(x));
+  }
+  for (int64_t n : {11, 99, 100, 101, 5000}) {
+    Tensor x = randn({n});
+    expect_same(f(x), fn(x));
+  }
+  ::testing::internal::GetCapturedStderr();
+  // 3 sizes traced exactly, then the dynamic graph for outcome false, then one for true.
+  EXPECT_EQ(f.stats().compiles, 5u) << f.explain();
+  EXPECT_EQ(f.stats().budget_eager_calls, 0u);
+  Explanation ex = f.explain();
+  std::string text = ex.str();
+  EXPECT_TRUE(contains(text, "argument 0 size(0) <= 100")) << text;
+  EXPECT_TRUE(contains(text, "argument 0 size(0) >= 101")) << text;
+}
+
+TEST(Soundness, SymIntArithmeticAndLoopsFoldIntoRanges) {
+  CompileOptions o;
+  o.recompile_limit = 2;
+  // An affine form compared, and a loop whose every test is a guard: the loop's guards fold into
+  // one range (an exact size), the form into a half-line.
+  auto fn = [](const Tensor& x, const Tensor& y) {
+    Tensor out = x * 1;
+    if (x.sym_size(0) * 2 - 3 <= y.sym_size(0) + 10) out = out + 1;
+    int64_t steps = 0;
+    for (SymInt i = 0; i < x.sym_size(1); i += 1) ++steps;
+    return out * double(steps);
+  };
+  auto f = compile(fn, o);
+  ::testing::internal::CaptureStderr();
+  std::mt19937 rng(7);
+  for (int call = 0; call < 30; ++call) {
+    Tensor x = randn({int64_t(rng() % 20 + 1), int64_t(rng() % 3 + 2)}), y = randn({int64_t(rng() % 20 + 1)});
+    expect_same(f(x, y), fn(x, y));
+  }
+  ::testing::internal::GetCapturedStderr();
+  std::string text = f.explain().str();
+  EXPECT_FALSE(contains(text, "size guard 40")) << text;  // no guard per loop step
+}
+
+TEST(Soundness, KilnOpsReadingSizesDoNotSpecialise) {
+  CompileOptions o;
+  o.recompile_limit = 2;
+  // Every op here reads its operands' sizes inside kiln (reshape, split, flatten, narrow, t,
+  // index, chunk, stack, broadcasting): none of it is the user's host code, so the leading dim
+  // becomes dynamic and one graph serves every size.
+  auto fn = [](const Tensor& x) {
+    Tensor a = x.reshape({-1}).reshape_as(x);
+    Tensor b = a.t().t() + x.narrow(1, 0, 2).sum(1, true);
+    Tensor c = stack({b, b}, 0).sum(0);
+    Tensor d = c.flatten().view_as(c) + x.index({indexing::Slice(), 0}).unsqueeze(1);
+    return d.chunk(2, 1)[0] + d.split(2, 1)[0];
+  };
+  auto f = compile(fn, o);
+  ::testing::internal::CaptureStderr();
+  for (int64_t n = 2; n <= 20; ++n) {
+    Tensor x = randn({n, 4});
+    expect_same(f(x), fn(x));
+  }
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_LE(f.stats().compiles, 4u) << f.explain();
+  EXPECT_TRUE(f.explain().size_guards.empty()) << f.explain();
+}
+
+TEST(Soundness, ReadsOfNumelStridesAndLayoutAreGuarded) {
+  CompileOptions o;
+  o.recompile_limit = 2;
+  auto fn = [](const Tensor& x) {
+    Tensor y = x * 1;
+    if (x.numel() % 2 == 0) y = y + 1;
+    if (x.stride(0) > 8) y = y * 2;
+    if (!x.is_contiguous()) y = y - 5;
+    return y;
+  };
+  auto f = compile(fn, o);
+  ::testing::internal::CaptureStderr();
+  for (int64_t n = 1; n <= 16; ++n) {
+    Tensor x = randn({n, 5}).slice(1, 0, 5 - n % 2);
+    expect_same(f(x), fn(x));
+  }
+  ::testing::internal::GetCapturedStderr();
+}
+
+TEST(Soundness, NumberArgumentsShareOneBudget) {
+  CompileOptions o;
+  o.recompile_limit = 4;
+  o.name = "step";
+  auto fn = [](const Tensor& x, double lr) { return x - x * lr; };
+  auto f = compile(fn, o);
+  ::testing::internal::CaptureStderr();
+  Tensor x = randn({64});
+  for (int i = 0; i < 50; ++i) expect_same(f(x, 0.001 * i), fn(x, 0.001 * i));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(f.stats().compiles, 5u);
+  EXPECT_EQ(f.stats().budget_eager_calls, 45u);
+  EXPECT_TRUE(contains(err, "argument 1 (double) took 4 new values")) << err;
+  EXPECT_TRUE(contains(err, "scalar_tensor")) << err;
+  EXPECT_EQ(err.find("recompile budget"), err.rfind("recompile budget")) << "warned once: " << err;
+  // the fix: a 0-d tensor is a graph input, one trace for every value
+  auto g = compile([](const Tensor& x, const Tensor& lr) { return x - x * lr; });
+  for (int i = 0; i < 50; ++i) expect_same(g(x, scalar_tensor(0.001 * i, kFloat64)), fn(x, 0.001 * i));
+  EXPECT_EQ(g.stats().compiles, 1u);
+}
+
+TEST(Soundness, ItemGuardsShareTheBudgetAndNameTheirLine) {
+  CompileOptions o;
+  o.recompile_limit = 3;
+  auto fn = [](const Tensor& x) { return x * x.max().item<double>(); };
+  auto f = compile(fn, o);
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 40; ++i) {
+    Tensor x = randn({16});
+    expect_same(f(x), fn(x));
+  }
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(f.stats().compiles, 4u);
+  EXPECT_TRUE(contains(err, "item() on a traced tensor at")) << err;
+  EXPECT_TRUE(contains(err, "test_soundness.cpp")) << err;
+  EXPECT_TRUE(contains(err, ".item<bool>()")) << err;
+  // the log and the guard's value list stay bounded
+  Explanation ex = f.explain();
+  EXPECT_LE(ex.recompiles.size(), 70u);
+  for (const std::string& g : ex.guards) EXPECT_LT(g.size(), 2000u) << g;
+}
+
+TEST(Soundness, ReboundCaptureRetracesOnceThenReplays) {
+  Tensor w = full({8}, 2.0);
+  auto f = compile([&w](const Tensor& x) { return x * w; });
+  Tensor x = randn({8});
+  expect_same(f(x), x * 2);
+  w = full({8}, 3.0);  // the captured tensor is released: a new one in its place
+  for (int i = 0; i < 100; ++i) expect_same(f(x), x * 3);
+  EXPECT_EQ(f.stats().compiles, 2u);
+  EXPECT_EQ(f.stats().hits, 99u);
+}
+
+TEST(Soundness, FunctionsReturningNothingCompile) {
+  auto step = compile([](Tensor p, const Tensor& g) { p.sub_(g * 0.1); });
+  Tensor p = randn({1000}), g = randn({1000});
+  Tensor want = p.clone();
+  for (int i = 0; i < 3; ++i) {
+    step(p, g);
+    want.sub_(g * 0.1);
+    expect_same(p, want);
+  }
+  Explanation ex = step.explain();
+  ASSERT_EQ(ex.graphs.size(), 1u);
+  EXPECT_TRUE(contains(ex.graphs[0].backend, "cpu: 1 of 1 kernels")) << ex;
+  EXPECT_FALSE(contains(ex.graphs[0].backend, "reference executor")) << ex;
+  EXPECT_EQ(step.stats().calls, 3u);  // explain() without arguments ran nothing
+  expect_same(p, want);
+  // through a view, and a function with no effect at all
+  auto rows = compile([](Tensor p) { p.slice(0, 0, 10).mul_(2); });
+  Tensor q = randn({20}), q0 = q.clone();
+  rows(q);
+  rows(q);
+  expect_same(q.slice(0, 0, 10), q0.slice(0, 0, 10) * 4);
+  expect_same(q.slice(0, 10), q0.slice(0, 10));
+  auto nothing = compile([](const Tensor& x) { Tensor y = x * 2; });
+  nothing(q);
+  nothing(q);
+  EXPECT_TRUE(contains(nothing.explain().graphs.at(0).backend, "nothing to run")) << nothing.explain();
+}
+
+TEST(Soundness, SizesReadInACondBranchPinTheGraph) {
+  CompileOptions o;
+  o.recompile_limit = 2;
+  auto fn = [](const Tensor& x) {
+    return cond(
+        x.sum() > 0, [](const Tensor& a) { return a.size(0) > 6 ? a * 2 : a * 3; },
+        [](const Tensor& a) { return a - 1; }, x);
+  };
+  auto f = compile(fn, o);
+  ::testing::internal::CaptureStderr();
+  for (int64_t n = 2; n <= 12; ++n) {
+    Tensor x = rand({n}) + 0.1;
+    expect_same(f(x), fn(x));
+  }
+  ::testing::internal::GetCapturedStderr();
+}
+
+TEST(Soundness, KilnLogsSaysWhatAndWhere) {
+  kiln::testing::ScopedEnv logs("KILN_LOGS", "recompiles,guards,graph_breaks,perf_hints");
+  CompileOptions o;
+  o.recompile_limit = 1;
+  o.name = "logged";
+  auto f = compile(
+      [](const Tensor& x) {
+        if (x.sum().item<float>() > 0) return x * 2;
+        return x * -2;
+      },
+      o);
+  ::testing::internal::CaptureStderr();
+  f(ones({4}));
+  f(-ones({4}));
+  f(ones({5}));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(contains(err, "[kiln:recompiles] logged (compiled at")) << err;
+  EXPECT_TRUE(contains(err, "[kiln:graph_breaks]")) << err;
+  EXPECT_TRUE(contains(err, "[kiln:guards]")) << err;
+  EXPECT_TRUE(contains(err, "[kiln:perf_hints]")) << err;  // the third call is past the budget
+  EXPECT_TRUE(contains(err, "test_soundness.cpp")) << err;
+}
+
+TEST(SymInt, PlainOutsideATrace) {
+  Tensor x = zeros({6, 4});
+  SymInt n = x.sym_size(0);
+  EXPECT_FALSE(n.is_symbolic());
+  EXPECT_TRUE(n * 2 - 1 == 11);
+  EXPECT_TRUE(n / 4 == 1 && n % 4 == 2 && -n < 0);
+  EXPECT_EQ(n.guard_int(), 6);
+  EXPECT_EQ(int64_t(x.sym_sizes().at(1)), 4);
+  EXPECT_THROW(n / 0, Error);
+  EXPECT_THROW(SymInt(INT64_MAX) + 1, Error);
+}
+
+// Random host code deciding on sizes and numbers, called at more sizes and values than the
+// budget: compiled against eager, every call.
+TEST(Soundness, RandomHostBranchesOnSizesAndNumbers) {
+  const auto [first, last] = kiln::testing::seed_range(40, "KILN_SOUNDNESS_PROGRAMS");
+  int mismatches = 0, calls = 0;
+  ::testing::internal::CaptureStderr();
+  for (uint32_t seed = first; seed <= last; ++seed) {
+    std::mt19937 rng(seed);
+    const int64_t k1 = rng() % 12 + 1, k2 = rng() % 12 + 1, k3 = rng() % 30;
+    const int shape = int(rng() % 4);
+    auto fn = [=](const Tensor& x, const Tensor& y, double s) {
+      Tensor out = x + y.sum();
+      switch (shape) {
+        case 0:
+          if (x.sym_size(0) > k1) out = out * 2;
+          if (x.sym_size(0) + y.sym_size(0) == k2 + 3) out = out - 1;
+          break;
+        case 1:
+          if (x.size(0) * 3 < k3) out = out.exp();
+          if (s > 0.5) out = out + s;
+          break;
+        case 2:
+          for (SymInt i = 0; i < x.sym_size(0) && i < k1; i += 1) out = out + 1;
+          if (x.numel() > k3) out = out.neg();
+          break;
+        default:
+          if (x.sym_size(0) * 2 >= y.sym_size(0) * 3) out = out.sin();
+          if (x.sizes()[0] == k2) out = out * s;
+          break;
+      }
+      return out;
+    };
+    CompileOptions o;
+    o.recompile_limit = int(rng() % 5);
+    auto f = compile(fn, o);
+    for (int call = 0; call < 25; ++call) {
+      Tensor x = randn({int64_t(rng() % 16 + 1), 3}), y = randn({int64_t(rng() % 16 + 1)});
+      const double s = double(rng() % 4) / 4;
+      Tensor got = f(x, y, s), want = fn(x, y, s);
+      ++calls;
+      if (!kiln::testing::close(got, want)) {
+        ++mismatches;
+        ADD_FAILURE() << "seed " << seed << " call " << call << " x " << x.size(0) << " y " << y.size(0) << " s " << s
+                      << "\n" << f.explain();
+      }
+    }
+    EXPECT_LE(f.stats().compiles, uint64_t(o.recompile_limit) + 1);
+  }
+  ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(mismatches, 0) << "of " << calls << " calls";
+}
+
+namespace {
+// The resident set of this process, in bytes (Linux).
+int64_t rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  long pages = 0, resident = 0;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return int64_t(resident) * 4096;
+}
+}  // namespace
+
+// Many threads calling one function with new signatures, guard values and number arguments far
+// past the budget: results stay eager's, traces stop at the budget, and memory stops growing.
+// KILN_STRESS_CALLS sets the calls per thread (default 150; the long run in docs/compile.md
+// takes 5000).
+TEST(Soundness, ThreadsPastTheBudgetStayBounded) {
+  const char* env = std::getenv("KILN_STRESS_CALLS");
+  const int calls = env ? std::max(8, std::atoi(env)) : 150;
+  auto fn = [](const Tensor& x, double s) {
+    Tensor y = x * s;
+    if (y.sum().item<float>() > 0) return y + x.max().item<double>();
+    return y - 1;
+  };
+  auto f = compile(fn);
+  std::atomic<int> bad{0};
+  std::atomic<int64_t> rss_mid{0};
+  std::atomic<int> halfway{0};
+  ::testing::internal::CaptureStderr();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(uint32_t(t) * 7919u + 1);
+      for (int i = 0; i < calls; ++i) {
+        if (i == calls / 2 && ++halfway == 8) rss_mid = rss_bytes();
+        Tensor x = randn({int64_t(rng() % 64 + 1)});
+        const double s = double(rng() % 1000) / 100;
+        if (!kiln::testing::close(f(x, s), fn(x, s))) bad++;
+      }
+    });
+  for (auto& th : threads) th.join();
+  ::testing::internal::GetCapturedStderr();
+  const int64_t rss_end = rss_bytes();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_LE(f.stats().compiles, 9u);
+  EXPECT_GT(f.stats().budget_eager_calls, 0u);
+  EXPECT_LE(f.explain().recompiles.size(), 70u);
+  // The second half of the calls (all past the budget) adds no traces, kernels or log lines.
+  if (rss_mid > 0) EXPECT_LT(rss_end - rss_mid, int64_t(64) << 20) << "RSS grew from " << rss_mid << " to " << rss_end;
+}

@@ -318,7 +318,7 @@ void Engine::State::note(std::string line) {
 
 std::string Engine::State::budget_text() const {
   const uint64_t limit = uint64_t(std::max(0, opts.recompile_limit));
-  const uint64_t used = traces_taken > 0 ? traces_taken - 1 : 0;
+  const uint64_t taken = traces_taken.load(std::memory_order_relaxed), used = taken > 0 ? taken - 1 : 0;
   std::string s = std::to_string(used) + " of " + std::to_string(limit) + " retraces used";
   if (budget_eager_calls > 0)
     s += "; spent: " + std::to_string(budget_eager_calls.load()) + " calls needed a new trace and ran eagerly";
@@ -326,37 +326,46 @@ std::string Engine::State::budget_text() const {
   return s;
 }
 
-bool Engine::State::take_budget(const std::vector<RetraceCause>& why) {
-  std::unique_lock lock(mu);
-  const uint64_t allowed = 1 + uint64_t(std::max(0, opts.recompile_limit));
-  if (traces_taken >= allowed) {
-    if (!warned_budget) {
-      warned_budget = true;
-      std::cerr << "kiln: warning: " << who() << " has used its recompile budget (recompile_limit "
-                << opts.recompile_limit << ": " << allowed << " traces); calls that need a new trace run eagerly "
-                << "from now on (correct, not compiled). The traces were caused by:" << budget_causes_text()
-                << "\n  Raise CompileOptions::recompile_limit if these traces are wanted.\n";
-    }
-    const uint64_t n = ++budget_eager_calls;
-    if ((n & (n - 1)) == 0)  // the 1st, 2nd, 4th, ... such call: the log stays short
-      logs::emit(logs::Channel::PerfHints, who() + ": call past the recompile budget ran eagerly (" +
-                                             std::to_string(n) + " so far); it needed a trace because: " +
-                                             join_causes(why));
-    return false;
+bool Engine::State::budget_spent() const {
+  return traces_taken.load(std::memory_order_relaxed) >= 1 + uint64_t(std::max(0, opts.recompile_limit));
+}
+
+void Engine::State::refuse(const std::vector<RetraceCause>& why) {
+  if (!warned_budget.exchange(true)) {
+    std::shared_lock lock(mu);
+    std::cerr << "kiln: warning: " << who() << " has used its recompile budget (recompile_limit "
+              << opts.recompile_limit << ": " << 1 + std::max(0, opts.recompile_limit)
+              << " traces); calls that need a new trace run eagerly from now on (correct, not compiled). The traces "
+              << "were caused by:" << budget_causes_text()
+              << "\n  Raise CompileOptions::recompile_limit if these traces are wanted.\n";
   }
-  traces_taken++;
-  if (traces_taken > 1)
-    for (const RetraceCause& c : why) {
-      CauseTally& t = causes[c.key];
-      t.count++;
-      t.what = c.subject;
-      t.noun = c.noun;
-      t.fix = c.fix;
-      if (!c.sample.empty() && t.samples.size() < CauseTally::kSamples &&
-          std::find(t.samples.begin(), t.samples.end(), c.sample) == t.samples.end())
-        t.samples.push_back(c.sample);
+  const uint64_t n = ++budget_eager_calls;
+  if ((n & (n - 1)) == 0)  // the 1st, 2nd, 4th, ... such call: the log stays short
+    logs::emit(logs::Channel::PerfHints, who() + ": call past the recompile budget ran eagerly (" + std::to_string(n) +
+                                             " so far); it needed a trace because: " +
+                                             (why.empty() ? std::string("a new input signature") : join_causes(why)));
+}
+
+bool Engine::State::take_budget(const std::vector<RetraceCause>& why) {
+  {
+    std::unique_lock lock(mu);
+    if (!budget_spent()) {
+      if (traces_taken.fetch_add(1, std::memory_order_relaxed) > 0)
+        for (const RetraceCause& c : why) {
+          CauseTally& t = causes[c.key];
+          t.count++;
+          t.what = c.subject;
+          t.noun = c.noun;
+          t.fix = c.fix;
+          if (!c.sample.empty() && t.samples.size() < CauseTally::kSamples &&
+              std::find(t.samples.begin(), t.samples.end(), c.sample) == t.samples.end())
+            t.samples.push_back(c.sample);
+        }
+      return true;
     }
-  return true;
+  }
+  refuse(why);
+  return false;
 }
 
 std::string Engine::State::budget_causes_text() const {
@@ -688,6 +697,11 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
   }
   if (why.empty()) {
     s.misses++;
+    if (s.budget_spent()) {  // (no trace can follow: no need to say why it would have)
+      s.refuse({});
+      s.eager_calls++;
+      return run_eager();
+    }
     std::unique_lock lock(s.mu);
     why = s.cache.empty() ? "first call" : "new input signature";
     if (!s.cache.empty()) {

@@ -95,8 +95,8 @@ struct Engine::State {
   // The recompile budget: every trace after the first, whatever its cause, counts; past
   // opts.recompile_limit of them a call that needs a trace runs eagerly.
   std::map<std::string, CauseTally> causes;
-  uint64_t traces_taken = 0;  // traces the budget has handed out
-  bool warned_budget = false;
+  std::atomic<uint64_t> traces_taken{0};  // traces the budget has handed out
+  std::atomic<bool> warned_budget{false};
 
   std::atomic<uint64_t> calls{0}, hits{0}, misses{0}, guard_failures{0}, compiles{0}, breaks{0}, eager_calls{0},
       budget_eager_calls{0};
@@ -118,8 +118,11 @@ struct Engine::State {
   void merge(Entry& e, std::unique_ptr<TreeNode> chain);
   // The KILN_LOGS lines of a fresh trace: its cause, breaks and the guards it recorded.
   void log_trace(const TreeNode& head, size_t number, const std::string& why) const;
-  // Takes one trace from the budget, or says (once) that it is spent and returns false.
+  // Takes one trace from the budget, or refuses (below) and returns false.
   bool take_budget(const std::vector<RetraceCause>& why);
+  bool budget_spent() const;
+  // A call that needs a trace past the budget: warns once (with the causes), counts, logs.
+  void refuse(const std::vector<RetraceCause>& why);
   std::string name() const { return opts.name.empty() ? "compiled function" : opts.name; }
   std::string who() const { return name() + (where.empty() ? "" : " (compiled at " + where + ")"); }
   std::string budget_text() const;        // for explain()

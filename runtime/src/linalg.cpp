@@ -19,6 +19,7 @@
 
 #include "cuda/blas.h"
 #include "kiln/runtime/env.h"
+#include "kiln/runtime/parallel.h"
 #include "ops_common.h"
 
 namespace kiln {
@@ -203,6 +204,8 @@ bool sgemm_on_onednn(env::CpuBlas setting, int64_t work) {
 class OneThread {
  public:
   explicit OneThread(bool on) : was_(omp_get_max_threads()), on_(on && was_ != 1 && !omp_in_parallel()) {
+    // (a product inside a part of kiln's pool, runtime/parallel.h, is on a thread of its own
+    // outside any OpenMP region: its count is set to 1 here as well)
     if (on_) omp_set_num_threads(1);
   }
   ~OneThread() {
@@ -282,7 +285,7 @@ void blas_products(const Tensor& a, const Tensor& b, Tensor& out, T alpha, T bet
     });
     return;
   }
-  if (team && m >= kBlasThreadedMinCols && !omp_in_parallel()) {
+  if (team && m >= kBlasThreadedMinCols && !omp_in_parallel() && !parallel::in_job()) {
     for (int64_t i = 0; i < batch; ++i) block(i, 0, n, 0, m, true);
     return;
   }

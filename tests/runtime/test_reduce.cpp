@@ -627,9 +627,10 @@ TEST(EagerThreads, GrainInThisProcess) {
   if (kiln::cpu::num_threads() < 2) return;
   // parallel_for takes a thread per grain: n = grain stays on one, n = 2 * grain goes on two.
   auto threads_for = [](int64_t n, int64_t g) {
-    std::atomic<int> seen{0};
-    kiln::cpu::parallel_for(n, g, [&](int64_t, int64_t) { seen.store(std::max(seen.load(), omp_get_num_threads())); });
-    return seen.load();
+    std::atomic<int> parts{0};
+    kiln::cpu::parallel_for(n, g, [&](int64_t, int64_t) { parts++; });
+    EXPECT_EQ(parts.load(), kiln::cpu::last_parallel_threads());
+    return parts.load();
   };
   EXPECT_EQ(threads_for(grain, grain), 1);
   EXPECT_EQ(threads_for(2 * grain, grain), 2);

@@ -99,16 +99,50 @@ int cuda_new_sizes(int sizes) {
   return 0;
 }
 
+// --interleaved ROWS: an eager and a compiled softmax over [ROWS, 1024] called in turn, as
+// kiln-bench times them, each call timed: the mean and the slowest of each. Run it with other
+// processes keeping the cores busy to see whether kiln's threads hold up under contention
+// (docs/perf.md, "Threads under contention").
+int interleaved(int64_t rows, int calls) {
+  auto f = compile([](const Tensor& x) { return x.softmax(-1); });
+  Tensor x = randn({rows, 1024});
+  for (int i = 0; i < 10; ++i) {
+    f(x);
+    x.softmax(-1);
+  }
+  calls = std::max(1, std::min(calls, 2000));
+  double te = 0, tc = 0, worst_e = 0, worst_c = 0;
+  for (int i = 0; i < calls; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    Tensor a = x.softmax(-1);
+    auto t1 = std::chrono::steady_clock::now();
+    Tensor b = f(x);
+    auto t2 = std::chrono::steady_clock::now();
+    const double e = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    const double c = std::chrono::duration<double, std::micro>(t2 - t1).count();
+    te += e, tc += c, worst_e = std::max(worst_e, e), worst_c = std::max(worst_c, c);
+  }
+  std::printf("softmax f32[%lld, 1024], %d calls each, interleaved: eager mean %.1f us (slowest %.0f), compiled mean "
+              "%.1f us (slowest %.0f)\n",
+              (long long)rows, calls, te / calls, worst_e, tc / calls, worst_c);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int rounds = 15, calls = 20000, sizes = 8;
   int64_t size = 4;
   bool gpu_sizes = false;
+  int64_t interleaved_rows = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--cuda-new-sizes") {
       gpu_sizes = true;
+      continue;
+    }
+    if (a == "--interleaved" && i + 1 < argc) {
+      interleaved_rows = std::atoll(argv[++i]);
       continue;
     }
     if (i + 1 >= argc) a = "?";
@@ -117,7 +151,8 @@ int main(int argc, char** argv) {
     else if (a == "--size") size = std::atoll(argv[++i]);
     else if (a == "--sizes") sizes = std::max(2, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s [--rounds N] [--calls N] [--size N] | --cuda-new-sizes [--sizes N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--rounds N] [--calls N] [--size N] | --cuda-new-sizes [--sizes N] | --interleaved ROWS\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -125,6 +160,7 @@ int main(int argc, char** argv) {
     setenv("KILN_DISABLE_CACHE", "1", 1);  // (before the disk cache is first used)
     return cuda_new_sizes(sizes);
   }
+  if (interleaved_rows > 0) return interleaved(interleaved_rows, calls);
   Tensor x = randn({size}), y = randn({size});
   auto one = compile([](const Tensor& a, const Tensor& b) { return a + b; });
   auto three = compile([](const Tensor& a, const Tensor& b) { return (a + b).relu() * 2; });
@@ -176,5 +212,45 @@ int main(int argc, char** argv) {
   std::printf("dynamic rows, f32[n, 77] -> softmax * 2 -> sum(0): first call at a new size %.2f ms (median of %d sizes); "
               "the size that compiled the size-generic kernels %.2f ms; a repeated size %.3f ms (with its randn)\n",
               median(later), int(later.size()), generic_compile, median(hit));
+
+  // The per-call cost of the paths a hit may take, on tiny tensors, each against the eager ops
+  // run back to back: a hit at the traced sizes; a hit at another size of a dynamic dim (its
+  // program of size-generic kernels, found by the inputs' sizes); the same with a size guard
+  // (x.sym_size(0) > 2 checked first); and a call past the recompile budget (a new number
+  // argument each call: the signature misses and the function runs eagerly).
+  CompileOptions d2;
+  d2.recompile_limit = 2;
+  auto generic = compile([](const Tensor& a) { return (a + 1).relu() * 2; }, d2);
+  auto guarded = compile(
+      [](const Tensor& a) {
+        if (a.sym_size(0) > 2) return (a + 1).relu() * 2;
+        return a * 0;
+      },
+      d2);
+  auto spent = compile([](const Tensor& a, double k) { return (a + k).relu() * 2; }, d2);
+  for (int64_t n : {3, 4, 5, 6}) {
+    generic(randn({n}));
+    guarded(randn({n}));
+  }
+  for (int k = 0; k < 4; ++k) spent(x, double(k));
+  Tensor g = randn({size});  // a size the dynamic graphs were not traced at (they were at 5)
+  double next_k = 100;
+  std::vector<double> e3, hit3, gen3, guard3, spent3;
+  for (int r = 0; r < rounds; ++r) {
+    e3.push_back(ns_per_call([&] { Tensor z = (g + 1).relu() * 2; }, calls / 4));
+    hit3.push_back(ns_per_call([&] { Tensor z = three(x, y); }, calls / 4));
+    gen3.push_back(ns_per_call([&] { Tensor z = generic(g); }, calls / 4));
+    guard3.push_back(ns_per_call([&] { Tensor z = guarded(g); }, calls / 4));
+    spent3.push_back(ns_per_call([&] { Tensor z = spent(g, next_k++); }, calls / 4));
+  }
+  std::printf("%-44s %10s %10s\n", "a 3-op call's path (f32[size])", "ns", "vs eager");
+  std::printf("%-44s %10.0f %10s\n", "eager", median(e3), "");
+  std::printf("%-44s %10.0f %10.0f\n", "hit at the traced sizes", median(hit3), diff(hit3, e3));
+  std::printf("%-44s %10.0f %10.0f\n", "hit at another size of a dynamic dim", median(gen3), diff(gen3, e3));
+  std::printf("%-44s %10.0f %10.0f\n", "the same behind a size guard", median(guard3), diff(guard3, e3));
+  std::printf("%-44s %10.0f %10.0f\n", "past the recompile budget (runs eagerly)", median(spent3), diff(spent3, e3));
+  std::printf("(traces: generic %llu, guarded %llu, spent %llu with %llu calls past the budget)\n",
+              (unsigned long long)generic.stats().compiles, (unsigned long long)guarded.stats().compiles,
+              (unsigned long long)spent.stats().compiles, (unsigned long long)spent.stats().budget_eager_calls);
   return 0;
 }

@@ -1,12 +1,13 @@
 #include "loop.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 
 #include "kiln/runtime/env.h"
+#include "kiln/runtime/parallel.h"
 
 namespace kiln::cpu {
 
@@ -28,28 +29,28 @@ int last_parallel_threads() { return last_threads; }
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& f) {
   if (n <= 0) return;
   int nt = int(std::min<int64_t>(num_threads(), (n + grain - 1) / std::max<int64_t>(grain, 1)));
-  if (nt <= 1 || omp_in_parallel()) {
+  if (nt <= 1 || parallel::in_job()) {
     last_threads = 1;
     f(0, n);
     return;
   }
   last_threads = nt;
-  // Exceptions must not cross the OpenMP region: keep the first and rethrow after it.
+  // On kiln's pool, as the compiled kernels (runtime/parallel.h): one set of kernel threads, and
+  // the caller never waits for a part no thread has started. Exceptions must not leave a part:
+  // the first is kept and rethrown after the job.
   std::exception_ptr err;
-#pragma omp parallel num_threads(nt)
-  {
-    int t = omp_get_thread_num(), k = omp_get_num_threads();
-    int64_t chunk = (n + k - 1) / k;
+  std::mutex err_mu;
+  const int64_t chunk = (n + nt - 1) / nt;
+  parallel::run(nt, [&](int t) {
     int64_t b = t * chunk, e = std::min(n, b + chunk);
-    if (b < e) {
-      try {
-        f(b, e);
-      } catch (...) {
-#pragma omp critical
-        if (!err) err = std::current_exception();
-      }
+    if (b >= e) return;
+    try {
+      f(b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(err_mu);
+      if (!err) err = std::current_exception();
     }
-  }
+  });
   if (err) std::rethrow_exception(err);
 }
 

@@ -473,6 +473,7 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
     std::string key;
     if (n->exit == Exit::Print) {
       print(env.at(n->guarded));
+    } else if (n->exit == Exit::Split) {
     } else if (n->exit == Exit::DataDependent) {
       std::vector<Tensor> dd;
       for (Ref ref : n->dd_inputs) dd.push_back(env.at(ref));
@@ -576,10 +577,10 @@ void Engine::State::log_trace(const TreeNode& head, size_t number, const std::st
   const State& s = *this;
   logs::emit(logs::Channel::Recompiles, s.who() + ": trace #" + std::to_string(number) + ": " + why);
   for (const TreeNode* n = &head; n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
-    if (n->exit != Exit::Return) {
+    if (n->exit != Exit::Return && n->exit != Exit::Split) {
       logs::emit(logs::Channel::GraphBreaks, s.who() + ": graph break after " + n->graph.name() + ": " + n->reason +
                                                " at " + n->where + " (the graph so far runs; tracing goes on in a new one)");
-      if (n->exit != Exit::Print)
+      if (n->exit != Exit::Print && n->exit != Exit::Split)
         logs::emit(logs::Channel::Guards, s.who() + ": guard on " + n->reason + " at " + n->where + ": " +
                                             describe_key(n->exit, n->access, n->children.at(0).first));
     }
@@ -601,7 +602,7 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
     if (it != cache.end()) known_captures = it->second->captures;
   }
   size_t known = known_captures.size();
-  Tracer tracer(args, std::move(known_captures), opts.fullgraph);
+  Tracer tracer(args, std::move(known_captures), opts.fullgraph, nullptr, size_t(std::max(0, opts.max_graph_ops)));
   std::vector<Tensor> outs;
   {
     trace::Install install(&tracer);
@@ -620,6 +621,13 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
           n->speculations.push_back(
               speculate(*n, 0, [&](const ir::Graph& g) { return compile_speculation(*n, g, opts); }));
     log_trace(*chain, number, why);
+    if (tracer.splits() > 0)
+      logs::emit(logs::Channel::PerfHints,
+                 who() + ": trace #" + std::to_string(number) + " is long: it was cut into " +
+                     std::to_string(tracer.splits() + 1) + " graphs of at most " + std::to_string(opts.max_graph_ops) +
+                     " ops; it passed that length at " + tracer.split_where() +
+                     ". A host loop unrolled into the trace? Compile its body as a function of its own and call that "
+                     "from the host loop: one compile serves every iteration");
   }
 
   std::unique_lock lock(mu);

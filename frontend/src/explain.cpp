@@ -31,6 +31,8 @@ void explain_entry(const Engine::State::Entry& e, Explanation& ex) {
     std::string g = n->reason + " at " + n->where;
     if (n->exit == Exit::Print) {
       g += ": printed on every call (no guard)";
+    } else if (n->exit == Exit::Split) {
+      g += ": no guard";
     } else {
       g += n->exit == Exit::DataDependent ? ": output shape in {" : ": value in {";
       for (size_t k = 0; k < n->children.size(); ++k)

@@ -58,6 +58,7 @@ std::unique_ptr<Speculation> speculate(TreeNode& n, size_t child, const CompileG
     n.speculation_note = "not speculated: " + why;
     return nullptr;
   };
+  if (n.exit == Exit::Split) return no("a graph cut for length: merging it with the next would undo the cut");
   if (n.exit != Exit::HostValue && n.exit != Exit::Print) return no("the next graph's inputs depend on the break's result");
   if (child >= Predictor::kPaths - 1) return no("the guard has led to more paths than are predicted");
   const TreeNode& c = *n.children.at(child).second;

@@ -44,6 +44,7 @@ enum class Exit : uint8_t {
   HostValue,      // the C++ code read a host value from `guarded` (bool, item, to_vector, str)
   Print,          // kiln::print(guarded): replayed as a print, no guard
   DataDependent,  // nonzero/masked_select/unique: replayed with `replay`, guarded on its shape
+  Split,          // the graph reached CompileOptions::max_graph_ops: the next one goes on, no guard
 };
 
 struct TreeNode;

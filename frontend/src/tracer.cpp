@@ -3,6 +3,7 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <execinfo.h>
 
 #include <algorithm>
 #include <atomic>
@@ -58,12 +59,13 @@ std::atomic<uint64_t> next_trace_id{1};
 }  // namespace
 
 Tracer::Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorImpl>> captures, bool fullgraph,
-               Tracer* parent)
+               Tracer* parent, size_t max_graph_ops)
     : fullgraph_(fullgraph),
       parent_(parent),
       id_(next_trace_id.fetch_add(1, std::memory_order_relaxed)),
       start_serial_(next_tensor_serial()),
-      captures_(std::move(captures)) {
+      captures_(std::move(captures)),
+      max_graph_ops_(fullgraph || parent ? 0 : max_graph_ops) {
   trace::Pause pause;  // the tracer's own reads of the arguments' metadata
   head_ = std::make_unique<TreeNode>();
   head_->graph = ir::Graph("graph0");
@@ -128,6 +130,7 @@ void Tracer::record(OpId op, std::span<const trace::Operand> inputs, std::vector
                     std::span<const Tensor> outputs) {
   trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   if (!not_replayable_.empty()) return;
+  split_if_long();
   std::vector<ir::Value*> ins = operand_values(inputs);
   std::vector<ir::Type> types;
   for (const Tensor& o : outputs) types.push_back(type_of(o));
@@ -139,6 +142,7 @@ void Tracer::record_inplace(const Tensor& self, OpId op, std::span<const trace::
                             std::vector<Attr> attrs) {
   trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   if (!not_replayable_.empty()) return;
+  split_if_long();
   std::vector<ir::Value*> ins = operand_values(inputs);
   std::vector<ir::Type> in_types;
   for (const ir::Value* v : ins) in_types.push_back(v->type);
@@ -151,6 +155,7 @@ void Tracer::record_inplace(const Tensor& self, OpId op, std::span<const trace::
 void Tracer::write_back(const Tensor& dst, const Tensor& src) {
   trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   if (!not_replayable_.empty()) return;
+  split_if_long();
   write_back_value(dst, value_of(src));
 }
 
@@ -235,6 +240,33 @@ TreeNode* Tracer::cut(const Tensor* also_live) {
 }
 
 Ref Tracer::slot_of(const Tensor& t) { return cut_slots_.at(t.impl_ptr().get()); }
+
+namespace {
+// The first frame of the call stack outside kiln's own libraries: where the user's code is.
+std::string user_frame() {
+  void* frames[48];
+  const int n = backtrace(frames, 48);
+  for (int i = 1; i < n; ++i) {
+    Dl_info info{};
+    if (!dladdr(frames[i], &info) || !info.dli_fname) continue;
+    if (std::strstr(info.dli_fname, "libkiln_")) continue;
+    // (a return address: the call sits just before it)
+    return describe_location({}, static_cast<const char*>(frames[i]) - 1);
+  }
+  return "an unknown place";
+}
+}  // namespace
+
+void Tracer::split_if_long() {
+  if (max_graph_ops_ == 0 || tail_->graph.nodes().size() < max_graph_ops_) return;
+  if (splits_++ == 0) split_where_ = user_frame();
+  TreeNode* n = cut();
+  n->exit = Exit::Split;
+  n->reason = "the graph reached max_graph_ops (" + std::to_string(max_graph_ops_) + ")";
+  n->where = split_where_;
+  n->key.clear();
+  n->children[0].first.clear();
+}
 
 void Tracer::host_access(const Tensor& t, trace::HostAccess what, const std::source_location& where, const void* pc) {
   if (!not_replayable_.empty()) return;
@@ -540,7 +572,7 @@ void Tracer::constrain(const SymExpr& form, int64_t lo, int64_t hi, bool inside,
 std::string guard_key(Exit exit, trace::HostAccess access, const Tensor& t) {
   trace::Pause p;
   auto raw = [](const void* data, size_t n) { return std::string(static_cast<const char*>(data), n); };
-  if (exit == Exit::Print) return std::string();
+  if (exit == Exit::Print || exit == Exit::Split) return std::string();
   if (exit == Exit::DataDependent) {
     auto sz = t.sizes().vec();
     return "s" + raw(sz.data(), sz.size() * sizeof(int64_t));
@@ -564,6 +596,7 @@ std::string guard_key(Exit exit, trace::HostAccess access, const Tensor& t) {
 
 std::string describe_key(Exit exit, trace::HostAccess access, const std::string& key) {
   if (exit == Exit::Print) return "(printed)";
+  if (exit == Exit::Split) return "(split)";
   if (key.empty()) return "?";
   if (key[0] == 's') {
     std::vector<int64_t> sz((key.size() - 1) / sizeof(int64_t));

@@ -22,7 +22,7 @@ class Tracer final : public trace::Recorder {
   // `parent`: the tracer of the function a cond branch is traced inside (the branch's own
   // graph becomes a region; guards on sizes go to the parent).
   Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorImpl>> captures, bool fullgraph,
-         Tracer* parent = nullptr);
+         Tracer* parent = nullptr, size_t max_graph_ops = 0);
 
   void record(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs,
               std::span<const Tensor> outputs) override;
@@ -56,6 +56,9 @@ class Tracer final : public trace::Recorder {
   const std::string& not_replayable() const { return not_replayable_; }
   const std::vector<std::weak_ptr<TensorImpl>>& captures() const { return captures_; }
   size_t breaks() const { return breaks_; }
+  // Graphs cut for length (max_graph_ops), and where the user's code was at the first cut.
+  size_t splits() const { return splits_; }
+  const std::string& split_where() const { return split_where_; }
   // How many symbols the trace numbered (the size of a replay's table of their values).
   size_t symbols() const { return symbol_values_.size(); }
 
@@ -79,6 +82,8 @@ class Tracer final : public trace::Recorder {
   std::optional<uint32_t> symbol(const Tensor& t, trace::Metadata kind, int32_t dim);
   // This node cannot run at other sizes (a size the guards cannot follow was read).
   void make_opaque(const std::string& why);
+  // Cuts the graph when it has reached max_graph_ops (before the next node is recorded).
+  void split_if_long();
 
   bool fullgraph_;
   Tracer* parent_;
@@ -106,7 +111,9 @@ class Tracer final : public trace::Recorder {
   std::unordered_map<const TensorImpl*, Known> known_;
   std::unordered_map<const TensorImpl*, Ref> cut_slots_;  // tensors handed across the last cut
   uint32_t next_value_slot_ = 0;
-  size_t segments_ = 0, breaks_ = 0;
+  size_t segments_ = 0, breaks_ = 0, splits_ = 0;
+  size_t max_graph_ops_ = 0;
+  std::string split_where_;
   std::string not_replayable_;
 };
 

@@ -19,8 +19,11 @@
 //   broadcast over a loop), so reading and writing element by element is sound.
 // The cost model (thresholds below) refuses merges that are legal but slower.
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "lower.h"
 #include "schedule.h"
@@ -44,6 +47,10 @@ constexpr int64_t kMaxExpensiveRecompute = 1;
 constexpr size_t kMaxKernelNodes = 256;
 // Distinct buffers a kernel reads: each is a pointer and a stream of loads in the inner loop.
 constexpr size_t kMaxKernelInputs = 24;
+// Horizontal fusion: the refused sibling merges a group tries before it gives up (each try
+// checks the merged group's soundness and the graph's paths; without a bound, a value read by
+// thousands of groups that cannot merge made the pass quadratic).
+constexpr int kMaxSiblingFailures = 16;
 
 bool is_expensive(OpId op) {
   switch (op) {
@@ -191,7 +198,11 @@ class Fuser {
   // reads its operands from memory, and memory a kernel writes is read only before the write,
   // through the same view.
   bool sound(const Group& g) const {
-    std::set<int> in(g.nodes.begin(), g.nodes.end());
+    if (g.nodes.size() > kMaxKernelNodes) return false;  // (first: the checks below walk the nodes)
+    struct Members {  // g.nodes is sorted
+      const std::vector<int>& v;
+      bool count(int i) const { return std::binary_search(v.begin(), v.end(), i); }
+    } in{g.nodes};
     std::set<const ir::Value*> external;
     for (int i : g.nodes) {
       const ir::Node& n = *a_.nodes[size_t(i)];
@@ -214,7 +225,7 @@ class Fuser {
         if (classify(pn) == NodeClass::Reduction && !aligned_result(pn)) return false;
       }
     }
-    if (g.nodes.size() > kMaxKernelNodes || external.size() > kMaxKernelInputs) return false;
+    if (external.size() > kMaxKernelInputs) return false;
     // Writes: each copy's destination view; reads of that root must precede the first write and
     // use the same view.
     for (int w : g.nodes) {
@@ -262,17 +273,22 @@ class Fuser {
     return false;
   }
 
-  // Whether `to` is reachable from `from` through some group other than the two.
+  // Whether `to` is reachable from `from` through some group other than the two. Nodes are in
+  // program order, so every edge goes to a later node: a group whose first node comes after
+  // `to`'s last cannot lead to `to`, and the search leaves it out (without that, a search from an
+  // early group walked everything after it, once per merge: quadratic in a long trace).
   bool path_through_other(int from, int to) const {
-    std::vector<char> seen(groups_.size(), 0);
+    const int last = groups_[size_t(to)].nodes.back();
     std::vector<int> stack;
+    visited_.clear();
     auto push_succs = [&](int g, bool first) {
       for (int i : groups_[size_t(g)].nodes)
         for (int s : succ_[size_t(i)]) {
+          if (s > last) continue;
           int sg = group_of_[size_t(s)];
-          if (sg < 0 || sg == g || seen[size_t(sg)]) continue;
+          if (sg < 0 || sg == g || groups_[size_t(sg)].nodes.front() > last) continue;
           if (first && sg == to) continue;  // a direct edge is internal after the merge
-          seen[size_t(sg)] = 1;
+          if (!visited_.insert(sg).second) continue;
           stack.push_back(sg);
         }
     };
@@ -336,25 +352,73 @@ class Fuser {
     return true;
   }
 
-  // Horizontal fusion: groups over the same space that read a common value from memory.
+  // Horizontal fusion: groups over the same space that read a common value from memory. Each
+  // group, in order, tries the later groups that read one of the same roots (through the lists
+  // of each root's readers, not every pair); a group that writes a root is not a reader of it
+  // here (its reads sit around its own write, where a sibling's read cannot join soundly); a
+  // group stops trying once it is full or after kMaxSiblingFailures refusals.
   void merge_siblings() {
-    auto reads = [&](const Group& g) {
-      std::set<const ir::Value*> r;
-      for (int i : g.nodes)
-        for (const ir::Value* v : a_.nodes[size_t(i)]->inputs)
+    auto eligible = [&](size_t g) {
+      return groups_[g].alive && groups_[g].kind != NodeClass::Opaque && groups_[g].kind != NodeClass::Control;
+    };
+    std::vector<std::vector<const ir::Value*>> reads(groups_.size()), writes(groups_.size());
+    std::unordered_map<const ir::Value*, std::vector<int>> readers;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (!eligible(g)) continue;
+      std::set<const ir::Value*> r, w;
+      for (int i : groups_[g].nodes) {
+        const ir::Node& n = *a_.nodes[size_t(i)];
+        if (n.op == OpId::Copy) w.insert(ir::alias_root(n.inputs[0]));
+        for (const ir::Value* v : n.inputs)
           if (!v->producer || classify(*v->producer) == NodeClass::Free || classify(*v->producer) == NodeClass::Data)
             if (!(v->producer && v->producer->op == OpId::Constant && !v->producer->attr("data")))
               r.insert(ir::alias_root(v));
-      return r;
+      }
+      reads[g].assign(r.begin(), r.end());
+      writes[g].assign(w.begin(), w.end());
+      for (const ir::Value* root : reads[g])
+        if (!w.count(root)) readers[root].push_back(int(g));
+    }
+    auto shares = [](const std::vector<const ir::Value*>& a, const std::vector<const ir::Value*>& b) {
+      for (const ir::Value* v : a)
+        if (std::binary_search(b.begin(), b.end(), v)) return true;
+      return false;
+    };
+    auto add_union = [](std::vector<const ir::Value*>& a, const std::vector<const ir::Value*>& b) {
+      std::vector<const ir::Value*> u;
+      std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(u));
+      a = std::move(u);
     };
     for (size_t x = 0; x < groups_.size(); ++x) {
-      if (!groups_[x].alive || groups_[x].kind == NodeClass::Opaque || groups_[x].kind == NodeClass::Control) continue;
-      for (size_t y = x + 1; y < groups_.size(); ++y) {
-        if (!groups_[y].alive || groups_[y].kind == NodeClass::Opaque || groups_[y].kind == NodeClass::Control) continue;
-        if (groups_[x].space != groups_[y].space) continue;
-        auto rx = reads(groups_[x]), ry = reads(groups_[y]);
-        bool shared = std::any_of(rx.begin(), rx.end(), [&](const ir::Value* v) { return ry.count(v) > 0; });
-        if (shared) try_merge(int(x), int(y));
+      if (!eligible(x)) continue;
+      std::set<int> pending;  // later readers of x's roots, tried in order
+      // (the next few of each root's readers: a group tries no more than it can merge or fail)
+      constexpr size_t kCandidates = size_t(kMaxSiblingFailures) + kMaxKernelNodes;
+      auto add_readers_of = [&](const std::vector<const ir::Value*>& roots, int after) {
+        for (const ir::Value* root : roots) {
+          auto it = readers.find(root);
+          if (it == readers.end()) continue;
+          auto y = std::upper_bound(it->second.begin(), it->second.end(), after);
+          for (size_t k = 0; y != it->second.end() && k < kCandidates; ++y, ++k) pending.insert(*y);
+        }
+      };
+      add_readers_of(reads[x], int(x));
+      int failures = 0;
+      while (!pending.empty() && failures < kMaxSiblingFailures && groups_[x].nodes.size() < kMaxKernelNodes) {
+        const int y = *pending.begin();
+        pending.erase(pending.begin());
+        if (!eligible(size_t(y)) || groups_[x].space != groups_[size_t(y)].space) continue;
+        // (a write into what the other reads or writes: sound() refuses those, at a higher price)
+        if (shares(writes[x], reads[size_t(y)]) || shares(writes[size_t(y)], reads[x]) ||
+            shares(writes[x], writes[size_t(y)]))
+          continue;
+        if (try_merge(int(x), y)) {
+          add_union(reads[x], reads[size_t(y)]);
+          add_union(writes[x], writes[size_t(y)]);
+          add_readers_of(reads[size_t(y)], y);
+        } else {
+          ++failures;
+        }
       }
     }
   }
@@ -365,12 +429,16 @@ class Fuser {
     for (size_t g = 0; g < groups_.size(); ++g)
       if (groups_[g].alive) live.push_back(int(g));
     std::vector<std::set<int>> preds(groups_.size());
+    std::vector<std::vector<int>> succs(groups_.size());  // (each dependence once, from preds)
     std::vector<int> indeg(groups_.size(), 0);
     for (int g : live)
       for (int i : groups_[size_t(g)].nodes)
         for (int p : a_.preds[size_t(i)]) {
           int pg = group_of_[size_t(p)];
-          if (pg >= 0 && pg != g && preds[size_t(g)].insert(pg).second) ++indeg[size_t(g)];
+          if (pg >= 0 && pg != g && preds[size_t(g)].insert(pg).second) {
+            ++indeg[size_t(g)];
+            succs[size_t(pg)].push_back(g);
+          }
         }
     std::set<std::pair<int, int>> ready;  // (first node, group)
     for (int g : live)
@@ -380,8 +448,8 @@ class Fuser {
       int g = ready.begin()->second;
       ready.erase(ready.begin());
       out.push_back(groups_[size_t(g)].nodes);
-      for (int h : live)
-        if (preds[size_t(h)].count(g) && --indeg[size_t(h)] == 0) ready.insert({groups_[size_t(h)].nodes.front(), h});
+      for (int h : succs[size_t(g)])
+        if (--indeg[size_t(h)] == 0) ready.insert({groups_[size_t(h)].nodes.front(), h});
     }
     KILN_CHECK(out.size() == live.size(), "passes", "fuse: internal error: the kernel order has a cycle");
     return out;
@@ -391,6 +459,7 @@ class Fuser {
   std::vector<Group> groups_;
   std::vector<int> group_of_;
   std::vector<std::vector<int>> succ_;
+  mutable std::unordered_set<int> visited_;  // path_through_other's, kept for its buckets
 };
 
 }  // namespace

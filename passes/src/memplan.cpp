@@ -44,24 +44,31 @@ std::vector<Life> lifetimes(const KernelProgram& p) {
 }
 
 void compute_peak(KernelProgram& p, const std::vector<Life>& life) {
-  int64_t peak = 0;
-  for (size_t k = 0; k < p.kernels.size(); ++k) {
-    int64_t live = 0;
-    for (const Buffer& b : p.buffers)
-      if ((b.kind == BufferKind::Temp || b.kind == BufferKind::Output) && life[size_t(b.id)].first >= 0 &&
-          life[size_t(b.id)].first <= int(k) && int(k) <= life[size_t(b.id)].last) {
-        if (b.kind == BufferKind::Temp && p.planned) continue;  // counted through the arena below
-        live += b.bytes();
-      }
-    if (p.planned) {
-      // Temporaries: the arena blocks in use at k.
-      int64_t hi = 0;
-      for (const Buffer& b : p.buffers)
-        if (b.kind == BufferKind::Temp && life[size_t(b.id)].first <= int(k) && int(k) <= life[size_t(b.id)].last)
-          hi = std::max(hi, b.arena_offset + b.bytes());
-      live += hi;
+  // A sweep over the kernels: each buffer enters at its first kernel and leaves after its last
+  // (a pass over every buffer per kernel was quadratic in a long trace's program).
+  const size_t nk = p.kernels.size();
+  std::vector<int64_t> delta(nk + 1, 0);                          // unplanned bytes live, by difference
+  std::vector<std::vector<int64_t>> enter(nk + 1), leave(nk + 1);  // planned temporaries' arena tops
+  for (const Buffer& b : p.buffers) {
+    if (b.kind != BufferKind::Temp && b.kind != BufferKind::Output) continue;
+    const Life& l = life[size_t(b.id)];
+    if (l.first < 0 || l.last < l.first || size_t(l.first) >= nk) continue;
+    const size_t first = size_t(l.first), end = std::min(nk, size_t(l.last) + 1);
+    if (b.kind == BufferKind::Temp && p.planned) {  // counted through the arena: its top in use
+      enter[first].push_back(b.arena_offset + b.bytes());
+      leave[end].push_back(b.arena_offset + b.bytes());
+      continue;
     }
-    peak = std::max(peak, live);
+    delta[first] += b.bytes();
+    delta[end] -= b.bytes();
+  }
+  int64_t peak = 0, live = 0;
+  std::multiset<int64_t> tops;
+  for (size_t k = 0; k < nk; ++k) {
+    live += delta[k];
+    for (int64_t t : leave[k]) tops.erase(tops.find(t));
+    for (int64_t t : enter[k]) tops.insert(t);
+    peak = std::max(peak, live + (tops.empty() ? 0 : *tops.rbegin()));
   }
   p.peak_bytes = peak;
 }
@@ -192,28 +199,35 @@ void plan_memory_of(KernelProgram& p) {
     if (have > bytes) free_blocks.emplace(off + bytes, have - bytes);
     return off;
   };
-  for (Buffer& b : p.buffers) b.arena_offset = b.kind == BufferKind::Temp ? -1 : b.arena_offset;
+  // The temporaries that start and end at each kernel, in buffer order (a walk over every
+  // buffer per kernel was quadratic in a long trace's program).
+  std::vector<std::vector<Buffer*>> starts(p.kernels.size()), ends(p.kernels.size());
+  for (Buffer& b : p.buffers) {
+    b.arena_offset = b.kind == BufferKind::Temp ? -1 : b.arena_offset;
+    if (b.kind != BufferKind::Temp) continue;
+    const Life& l = life[size_t(b.id)];
+    if (l.first >= 0 && size_t(l.first) < p.kernels.size()) starts[size_t(l.first)].push_back(&b);
+    if (l.last >= 0 && size_t(l.last) < p.kernels.size()) ends[size_t(l.last)].push_back(&b);
+  }
   for (size_t k = 0; k < p.kernels.size(); ++k) {
     const Kernel& kern = p.kernels[k];
     std::vector<int> handed;  // dying temporaries whose bytes a new one took in place
-    for (Buffer& b : p.buffers) {
-      if (b.kind != BufferKind::Temp || life[size_t(b.id)].first != int(k)) continue;
-      int64_t bytes = round_up(b.bytes());
-      for (const Buffer& old : p.buffers) {
-        if (old.kind != BufferKind::Temp || old.arena_offset < 0 || life[size_t(old.id)].last != int(k) ||
-            life[size_t(old.id)].first >= int(k) || std::count(handed.begin(), handed.end(), old.id))
+    for (Buffer* b : starts[k]) {
+      int64_t bytes = round_up(b->bytes());
+      for (const Buffer* old : ends[k]) {
+        if (old->arena_offset < 0 || life[size_t(old->id)].first >= int(k) ||
+            std::count(handed.begin(), handed.end(), old->id))
           continue;
-        if (round_up(old.bytes()) == bytes && in_place_pair(kern, old.id, b.id, p)) {
-          b.arena_offset = old.arena_offset;
-          handed.push_back(old.id);
+        if (round_up(old->bytes()) == bytes && in_place_pair(kern, old->id, b->id, p)) {
+          b->arena_offset = old->arena_offset;
+          handed.push_back(old->id);
           break;
         }
       }
-      if (b.arena_offset < 0) b.arena_offset = take(bytes);
+      if (b->arena_offset < 0) b->arena_offset = take(bytes);
     }
-    for (const Buffer& b : p.buffers)
-      if (b.kind == BufferKind::Temp && life[size_t(b.id)].last == int(k) && !std::count(handed.begin(), handed.end(), b.id))
-        release(b.arena_offset, round_up(b.bytes()));
+    for (const Buffer* b : ends[k])
+      if (!std::count(handed.begin(), handed.end(), b->id)) release(b->arena_offset, round_up(b->bytes()));
   }
   p.arena_bytes = arena;
   p.planned = true;

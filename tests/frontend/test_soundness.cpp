@@ -380,3 +380,36 @@ TEST(Soundness, ThreadsPastTheBudgetStayBounded) {
   // The second half of the calls (all past the budget) adds no traces, kernels or log lines.
   if (rss_mid > 0) EXPECT_LT(rss_end - rss_mid, int64_t(64) << 20) << "RSS grew from " << rss_mid << " to " << rss_end;
 }
+
+// A host loop unrolled into a long trace: the graph is cut every max_graph_ops ops (no guard),
+// results stay eager's, and KILN_LOGS=perf_hints says so once.
+TEST(Soundness, LongTracesAreCutAndSaySo) {
+  kiln::testing::ScopedEnv logs("KILN_LOGS", "perf_hints");
+  CompileOptions o;
+  o.max_graph_ops = 100;
+  auto fn = [](const Tensor& x0, const Tensor& y) {
+    Tensor x = x0;
+    for (int i = 0; i < 300; ++i) x = x * 0.5 + y;
+    return x;
+  };
+  auto f = compile(fn, o);
+  Tensor x = randn({50}), y = randn({50});
+  ::testing::internal::CaptureStderr();
+  expect_same(f(x, y), fn(x, y));
+  Tensor x2 = randn({50});
+  expect_same(f(x2, y), fn(x2, y));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(f.stats().compiles, 1u);
+  EXPECT_EQ(f.stats().hits, 1u);
+  Explanation ex = f.explain();
+  EXPECT_GE(ex.graphs.size(), 6u) << ex;
+  for (const auto& g : ex.graphs) EXPECT_LE(g.ops, 101u);
+  EXPECT_TRUE(contains(err, "[kiln:perf_hints]")) << err;
+  EXPECT_TRUE(contains(err, "is long: it was cut into")) << err;
+  // fullgraph keeps one graph
+  CompileOptions whole = o;
+  whole.fullgraph = true;
+  auto g = compile(fn, whole);
+  expect_same(g(x, y), fn(x, y));
+  EXPECT_EQ(g.explain().graphs.size(), 1u);
+}

@@ -128,17 +128,59 @@ int interleaved(int64_t rows, int calls) {
   return 0;
 }
 
+// --curve MAX: the first call (trace, passes, compile) of two traced host loops, at 1024 ops
+// and doubling up to MAX ops, each a fresh function with the disk cache off (docs/perf.md,
+// "Compile time against trace length"): a chain `x = x * 0.5 + y` (two ops a step), and an
+// in-place row update of a [64, 64] grid (a Gauss-Seidel sweep: row i = (row i-1 + row i+1) *
+// 0.5, read and written through views: about five ops a row).
+int curve(int64_t max_ops) {
+  std::printf("%-34s %10s %12s %12s\n", "program", "ops", "first call ms", "ms per 1k ops");
+  for (int64_t ops = 1024; ops <= max_ops; ops *= 2) {
+    auto chain = compile([ops](const Tensor& x0, const Tensor& y) {
+      Tensor x = x0;
+      for (int64_t i = 0; i < ops / 2; ++i) x = x * 0.5 + y;
+      return x;
+    });
+    Tensor x = randn({1000}), y = randn({1000});
+    auto t0 = std::chrono::steady_clock::now();
+    chain(x, y);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%-34s %10lld %12.0f %12.2f\n", "chain x = x * 0.5 + y", (long long)ops, ms, ms / double(ops) * 1024);
+    std::fflush(stdout);
+  }
+  for (int64_t ops = 1024; ops <= max_ops; ops *= 2) {
+    const int64_t rows = 64, sweeps = std::max<int64_t>(1, ops / (5 * (rows - 2)));
+    auto sweep = compile([rows, sweeps](Tensor g) {
+      for (int64_t s = 0; s < sweeps; ++s)
+        for (int64_t i = 1; i + 1 < rows; ++i) g.select(0, i).copy_((g.select(0, i - 1) + g.select(0, i + 1)) * 0.5);
+    });
+    Tensor g = randn({rows, 64});
+    auto t0 = std::chrono::steady_clock::now();
+    sweep(g);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t n = sweeps * (rows - 2) * 5;
+    std::printf("%-34s %10lld %12.0f %12.2f\n", "in-place row updates of [64, 64]", (long long)n, ms,
+                ms / double(n) * 1024);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int rounds = 15, calls = 20000, sizes = 8;
   int64_t size = 4;
   bool gpu_sizes = false;
-  int64_t interleaved_rows = 0;
+  int64_t interleaved_rows = 0, curve_ops = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--cuda-new-sizes") {
       gpu_sizes = true;
+      continue;
+    }
+    if (a == "--curve" && i + 1 < argc) {
+      curve_ops = std::atoll(argv[++i]);
       continue;
     }
     if (a == "--interleaved" && i + 1 < argc) {
@@ -151,7 +193,7 @@ int main(int argc, char** argv) {
     else if (a == "--size") size = std::atoll(argv[++i]);
     else if (a == "--sizes") sizes = std::max(2, std::atoi(argv[++i]));
     else {
-      std::fprintf(stderr, "usage: %s [--rounds N] [--calls N] [--size N] | --cuda-new-sizes [--sizes N] | --interleaved ROWS\n",
+      std::fprintf(stderr, "usage: %s [--rounds N] [--calls N] [--size N] | --cuda-new-sizes [--sizes N] | --interleaved ROWS | --curve MAX_OPS\n",
                    argv[0]);
       return 2;
     }
@@ -161,6 +203,10 @@ int main(int argc, char** argv) {
     return cuda_new_sizes(sizes);
   }
   if (interleaved_rows > 0) return interleaved(interleaved_rows, calls);
+  if (curve_ops > 0) {
+    setenv("KILN_DISABLE_CACHE", "1", 1);  // (before the disk cache is first used)
+    return curve(curve_ops);
+  }
   Tensor x = randn({size}), y = randn({size});
   auto one = compile([](const Tensor& a, const Tensor& b) { return a + b; });
   auto three = compile([](const Tensor& a, const Tensor& b) { return (a + b).relu() * 2; });

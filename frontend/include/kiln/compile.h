@@ -48,6 +48,11 @@ struct CompileOptions {
   // fewer), the dimensions whose sizes varied among them are made dynamic: one graph serves all
   // their sizes, where the graph and the host code's reads of sizes allow (docs/compile.md).
   int dynamic_after = 3;
+  // A traced graph is cut (no guard: the next graph goes on) once it holds this many ops, so
+  // that a host loop unrolled into the trace costs compile time in proportion to its length
+  // (the optimizer's work grows faster than linearly in one graph's size). 0: never. Not under
+  // fullgraph. KILN_LOGS=perf_hints says where the long trace came from.
+  int max_graph_ops = 16384;
   // A name for messages and explain(); default "compiled function".
   std::string name;
   // What runs the traced graphs. Compiled optimizes them (kiln/passes) and compiles their

@@ -1,4 +1,5 @@
 #include "kiln/codegen/cache.h"
+#include "kiln/runtime/log.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -242,6 +243,7 @@ std::set<std::string>& warned_kinds() {
   return *kinds;
 }
 void cache_warning(std::string_view kind, const std::string& message) {
+  logs::emit(logs::Channel::Cache, std::string(kind) + ": " + message);  // (every time, where asked for)
   std::lock_guard<std::mutex> lock(warn_mu);
   if (!warned_kinds().insert(std::string(kind)).second) return;
   std::fprintf(stderr, "kiln: warning: [cache] %s\n", message.c_str());
@@ -405,7 +407,11 @@ std::optional<std::string> DiskCache::load(const CacheKey& key, std::string_view
   // Nothing may escape a compiled call but kiln::Error: the payload's size is bounded below, but
   // memory can still be short, and the entry is then a miss like any other.
   try {
-    return load_entry(entry_path(key, kind), key, kind);
+    const std::string path = entry_path(key, kind);
+    std::optional<std::string> entry = load_entry(path, key, kind);
+    if (logs::enabled(logs::Channel::Cache))
+      logs::emit(logs::Channel::Cache, std::string(entry ? "hit " : "miss ") + path);
+    return entry;
   } catch (const std::exception& e) {
     ++misses_;
     try {

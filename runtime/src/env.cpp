@@ -54,6 +54,10 @@ int cuda_tile() {
   return t;
 }
 
+size_t kernel_cache_bytes() {
+  return size_t(read_setting("KILN_KERNEL_CACHE_MB", 16, 0, int64_t(1) << 20)) << 20;
+}
+
 std::string logs() {
   const char* v = std::getenv("KILN_LOGS");
   return v ? v : "";

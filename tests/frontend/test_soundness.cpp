@@ -423,3 +423,26 @@ TEST(Soundness, LongTracesAreCutAndSaySo) {
   expect_same(g(x, y), fn(x, y));
   EXPECT_EQ(g.explain().graphs.size(), 1u);
 }
+
+// The memory cache of compiled kernels is bounded (KILN_KERNEL_CACHE_MB): functions created and
+// dropped leave at most the bound linked; a kernel a live function still uses stays callable
+// after the cache let it go, and a dropped one is linked again when needed.
+TEST(Soundness, ReleasedFunctionsReleaseTheirKernels) {
+  if (!codegen::has_cpu_codegen()) GTEST_SKIP() << "built without LLVM";
+  kiln::testing::ScopedEnv cap("KILN_KERNEL_CACHE_MB", "0");  // the cache keeps the newest kernel only
+  Tensor x = randn({64});
+  auto kept = compile([](const Tensor& a) { return (a * 3.5).sin() + 0.25; });
+  expect_same(kept(x), (x * 3.5).sin() + 0.25);
+  const uint64_t evicted_before = codegen::cpu_kernel_memory().evicted;
+  for (int i = 0; i < 40; ++i) {
+    const double c = 1.0 + i / 64.0;  // a kernel of its own each (the number is in the kernel)
+    auto f = compile([c](const Tensor& a) { return (a * c).cos() - c; });
+    expect_same(f(x), (x * c).cos() - c);
+  }
+  codegen::CpuKernelMemory m = codegen::cpu_kernel_memory();
+  EXPECT_LE(m.cached, 1u);
+  EXPECT_GE(m.evicted - evicted_before, 39u);
+  expect_same(kept(x), (x * 3.5).sin() + 0.25);  // its kernel left the cache, not the process
+  auto again = compile([](const Tensor& a) { return (a * 1.0).cos() - 1.0; });  // the first loop's kernel
+  expect_same(again(x), (x * 1.0).cos() - 1.0);
+}

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <atomic>
 #include <mutex>
 #include <set>
 
@@ -148,10 +149,16 @@ Jit::Jit() : impl_(std::make_unique<Impl>()) {
   s.jit->getMainJITDylib().addGenerator(std::move(*gen));
 }
 
-Jit::~Jit() = default;
+namespace {
+// Whether the process's Jit still exists: objects released during exit, after it, leave it be.
+std::atomic<bool> jit_alive{false};
+}  // namespace
+
+Jit::~Jit() { jit_alive = false; }
 
 Jit& Jit::get() {
   static Jit jit;
+  jit_alive = true;
   return jit;
 }
 
@@ -231,17 +238,37 @@ std::string Jit::assembly(llvm::Module& m) const {
   return emit_file(*tm, m, llvm::CodeGenFileType::AssemblyFile);
 }
 
-void* Jit::load(std::string_view object_bytes, const std::string& symbol) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  auto& jit = *impl_->jit;
-  if (auto found = jit.lookup(symbol)) return found->toPtr<void*>();
-  else llvm::consumeError(found.takeError());
-  auto buf = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object_bytes.data(), object_bytes.size()), symbol);
-  if (llvm::Error e = jit.addObjectFile(std::move(buf)))
-    KILN_FAIL("codegen", "cannot load the object code of ", symbol, ": ", error_text(std::move(e)));
-  auto addr = jit.lookup(symbol);
-  if (!addr) KILN_FAIL("codegen", "compiled object lacks ", symbol, ": ", error_text(addr.takeError()));
+struct Jit::Object::State {
+  Jit::Impl* jit = nullptr;
+  llvm::orc::ResourceTrackerSP tracker;
+};
+
+Jit::Object::~Object() {
+  if (!state_ || !jit_alive) return;
+  std::lock_guard<std::mutex> lock(state_->jit->mu);
+  if (llvm::Error e = state_->tracker->remove()) llvm::consumeError(std::move(e));
+}
+
+void* Jit::Object::symbol(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(state_->jit->mu);
+  auto addr = state_->jit->jit->lookup(name);
+  if (!addr) KILN_FAIL("codegen", "compiled object lacks ", name, ": ", error_text(addr.takeError()));
   return addr->toPtr<void*>();
 }
+
+std::shared_ptr<Jit::Object> Jit::link(std::string_view object_bytes, const std::string& name) {
+  auto obj = std::make_shared<Object>();
+  obj->state_ = std::make_unique<Object::State>();
+  obj->state_->jit = impl_.get();
+  obj->bytes_ = object_bytes.size();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto& jit = *impl_->jit;
+  obj->state_->tracker = jit.getMainJITDylib().createResourceTracker();
+  auto buf = llvm::MemoryBuffer::getMemBufferCopy(llvm::StringRef(object_bytes.data(), object_bytes.size()), name);
+  if (llvm::Error e = jit.addObjectFile(obj->state_->tracker, std::move(buf)))
+    KILN_FAIL("codegen", "cannot load the object code of ", name, ": ", error_text(std::move(e)));
+  return obj;
+}
+
 
 }  // namespace kiln::codegen::cpu

@@ -40,9 +40,22 @@ class Jit {
   // Sets the module's triple, data layout and the functions' target-cpu/features attributes.
   void prepare(llvm::Module& m) const;
 
-  // Links an object file into the process and returns the address of `symbol`. Thread-safe.
-  // Throws kiln::Error when the object does not load or lacks the symbol.
-  void* load(std::string_view object_bytes, const std::string& symbol);
+  // An object file linked into the process for as long as the handle lives: its symbols are
+  // callable until the last handle goes, which unlinks its code (the memory cache of compiled
+  // kernels bounds what it keeps this way). An object's symbols must not be linked twice at once.
+  class Object {
+   public:
+    ~Object();
+    void* symbol(const std::string& name) const;  // throws kiln::Error when absent
+    size_t bytes() const { return bytes_; }
+
+   private:
+    friend class Jit;
+    struct State;
+    std::unique_ptr<State> state_;
+    size_t bytes_ = 0;
+  };
+  std::shared_ptr<Object> link(std::string_view object_bytes, const std::string& name);
 
   ~Jit();
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <list>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -258,16 +259,67 @@ std::unique_ptr<llvm::Module> build_module(llvm::LLVMContext& ctx, const passes:
 struct KernelFns {
   cpu::KernelFn whole = nullptr;
   std::vector<cpu::KernelFn> partial, finish;  // by depth from 1 (empty: no parts)
+  std::shared_ptr<const cpu::Jit::Object> code;  // keeps the functions linked while held
 };
 
-// The process's compiled kernels by key.
+// The process's compiled kernels by key: every kernel a program or the cache holds (`live`:
+// its entry points, and its code watched, not held), and the cache's own references to the most
+// recently used ones, up to env::kernel_cache_bytes() of object code (`recent`, newest first).
+// A kernel no program uses and the cache has let go of is unlinked, so creating and dropping
+// compiled functions does not grow the process without bound.
 struct MemoryCache {
+  struct Live {
+    KernelFns fns;  // (without `code`)
+    std::weak_ptr<const cpu::Jit::Object> code;
+  };
+  using Recent = std::list<std::pair<CacheKey, std::shared_ptr<const cpu::Jit::Object>>>;
   std::mutex mu;
-  std::unordered_map<CacheKey, KernelFns, CacheKeyHash> fns;
+  std::unordered_map<CacheKey, Live, CacheKeyHash> live;
+  Recent recent;
+  std::unordered_map<CacheKey, Recent::iterator, CacheKeyHash> where;
+  size_t bytes = 0;  // of `recent`'s code
+  uint64_t evicted = 0;
+
+  // The kernel of `key` if a program or the cache still holds it.
+  std::optional<KernelFns> find(const CacheKey& key) {
+    auto it = live.find(key);
+    if (it == live.end()) return std::nullopt;
+    KernelFns fns = it->second.fns;
+    fns.code = it->second.code.lock();
+    if (!fns.code) {
+      live.erase(it);
+      return std::nullopt;
+    }
+    return fns;
+  }
+  void add(const CacheKey& key, const KernelFns& fns) {
+    Live l{fns, fns.code};
+    l.fns.code.reset();
+    live[key] = std::move(l);
+  }
+  // Makes `key` the newest of the recent kernels, then lets the oldest go past the bound.
+  void touch(const CacheKey& key, const std::shared_ptr<const cpu::Jit::Object>& code) {
+    if (auto it = where.find(key); it != where.end()) {
+      recent.splice(recent.begin(), recent, it->second);
+      return;
+    }
+    recent.emplace_front(key, code);
+    where[key] = recent.begin();
+    bytes += code->bytes();
+    const size_t cap = env::kernel_cache_bytes();
+    while (bytes > cap && recent.size() > 1) {
+      const CacheKey old = recent.back().first;
+      bytes -= recent.back().second->bytes();
+      where.erase(old);
+      recent.pop_back();  // (unlinks the code now, unless a program holds it)
+      evicted++;
+      if (auto l = live.find(old); l != live.end() && l->second.code.expired()) live.erase(l);
+    }
+  }
 };
 MemoryCache& memory_cache() {
-  static MemoryCache c;
-  return c;
+  static MemoryCache* c = new MemoryCache();  // never destroyed: programs in statics may outlive it
+  return *c;
 }
 
 enum class Source { Memory, Disk, Compiled };
@@ -277,9 +329,10 @@ KernelFns kernel_fn(const passes::Kernel& k, const KernelCode& code, bool generi
   MemoryCache& mc = memory_cache();
   // One compile at a time: a second thread wanting the same kernel waits and then hits.
   std::lock_guard<std::mutex> lock(mc.mu);
-  if (auto it = mc.fns.find(key); it != mc.fns.end()) {
+  if (std::optional<KernelFns> hit = mc.find(key)) {
     *source = Source::Memory;
-    return it->second;
+    mc.touch(key, hit->code);
+    return *hit;
   }
   std::string symbol = "kiln_k_" + key.hex();
   DiskCache& disk = DiskCache::global();
@@ -293,13 +346,16 @@ KernelFns kernel_fn(const passes::Kernel& k, const KernelCode& code, bool generi
     disk.store(key, "cpu-obj", *object);
   }
   KernelFns fns;
-  fns.whole = reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, symbol));
+  std::shared_ptr<cpu::Jit::Object> linked = cpu::Jit::get().link(*object, symbol);
+  fns.whole = reinterpret_cast<cpu::KernelFn>(linked->symbol(symbol));
   if (cpu::has_parts(k, code, generic))
     for (int d = 1; d <= cpu::part_depths(code); ++d) {
-      fns.partial.push_back(reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, cpu::part_symbol(symbol, cpu::kPartialSuffix, d))));
-      fns.finish.push_back(reinterpret_cast<cpu::KernelFn>(cpu::Jit::get().load(*object, cpu::part_symbol(symbol, cpu::kFinishSuffix, d))));
+      fns.partial.push_back(reinterpret_cast<cpu::KernelFn>(linked->symbol(cpu::part_symbol(symbol, cpu::kPartialSuffix, d))));
+      fns.finish.push_back(reinterpret_cast<cpu::KernelFn>(linked->symbol(cpu::part_symbol(symbol, cpu::kFinishSuffix, d))));
     }
-  mc.fns.emplace(key, fns);
+  fns.code = std::move(linked);
+  mc.add(key, fns);
+  mc.touch(key, fns.code);
   return fns;
 }
 
@@ -642,10 +698,16 @@ std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic)
 }
 
 #if KILN_WITH_LLVM
+CpuKernelMemory cpu_kernel_memory() {
+  MemoryCache& mc = memory_cache();
+  std::lock_guard<std::mutex> lock(mc.mu);
+  return {mc.recent.size(), mc.bytes, mc.evicted};
+}
 bool has_cpu_codegen() { return true; }
 std::string cpu_name() { return cpu::Jit::get().cpu(); }
 std::string cpu_target_id() { return cpu::Jit::get().target_id(); }
 #else
+CpuKernelMemory cpu_kernel_memory() { return {}; }
 bool has_cpu_codegen() { return false; }
 std::string cpu_name() { return "none (built without LLVM)"; }
 std::string cpu_target_id() { return "none"; }

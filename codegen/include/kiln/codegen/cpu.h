@@ -47,6 +47,16 @@ enum class CpuEmit {
 };
 std::string emit_cpu(const passes::KernelProgram& p, CpuEmit what, bool generic = false);
 
+// The compiled CPU kernels linked into the process: those the memory cache keeps (at most
+// KILN_KERNEL_CACHE_MB of object code, least recently used out first) and how many it let go
+// (their code unlinked once no compiled program used it).
+struct CpuKernelMemory {
+  size_t cached = 0;
+  size_t cached_bytes = 0;
+  uint64_t evicted = 0;
+};
+CpuKernelMemory cpu_kernel_memory();
+
 // Whether this build has the LLVM code generator (KILN_WITH_LLVM). Without it compile_cpu()
 // runs every kernel on the reference executor (stats().interpreted says so per kernel) and
 // emit_cpu() offers CpuEmit::Code only.

@@ -45,6 +45,12 @@ bool omp_passive_wait();
 enum class CpuBlas { Auto, OneDnn, OpenBlas };
 CpuBlas cpu_blas();
 
+// KILN_KERNEL_CACHE_MB: how much compiled CPU kernel code (object bytes) kiln keeps linked for
+// reuse beyond what live compiled functions use (default 16: about 10,000 small kernels, some
+// 100 MB of the process once linked; the least recently used goes first). Read at each new
+// kernel.
+size_t kernel_cache_bytes();
+
 // KILN_LOGS: the diagnostics channels turned on (kiln/runtime/log.h), a comma-separated list
 // of their names or `all`; "" (default): none. Read at each call.
 std::string logs();

@@ -311,10 +311,11 @@ TensorOptions like(const Tensor& t, TensorOptions o) {
   return o;
 }
 }  // namespace
-Tensor empty_like(const Tensor& t, TensorOptions o) { return empty(t.sizes(), like(t, o)); }
-Tensor zeros_like(const Tensor& t, TensorOptions o) { return zeros(t.sizes(), like(t, o)); }
-Tensor ones_like(const Tensor& t, TensorOptions o) { return ones(t.sizes(), like(t, o)); }
-Tensor full_like(const Tensor& t, const Scalar& v, TensorOptions o) { return full(t.sizes(), v, like(t, o)); }
+// (t's sizes are read by the op, not by the user's code: no size guard)
+Tensor empty_like(const Tensor& t, TensorOptions o) { return empty(t.impl().sizes, like(t, o)); }
+Tensor zeros_like(const Tensor& t, TensorOptions o) { return zeros(t.impl().sizes, like(t, o)); }
+Tensor ones_like(const Tensor& t, TensorOptions o) { return ones(t.impl().sizes, like(t, o)); }
+Tensor full_like(const Tensor& t, const Scalar& v, TensorOptions o) { return full(t.impl().sizes, v, like(t, o)); }
 Tensor rand_like(const Tensor& t, TensorOptions o) { return rand(t.sizes(), like(t, o)); }
 Tensor randn_like(const Tensor& t, TensorOptions o) { return randn(t.sizes(), like(t, o)); }
 

@@ -446,3 +446,28 @@ TEST(Soundness, ReleasedFunctionsReleaseTheirKernels) {
   auto again = compile([](const Tensor& a) { return (a * 1.0).cos() - 1.0; });  // the first loop's kernel
   expect_same(again(x), (x * 1.0).cos() - 1.0);
 }
+
+// Tensors of one value made inside the function are fill ops, not their bytes: an empty() buffer
+// traces the same every time (its bytes were garbage, different per trace, so the graphs before a
+// guard never matched), and a large zeros() costs the graph a few lines.
+TEST(Soundness, FactoriesOfOneValueAreFills) {
+  auto fn = [](const Tensor& x) {
+    Tensor b = empty({8});
+    b.copy_(x * 2);
+    if ((b.sum() > 0).item<bool>()) return b + 1;
+    return b - 1;
+  };
+  auto f = compile(fn);
+  for (int i = 0; i < 6; ++i) {
+    Tensor x = (i % 2 ? -1.0 : 1.0) * (rand({8}) + 0.5);
+    expect_same(f(x), fn(x));
+  }
+  EXPECT_EQ(f.stats().compiles, 2u);
+  EXPECT_EQ(f.stats().hits, 4u);
+  auto big = compile([](const Tensor& x) { return zeros({1 << 20}) + ones({1 << 20}) * x + full({1 << 20}, 2.5); });
+  Tensor x = randn({1 << 20});
+  expect_same(big(x), x + 2.5);
+  size_t text = 0;
+  for (const auto& g : big.explain().graphs) text += g.text.size();
+  EXPECT_LT(text, 4096u);
+}

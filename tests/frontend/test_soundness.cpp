@@ -471,3 +471,27 @@ TEST(Soundness, FactoriesOfOneValueAreFills) {
   for (const auto& g : big.explain().graphs) text += g.text.size();
   EXPECT_LT(text, 4096u);
 }
+
+// Kernels that differ only in where their operands start are one kernel: a sweep over the rows
+// of a grid (each row read and written through a view) compiles a handful, not one per row.
+TEST(Soundness, RowKernelsDifferingInOffsetsAreOneKernel) {
+  if (!codegen::has_cpu_codegen()) GTEST_SKIP() << "built without LLVM";
+  const int64_t rows = 40;
+  auto body = [rows](Tensor g) {
+    for (int64_t i = 1; i + 1 < rows; ++i) g.select(0, i).copy_((g.select(0, i - 1) + g.select(0, i + 1)) * 0.4375);
+  };
+  auto sweep = compile(body);
+  Tensor g = randn({rows, 48}), ref = g.clone();
+  sweep(g);
+  body(ref);
+  expect_same(g, ref);
+  const std::string note = sweep.explain().graphs.at(0).backend;
+  // "cpu: K of K kernels compiled (M from memory, D from disk)": all but a few reuse one
+  int kernels = 0, memory = 0, disk = 0;
+  ASSERT_EQ(std::sscanf(note.c_str(), "cpu: %*d of %d kernels compiled (%d from memory, %d from disk)", &kernels, &memory,
+                        &disk),
+            3)
+      << note;
+  EXPECT_GE(kernels, int(rows - 2)) << note;  // (a kernel or two per row)
+  EXPECT_GE(memory + disk, kernels - 4) << note;
+}

@@ -46,8 +46,9 @@ namespace {
 // 2: kernels take a status word (integer division's zero-divisor check); 3: split full
 // reductions (partial and finish functions), size-generic kernels; 4: [begin, end) over the
 // leading loops flattened (thread_loops); 5: reductions over strided rows by columns, short rows
-// by the SLP vectoriser (emit_rows.cpp's wants_columns, emit.cpp's scalar_rows_).
-constexpr int64_t kCpuCodegenVersion = 5;
+// by the SLP vectoriser (emit_rows.cpp's wants_columns, emit.cpp's scalar_rows_); 6: keys
+// without the operands' offsets (one kernel for every row of a sweep).
+constexpr int64_t kCpuCodegenVersion = 6;
 // The kernel program's own format version (kernel.h's text form feeds the key).
 constexpr int64_t kKernelIrVersion = 1;
 
@@ -164,7 +165,11 @@ std::string shared_with(const passes::Kernel& k, size_t j) {
   return "";
 }
 
-// The kernel exactly as code generation sees it: everything that changes the machine code.
+// The kernel exactly as code generation sees it: everything that changes the machine code. An
+// operand's offset does not (the launch adds it to the operand's pointer), so kernels that differ
+// only in where their operands start (the rows of a sweep, each select of a loop) are one
+// kernel; whether a load reads the very elements a store writes (an in-place pair, which the code
+// reads through one pointer) does.
 std::string kernel_text(const passes::Kernel& k) {
   std::ostringstream o;
   o << passes::kernel_kind_name(k.kind) << " loops";
@@ -175,8 +180,10 @@ std::string kernel_text(const passes::Kernel& k) {
     for (int64_t s : a.sizes) o << " " << s;
     o << " strides";
     for (int64_t s : a.strides) o << " " << s;
-    o << " offset " << a.offset << (a.storage_relative ? " storage" : "") << (a.buffer < 0 ? " arg" : "");
-    o << shared_with(k, j) << "\n";
+    o << (a.buffer < 0 ? " arg" : "");
+    o << shared_with(k, j);
+    if (j < k.loads.size()) o << " inplace " << in_place_store(k, j);
+    o << "\n";
   };
   size_t j = 0;
   for (const auto& a : k.loads) operand(a, j++);

@@ -439,7 +439,7 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
   std::vector<Tensor> ahead;
   bool ran = false;
   while (true) {
-    if (n->exit != Exit::Return)
+    if (n->exit != Exit::Return && n->guarded_below)
       for (Ref w : n->written) saved.push_back({env.at(w), env.at(w).clone()});
     const int guess = ran ? -1 : n->predictor.guess();
     const Speculation* spec = guess >= 0 && size_t(guess) < n->speculations.size() ? n->speculations[size_t(guess)].get() : nullptr;
@@ -662,6 +662,7 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
     if (n->exit == Exit::DataDependent) e.value_slots = std::max<size_t>(e.value_slots, n->dd_output + 1);
   }
   merge(e, std::move(chain));
+  if (e.root) e.root->mark_guards();
   return outs;
 }
 

@@ -174,6 +174,10 @@ struct TreeNode {
   bool hidden_outputs = false;
   // The graph neither returns nor writes anything: replay skips it.
   bool empty = false;
+  // A guard (a break's, or a size guard) can fail at or after this node: a replay then undoes the
+  // writes into arguments made so far, so it saves what this node's graph overwrites. False after
+  // the last guard of every path below (a long in-place trace cut for length saves nothing).
+  bool guarded_below = true;
 
   // The guard's observed values (canonical bytes) and the subtree each leads to.
   std::vector<std::pair<std::string, std::unique_ptr<TreeNode>>> children;
@@ -198,6 +202,15 @@ struct TreeNode {
     return true;
   }
   bool has_size_guards() const { return !symbols.empty() || !size_guards.empty() || !opaque.empty(); }
+  // Sets guarded_below on this node, the nodes below it and its alternatives; returns this
+  // node's.
+  bool mark_guards() {
+    bool below = exit == Exit::HostValue || exit == Exit::DataDependent || has_size_guards();
+    for (auto& [key, child] : children) below = child->mark_guards() || below;
+    guarded_below = below;
+    if (alternative) alternative->mark_guards();
+    return below || alternative != nullptr;
+  }
 };
 
 // A size guard as text: "argument 0 size(0) >= 101".

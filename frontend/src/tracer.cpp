@@ -170,8 +170,9 @@ void Tracer::write_back_value(const Tensor& dst, ir::Value* vs) {
   auto pos = std::find(gin.begin(), gin.end(), root);
   if (pos != gin.end()) {
     Ref r = tail_->inputs[size_t(pos - gin.begin())];
-    if (r.space != Ref::Space::Value && std::find(tail_->written.begin(), tail_->written.end(), r) == tail_->written.end())
-      tail_->written.push_back(r);
+    // (a value handed over at a break may be an argument itself: x.mul_(2) before the break and
+    // x.add_(1) after it write the same memory, so writes through those are undone too)
+    if (std::find(tail_->written.begin(), tail_->written.end(), r) == tail_->written.end()) tail_->written.push_back(r);
   }
 }
 
@@ -337,16 +338,14 @@ std::unique_ptr<TreeNode> Tracer::finish(const std::vector<Tensor>& outputs) {
   const size_t returned = outs.size();
   if (outs.empty()) {
     // A function whose effect is writes into its arguments or captures (an optimizer step):
-    // the last write-back into one is the graph's output, which keeps the graph a graph (the
-    // IR's graphs return something) and every write-back with it (dce keeps the writes into
-    // inputs); replay drops it.
+    // the last write-back into a graph input is the graph's output, which keeps the graph a
+    // graph (the IR's graphs return something) and every write-back with it (dce keeps the writes
+    // into inputs); replay drops it. (An input handed over at a break counts: it may be an
+    // argument itself.)
     const auto& gin = tail_->graph.inputs();
-    for (auto it = tail_->graph.nodes().rbegin(); it != tail_->graph.nodes().rend() && outs.empty(); ++it) {
-      if ((*it)->op != OpId::Copy) continue;
-      auto pos = std::find(gin.begin(), gin.end(), ir::alias_root((*it)->inputs[0]));
-      if (pos != gin.end() && tail_->inputs[size_t(pos - gin.begin())].space != Ref::Space::Value)
+    for (auto it = tail_->graph.nodes().rbegin(); it != tail_->graph.nodes().rend() && outs.empty(); ++it)
+      if ((*it)->op == OpId::Copy && std::find(gin.begin(), gin.end(), ir::alias_root((*it)->inputs[0])) != gin.end())
         outs.push_back((*it)->outputs[0]);
-    }
     tail_->hidden_outputs = !outs.empty();
     tail_->empty = outs.empty();
   }

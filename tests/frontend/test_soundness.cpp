@@ -495,3 +495,41 @@ TEST(Soundness, RowKernelsDifferingInOffsetsAreOneKernel) {
   EXPECT_GE(kernels, int(rows - 2)) << note;  // (a kernel or two per row)
   EXPECT_GE(memory + disk, kernels - 4) << note;
 }
+
+// Writes into an argument made before a guard that fails are undone before the fresh trace, also
+// across graphs cut for length; after the last guard of a path nothing is saved for undoing.
+TEST(Soundness, WritesBeforeAFailingGuardAreUndoneAcrossCuts) {
+  CompileOptions o;
+  o.max_graph_ops = 8;
+  auto fn = [](Tensor x) {
+    for (int i = 0; i < 10; ++i) x.mul_(1.5).add_(0.25);
+    if ((x.sum() > 0).item<bool>()) x.add_(1);
+    else x.sub_(1);
+    for (int i = 0; i < 10; ++i) x.mul_(0.5);
+  };
+  auto f = compile(fn, o);
+  for (int call = 0; call < 6; ++call) {
+    Tensor x = (call % 3 == 2 ? -1.0 : 1.0) * (rand({16}) + 1.0), want = x.clone();
+    f(x);
+    fn(want);
+    expect_same(x, want);
+  }
+  EXPECT_EQ(f.stats().compiles, 2u);
+  // writes after a break go through the value handed over, which is the argument itself: a
+  // later guard that fails undoes them too
+  auto fn2 = [](Tensor x) {
+    Tensor y = x * 2;
+    if ((y.sum() > 0).item<bool>()) x.add_(1);  // (the first write: after the break)
+    else x.sub_(1);
+    x.mul_(1.5);
+    if ((x.max() > 6).item<bool>()) x.mul_(0.5);
+    else x.add_(10);
+  };
+  auto g = compile(fn2);
+  for (int call = 0; call < 6; ++call) {
+    Tensor x = rand({8}) + (call % 2 ? 0.1 : 3.5), want = x.clone();
+    g(x);
+    fn2(want);
+    expect_same(x, want);
+  }
+}

@@ -354,11 +354,11 @@ int64_t rss_bytes() {
 
 // Many threads calling one function with new signatures, guard values and number arguments far
 // past the budget: results stay eager's, traces stop at the budget, and memory stops growing.
-// KILN_STRESS_CALLS sets the calls per thread (default 150; the long run in docs/compile.md
+// KILN_STRESS_CALLS sets the calls per thread (default 1000; the long run in docs/compile.md
 // takes 5000).
 TEST(Soundness, ThreadsPastTheBudgetStayBounded) {
   const char* env = std::getenv("KILN_STRESS_CALLS");
-  const int calls = env ? std::max(8, std::atoi(env)) : 150;
+  const int calls = env ? std::max(8, std::atoi(env)) : 1000;
   auto fn = [](const Tensor& x, double s) {
     Tensor y = x * s;
     if (y.sum().item<float>() > 0) return y + x.max().item<double>();

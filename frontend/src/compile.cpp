@@ -649,14 +649,12 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
     // A capture was released: the tree's graphs read it, so they all go.
     e.root.reset();
     e.captures.clear();
-    e.symbols = 0;
     e.value_slots = 0;
     note("  a captured tensor was released: the signature's trace tree is traced anew");
   } else if (e.captures.size() != known) {
     return outs;  // another thread extended the captures meanwhile
   }
   e.captures = tracer.captures();
-  e.symbols = std::max(e.symbols, tracer.symbols());
   for (const TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
     for (uint32_t s : n->outputs) e.value_slots = std::max<size_t>(e.value_slots, s + 1);
     if (n->exit == Exit::DataDependent) e.value_slots = std::max<size_t>(e.value_slots, n->dd_output + 1);

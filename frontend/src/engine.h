@@ -78,7 +78,6 @@ struct Engine::State {
     std::string signature;
     std::vector<ArgDesc> args;  // of the call that created it
     size_t value_slots = 0;
-    size_t symbols = 0;    // the most symbols a trace of it numbered
     bool generic = false;  // traced under dynamic dims: replays check the size guards
   };
   mutable std::shared_mutex mu;

@@ -1,5 +1,6 @@
 // explain(): what a compiled function has seen (its trace trees, breaks, guards, recompiles and
 // budget), and its text.
+#include <algorithm>
 #include <set>
 #include <sstream>
 

@@ -59,8 +59,6 @@ class Tracer final : public trace::Recorder {
   // Graphs cut for length (max_graph_ops), and where the user's code was at the first cut.
   size_t splits() const { return splits_; }
   const std::string& split_where() const { return split_where_; }
-  // How many symbols the trace numbered (the size of a replay's table of their values).
-  size_t symbols() const { return symbol_values_.size(); }
 
  private:
   struct Known {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -46,14 +47,18 @@ void* system_large(size_t n) {
   if (p && n >= kHugePage) madvise(p, n, MADV_HUGEPAGE);
   return p;
 }
+
+// A byte count past int64 is a size computation gone wrong (a negative one cast): rounding it up
+// to a block would wrap it into a small one.
+void check_count(size_t nbytes, const std::string& where) {
+  KILN_CHECK(nbytes <= size_t(std::numeric_limits<int64_t>::max()), "alloc", "cannot allocate ", nbytes, " bytes ",
+             where, ": more than int64 can count");
+}
 }  // namespace
 
 void* allocate(size_t nbytes) {
   if (nbytes == 0) return nullptr;
-  // (a count past int64 is a size computation gone wrong, a negative one cast: the rounding
-  // below would wrap it into a small block)
-  KILN_CHECK(nbytes <= size_t(std::numeric_limits<int64_t>::max()), "alloc", "cannot allocate ", nbytes,
-             " bytes on cpu: more than int64 can count");
+  check_count(nbytes, "on cpu");
   if (nbytes < kLargeBlock) {
     void* p = std::aligned_alloc(kAlign, (nbytes + kAlign - 1) / kAlign * kAlign);
     KILN_CHECK(p, "alloc", "out of memory allocating ", nbytes, " bytes on cpu");
@@ -128,8 +133,7 @@ void empty_cache() {
 
 std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
   if (device.is_cuda()) {
-    KILN_CHECK(nbytes <= size_t(std::numeric_limits<int64_t>::max()), "alloc", "cannot allocate ", nbytes,
-               " bytes on ", device.str(), ": more than int64 can count");
+    cpu_allocator::check_count(nbytes, "on " + device.str());
     // The driver's stream-ordered pool (kiln/runtime/cuda.h); throws when CUDA is unavailable.
     KILN_CHECK(cuda_is_available(), "alloc", "cannot allocate on ", device.str(), ": ", cuda_unavailable_reason());
     int index = device.index;
@@ -142,8 +146,7 @@ std::shared_ptr<Storage> Storage::allocate(size_t nbytes, Device device) {
 }
 
 std::shared_ptr<Storage> Storage::allocate_pinned(size_t nbytes) {
-  KILN_CHECK(nbytes <= size_t(std::numeric_limits<int64_t>::max()), "alloc", "cannot allocate ", nbytes,
-             " bytes of pinned memory: more than int64 can count");
+  cpu_allocator::check_count(nbytes, "of pinned memory");
   void* p = cuda::allocate_pinned(nbytes);
   auto s = std::make_shared<Storage>(p, nbytes, Device::cpu(), [](void* q) { cuda::release_pinned(q); });
   s->pinned_ = true;

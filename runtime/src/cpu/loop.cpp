@@ -1,6 +1,5 @@
 #include "loop.h"
 
-
 #include <algorithm>
 #include <cstring>
 #include <mutex>

@@ -388,7 +388,14 @@ TEST(Soundness, ThreadsPastTheBudgetStayBounded) {
   EXPECT_GT(f.stats().budget_eager_calls, 0u);
   EXPECT_LE(f.explain().recompiles.size(), 70u);
   // The second half of the calls (all past the budget) adds no traces, kernels or log lines.
-  if (rss_mid > 0) EXPECT_LT(rss_end - rss_mid, int64_t(64) << 20) << "RSS grew from " << rss_mid << " to " << rss_end;
+  // Under AddressSanitizer freed memory sits in its quarantine (256 MB by default) before it is
+  // reused, so the resident set there says nothing about kiln; the count bounds above still hold.
+#if defined(__SANITIZE_ADDRESS__)
+  rss_mid = 0;
+#endif
+  if (rss_mid > 0) {
+    EXPECT_LT(rss_end - rss_mid, int64_t(64) << 20) << "RSS grew from " << rss_mid << " to " << rss_end;
+  }
 }
 
 // A host loop unrolled into a long trace: the graph is cut every max_graph_ops ops (no guard),

@@ -357,7 +357,7 @@ std::unique_ptr<TreeNode> Tracer::finish(const std::vector<Tensor>& outputs) {
   }
   for (TreeNode* n = head_.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
     const std::string text = ir::print(n->graph);
-    n->hash = ir::hash(n->graph);
+    n->hash = ir::hash_text(text);
     n->erased_hash = stable_hash(erase_shapes(text));
     if (!n->empty) n->exe = std::make_unique<ir::Executable>(n->graph);
   }

@@ -176,6 +176,7 @@ Node* Graph::add_node(OpId op, std::vector<Value*> inputs, std::vector<Attr> att
                       SourceLoc loc) {
   auto n = std::make_unique<Node>();
   n->op = op;
+  n->index = int(nodes_.size());
   n->inputs = std::move(inputs);
   std::stable_sort(attrs.begin(), attrs.end(), [](const Attr& a, const Attr& b) { return a.name < b.name; });
   n->attrs = std::move(attrs);
@@ -417,13 +418,48 @@ std::optional<VerifyError> verify(const Graph& g) {
 
 // ---- hash: FNV-1a 64 over the canonical text ----
 
-uint64_t hash(const Graph& g) {
+uint64_t hash(const Graph& g) { return hash_text(print(g)); }
+
+uint64_t hash_text(std::string_view text) {
   uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : print(g)) {
+  for (unsigned char c : text) {
     h ^= c;
     h *= 1099511628211ull;
   }
   return h;
+}
+
+Graph copy(const Graph& g) {
+  Graph out(g.name());
+  // Values in id order, so the copy's ids are the original's (inputs may come after nodes).
+  std::vector<Value*> map(g.num_values(), nullptr);
+  size_t next_input = 0;
+  auto add_inputs_up_to = [&](int id) {
+    while (next_input < g.inputs().size() && g.inputs()[next_input]->id <= id) {
+      const Value* v = g.inputs()[next_input++];
+      map[size_t(v->id)] = out.add_input(v->name, v->type);
+    }
+  };
+  for (const auto& n : g.nodes()) {
+    if (!n->outputs.empty()) add_inputs_up_to(n->outputs[0]->id);
+    std::vector<Value*> ins;
+    ins.reserve(n->inputs.size());
+    for (const Value* v : n->inputs) ins.push_back(map[size_t(v->id)]);
+    std::vector<Type> types;
+    types.reserve(n->outputs.size());
+    for (const Value* v : n->outputs) types.push_back(v->type);
+    Node* m = out.add_node(n->op, std::move(ins), n->attrs, std::move(types), n->loc);
+    for (const auto& r : n->regions) m->regions.push_back(std::make_unique<Graph>(copy(*r)));
+    for (size_t k = 0; k < n->outputs.size(); ++k) {
+      map[size_t(n->outputs[k]->id)] = m->outputs[k];
+      m->outputs[k]->name = n->outputs[k]->name;
+    }
+  }
+  add_inputs_up_to(std::numeric_limits<int>::max());
+  std::vector<Value*> outs;
+  for (const Value* v : g.outputs()) outs.push_back(map[size_t(v->id)]);
+  out.set_outputs(std::move(outs));
+  return out;
 }
 
 ParseError::ParseError(int l, int c, const std::string& what)

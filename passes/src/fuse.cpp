@@ -96,7 +96,7 @@ class Fuser {
         const ir::Value* v = n.inputs[k];
         if (!v->producer || classify(*v->producer) == NodeClass::Free || classify(*v->producer) == NodeClass::Data)
           continue;
-        int pg = group_of_[size_t(a_.index.at(v->producer))];
+        int pg = group_of_[size_t(a_.index_of(v->producer))];
         if (pg >= 0 && std::find(cands.begin(), cands.end(), pg) == cands.end()) cands.push_back(pg);
       }
       std::sort(cands.begin(), cands.end(), std::greater<>());
@@ -149,8 +149,8 @@ class Fuser {
     if (x.kind == NodeClass::Control || y.kind == NodeClass::Control) return false;
     if (x.kind == NodeClass::Opaque && y.kind == NodeClass::Opaque) return false;
     out = x;
-    out.nodes.insert(out.nodes.end(), y.nodes.begin(), y.nodes.end());
-    std::sort(out.nodes.begin(), out.nodes.end());
+    out.nodes.resize(x.nodes.size() + y.nodes.size());
+    std::merge(x.nodes.begin(), x.nodes.end(), y.nodes.begin(), y.nodes.end(), out.nodes.begin());
     out.expensive = x.expensive || y.expensive;
     if (x.kind == NodeClass::Opaque || y.kind == NodeClass::Opaque) {
       const Group& op = x.kind == NodeClass::Opaque ? x : y;
@@ -203,18 +203,18 @@ class Fuser {
       const std::vector<int>& v;
       bool count(int i) const { return std::binary_search(v.begin(), v.end(), i); }
     } in{g.nodes};
-    std::set<const ir::Value*> external;
+    std::vector<const ir::Value*> external;
     for (int i : g.nodes) {
       const ir::Node& n = *a_.nodes[size_t(i)];
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         const ir::Value* v = n.inputs[k];
-        int p = v->producer && classify(*v->producer) != NodeClass::Free ? a_.index.at(v->producer) : -1;
+        int p = v->producer && classify(*v->producer) != NodeClass::Free ? a_.index_of(v->producer) : -1;
         bool inside = p >= 0 && in.count(p);
         // A view of a value computed here reads memory this kernel has not written yet.
         if (!inside && !(n.op == OpId::Copy && k == 0)) {
           int q = a_.producer(v);
           if (q >= 0 && in.count(q)) return false;
-          external.insert(ir::alias_root(v));
+          external.push_back(ir::alias_root(v));
         }
         if (!inside) continue;
         const ir::Node& pn = *a_.nodes[size_t(p)];
@@ -225,7 +225,8 @@ class Fuser {
         if (classify(pn) == NodeClass::Reduction && !aligned_result(pn)) return false;
       }
     }
-    if (external.size() > kMaxKernelInputs) return false;
+    std::sort(external.begin(), external.end());
+    if (size_t(std::unique(external.begin(), external.end()) - external.begin()) > kMaxKernelInputs) return false;
     // Writes: each copy's destination view; reads of that root must precede the first write and
     // use the same view.
     for (int w : g.nodes) {
@@ -236,7 +237,7 @@ class Fuser {
       // (t = tanh(...); t.t().copy_(y)): element by element, the value's store at a later
       // iteration overwrites what the copy wrote at an earlier one.
       if (const ir::Node* rp = dst.root->producer; rp && classify(*rp) != NodeClass::Free &&
-                                                     in.count(a_.index.at(rp)) && !(dst == view_key(dst.root)))
+                                                     in.count(a_.index_of(rp)) && !(dst == view_key(dst.root)))
         return false;
       for (int r : g.nodes) {
         const ir::Node& rn = *a_.nodes[size_t(r)];
@@ -247,7 +248,7 @@ class Fuser {
           }
           const ir::Value* v = rn.inputs[k];
           if (ir::alias_root(v) != dst.root) continue;
-          int p = v->producer && classify(*v->producer) != NodeClass::Free ? a_.index.at(v->producer) : -1;
+          int p = v->producer && classify(*v->producer) != NodeClass::Free ? a_.index_of(v->producer) : -1;
           if (p >= 0 && in.count(p)) {
             // A body value made before the write no longer holds what its memory holds after it.
             if (r > w && p < w) return false;
@@ -468,7 +469,7 @@ bool fuse(Module& m, bool fusion) {
   Analysis a(m.graph);
   auto groups = Fuser(a).run(fusion);
   auto program = std::make_shared<KernelProgram>(lower(m.graph, groups, LayoutPolicy{}));
-  bool changed = !m.program || print(*m.program) != print(*program);
+  bool changed = !m.program || !m.report_changes || print(*m.program) != print(*program);
   m.program = std::move(program);
   return changed;
 }
@@ -480,7 +481,7 @@ bool layout(Module& m) {
   LayoutPolicy all{true, true, true};
   auto program = std::make_shared<KernelProgram>(lower(m.graph, groups, all));
   if (m.program->planned) plan_memory_of(*program);
-  bool changed = print(*m.program) != print(*program);
+  bool changed = !m.report_changes || print(*m.program) != print(*program);
   m.program = std::move(program);
   return changed;
 }

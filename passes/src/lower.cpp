@@ -263,8 +263,8 @@ class Lowerer {
 
   bool in_group(const ir::Value* v, const std::set<int>& nodes) const {
     if (!v->producer) return false;
-    auto it = a_.index.find(v->producer);
-    return it != a_.index.end() && nodes.count(it->second);
+    const int i = a_.index_of(v->producer);
+    return i >= 0 && nodes.count(i);
   }
 
   // The map of a value produced in the kernel onto S: kept dims for a reduction dropping dims.

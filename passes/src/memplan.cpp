@@ -236,6 +236,10 @@ void plan_memory_of(KernelProgram& p) {
 
 bool plan_memory(Module& m) {
   KILN_CHECK(m.program, "passes", "memplan: no kernel program");
+  if (!m.report_changes) {
+    plan_memory_of(*m.program);
+    return true;
+  }
   std::string before = print(*m.program);
   plan_memory_of(*m.program);
   return print(*m.program) != before;

@@ -16,7 +16,7 @@ Module::Module(Module&&) noexcept = default;
 Module& Module::operator=(Module&&) noexcept = default;
 Module::~Module() = default;
 
-ir::Graph clone(const ir::Graph& g) { return ir::parse(ir::print(g)); }
+ir::Graph clone(const ir::Graph& g) { return ir::copy(g); }
 
 namespace {
 
@@ -144,6 +144,7 @@ PipelineReport run_pipeline(Module& m, const PipelineOptions& opts) {
 
 Module optimize(const ir::Graph& g, const PipelineOptions& opts) {
   Module m(clone(g));
+  m.report_changes = opts.print_after_all || !opts.print_after.empty() || opts.time_passes;
   run_pipeline(m, opts);
   if (!m.program) fuse(m, false);
   return m;

@@ -150,10 +150,7 @@ int64_t numel(const std::vector<int64_t>& sizes) {
 }
 
 Analysis::Analysis(const ir::Graph& graph) : g(graph) {
-  for (const auto& n : g.nodes()) {
-    index[n.get()] = int(nodes.size());
-    nodes.push_back(n.get());
-  }
+  for (const auto& n : g.nodes()) nodes.push_back(n.get());
   preds.resize(nodes.size());
   is_output_root.assign(nodes.size(), false);
   // Memory order per alias root: readers before a write run before it; the write runs before
@@ -193,7 +190,7 @@ Analysis::Analysis(const ir::Graph& graph) : g(graph) {
   }
   for (const ir::Value* out : g.outputs()) {
     const ir::Value* r = ir::alias_root(out);
-    if (r->producer) is_output_root[size_t(index.at(r->producer))] = true;
+    if (r->producer) is_output_root[size_t(index_of(r->producer))] = true;
   }
 }
 
@@ -202,7 +199,7 @@ int Analysis::producer(const ir::Value* v) const {
   while (v->producer) {
     const ir::Node* n = v->producer;
     NodeClass c = classify(*n);
-    if (c != NodeClass::Free) return index.at(n);
+    if (c != NodeClass::Free) return index_of(n);
     if (n->op == OpId::Constant) return -1;
     v = n->inputs[0];
   }

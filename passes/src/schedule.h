@@ -53,7 +53,10 @@ struct Analysis {
   explicit Analysis(const ir::Graph& g);
   const ir::Graph& g;
   std::vector<const ir::Node*> nodes;
-  std::unordered_map<const ir::Node*, int> index;
+  // The node's index here, or -1 for a node of another graph (a region's).
+  int index_of(const ir::Node* n) const {
+    return n->index < int(nodes.size()) && nodes[size_t(n->index)] == n ? n->index : -1;
+  }
   std::unordered_map<const ir::Value*, std::vector<int>> users;  // node indices, in order
   std::vector<std::vector<int>> preds;  // node -> nodes it must run after (data and memory)
   std::vector<bool> is_output_root;     // per node: a graph output views one of its outputs

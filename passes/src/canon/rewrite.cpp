@@ -42,22 +42,21 @@ bool is_fresh(const ir::Value* v) {
 // ---- MemoryInfo ----
 
 MemoryInfo::MemoryInfo(const ir::Graph& g) : g_(&g) {
-  // Union-find over the graph's values, in definition order.
-  std::vector<const ir::Value*> values(g.inputs().begin(), g.inputs().end());
-  for (const auto& n : g.nodes()) values.insert(values.end(), n->outputs.begin(), n->outputs.end());
-  std::unordered_map<const ir::Value*, size_t> index;
-  for (size_t i = 0; i < values.size(); ++i) index[values[i]] = i;
-  std::vector<size_t> parent(values.size());
+  // Union-find over the graph's values, by id.
+  values_.assign(g.num_values(), nullptr);
+  for (const ir::Value* v : g.inputs()) values_[size_t(v->id)] = v;
+  for (const auto& n : g.nodes())
+    for (const ir::Value* v : n->outputs) values_[size_t(v->id)] = v;
+  uses_.resize(values_.size());
+  std::vector<size_t> parent(values_.size());
   std::iota(parent.begin(), parent.end(), size_t(0));
   auto find = [&](size_t i) {
     while (parent[i] != i) i = parent[i] = parent[parent[i]];
     return i;
   };
-  auto unite = [&](const ir::Value* a, const ir::Value* b) { parent[find(index.at(a))] = find(index.at(b)); };
-  int p = 0;
+  auto unite = [&](const ir::Value* a, const ir::Value* b) { parent[find(slot(a))] = find(slot(b)); };
   for (const auto& n : g.nodes()) {
-    pos_[n.get()] = p++;
-    for (size_t k = 0; k < n->inputs.size(); ++k) uses_[n->inputs[k]].push_back({n.get(), k});
+    for (size_t k = 0; k < n->inputs.size(); ++k) uses_[slot(n->inputs[k])].push_back({n.get(), k});
     if (is_view(*n) || n->op == OpId::Copy) unite(n->outputs[0], n->inputs[0]);
     if (n->op == OpId::Cond) {
       for (const ir::Value* out : n->outputs)
@@ -66,13 +65,20 @@ MemoryInfo::MemoryInfo(const ir::Graph& g) : g_(&g) {
       for (const ir::Value* in : n->inputs) unite(n->outputs[0], in);
     }
   }
-  // Dense class ids.
-  std::unordered_map<size_t, int> ids;
-  for (size_t i = 0; i < values.size(); ++i) {
-    auto [it, fresh] = ids.emplace(find(i), int(ids.size()));
-    cls_[values[i]] = it->second;
-    if (fresh) info_.emplace_back();
-  }
+  // Dense class ids, in order of each class's first value (the inputs, then the nodes' outputs).
+  std::vector<int> ids(values_.size(), -1);
+  cls_.assign(values_.size(), -1);
+  auto number = [&](const ir::Value* v) {
+    int& id = ids[find(size_t(v->id))];
+    if (id < 0) {
+      id = int(info_.size());
+      info_.emplace_back();
+    }
+    cls_[size_t(v->id)] = id;
+  };
+  for (const ir::Value* v : g.inputs()) number(v);
+  for (const auto& n : g.nodes())
+    for (const ir::Value* v : n->outputs) number(v);
   for (const ir::Value* v : g.inputs()) info_[size_t(cls(v))].input = true;
   for (const ir::Value* v : g.outputs()) info_[size_t(cls(v))].output = true;
   for (const auto& n : g.nodes()) {
@@ -104,11 +110,14 @@ std::vector<int> MemoryInfo::writes_of(const ir::Node& n) const {
   return out;
 }
 
-const std::vector<MemoryInfo::Use>& MemoryInfo::uses(const ir::Value* v) const {
-  static const std::vector<Use> none;
-  auto it = uses_.find(v);
-  return it == uses_.end() ? none : it->second;
+size_t MemoryInfo::slot(const ir::Value* v) const {
+  const size_t i = size_t(v->id);
+  KILN_CHECK(i < values_.size() && values_[i] == v, "passes", "MemoryInfo: value %", v->id,
+             " is not a value of graph @", g_->name());
+  return i;
 }
+
+const std::vector<MemoryInfo::Use>& MemoryInfo::uses(const ir::Value* v) const { return uses_[slot(v)]; }
 
 bool MemoryInfo::any_between(const std::vector<int>& sorted, int lo, int hi) {
   auto it = std::upper_bound(sorted.begin(), sorted.end(), lo);

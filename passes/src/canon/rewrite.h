@@ -32,11 +32,11 @@ class MemoryInfo {
  public:
   explicit MemoryInfo(const ir::Graph& g);
 
-  int pos(const ir::Node* n) const { return pos_.at(n); }
+  int pos(const ir::Node* n) const { return n->index; }
   int def(const ir::Value* v) const { return v->producer ? pos(v->producer) : -1; }
   // The alias class: values that may share memory (the union of every view, write-back and
   // possibly-aliasing op with its operand; a superset of ir::alias_root's grouping).
-  int cls(const ir::Value* v) const { return cls_.at(v); }
+  int cls(const ir::Value* v) const { return cls_[slot(v)]; }
   int num_classes() const { return int(info_.size()); }
   bool is_output(const ir::Value* v) const;
   bool has_input(int c) const { return info_[size_t(c)].input; }
@@ -63,9 +63,11 @@ class MemoryInfo {
     std::vector<int> writes, reads;  // sorted node positions
   };
   static bool any_between(const std::vector<int>& sorted, int lo, int hi);
-  std::unordered_map<const ir::Node*, int> pos_;
-  std::unordered_map<const ir::Value*, int> cls_;
-  std::unordered_map<const ir::Value*, std::vector<Use>> uses_;
+  // Per-value facts are kept by the value's id; a value of another graph (a region's) is refused.
+  size_t slot(const ir::Value* v) const;
+  std::vector<const ir::Value*> values_;  // by id
+  std::vector<int> cls_;
+  std::vector<std::vector<Use>> uses_;
   std::vector<ClassInfo> info_;
   const ir::Graph* g_;
 };

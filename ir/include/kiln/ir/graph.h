@@ -94,6 +94,7 @@ struct Value {
 class Graph;
 struct Node {
   OpId op;
+  int index = 0;  // position in its graph's node list (graphs are append-only)
   std::vector<Value*> inputs;
   std::vector<Attr> attrs;  // sorted by name
   std::vector<Value*> outputs;
@@ -157,6 +158,11 @@ Graph from_json(std::string_view json_text);
 // error in one of several graphs names it ("graph 2: ...").
 std::vector<Graph> graphs_from_json(std::string_view json_text);
 uint64_t hash(const Graph& g);
+// hash(g) of a graph whose text, print(g), is at hand.
+uint64_t hash_text(std::string_view text);
+// A copy of g, regions included: the same names, types, attributes, source locations and value
+// ids, so print(copy(g)) == print(g).
+Graph copy(const Graph& g);
 
 class ParseError : public Error {
  public:

@@ -27,6 +27,10 @@ struct KernelProgram;
 struct Module {
   ir::Graph graph;
   std::shared_ptr<KernelProgram> program;  // null until a kernel pass has run
+  // Whether the kernel passes work out if they changed the program (by comparing it printed,
+  // before and after: a cost that grows with the program). Off, they say "changed". optimize()
+  // turns it off unless the pipeline's options print or time the passes.
+  bool report_changes = true;
 
   explicit Module(ir::Graph g);
   Module(Module&&) noexcept;

@@ -207,8 +207,8 @@ std::vector<RetraceCause> signature_causes(const std::vector<ArgDesc>& now,
         else v << a.scalar.to_int();
         const std::string subject = arg + " (" + kind_name(a.scalar) + ")";
         diff.push_back({subject, subject, "values",
-                        "every value of a number argument is traced on its own; pass it as a 0-d tensor "
-                        "(kiln::scalar_tensor(v)), a graph input read at every call, to trace once",
+                        "every value of a number argument is traced on its own; pass it as kiln::SymFloat(v) "
+                        "(or a 0-d tensor), a graph input read at every call, to trace once",
                         v.str()});
         continue;
       }

@@ -19,8 +19,10 @@
 //   broadcast over a loop), so reading and writing element by element is sound.
 // The cost model (thresholds below) refuses merges that are legal but slower.
 #include <algorithm>
+#include <climits>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -76,12 +78,15 @@ struct Group {
 
 class Fuser {
  public:
-  explicit Fuser(const Analysis& a) : a_(a), group_of_(a.nodes.size(), -1), succ_(a.nodes.size()) {
+  Fuser(const Analysis& a, bool exact_paths)
+      : a_(a), exact_paths_(exact_paths), group_of_(a.nodes.size(), -1), succ_(a.nodes.size()) {
     for (size_t i = 0; i < a.nodes.size(); ++i)
       for (int p : a.preds[i]) succ_[size_t(p)].push_back(int(i));
   }
 
-  std::vector<std::vector<int>> run(bool fusion) {
+  // The kernels' node lists in a valid order; nullopt when the fast path search let a cycle
+  // through (path_through_other).
+  std::optional<std::vector<std::vector<int>>> run(bool fusion) {
     for (size_t i = 0; i < a_.nodes.size(); ++i) {
       const ir::Node& n = *a_.nodes[i];
       NodeClass c = classify(n);
@@ -274,12 +279,16 @@ class Fuser {
     return false;
   }
 
-  // Whether `to` is reachable from `from` through some group other than the two. Nodes are in
-  // program order, so every edge goes to a later node: a group whose first node comes after
-  // `to`'s last cannot lead to `to`, and the search leaves it out (without that, a search from an
-  // early group walked everything after it, once per merge: quadratic in a long trace).
+  // Whether `to` is reachable from `from` through some group other than the two.
+  //
+  // Every edge between nodes goes forward, so the fast search leaves out nodes after `to`'s last
+  // and groups that start after it (without that, a search from an early group walked everything
+  // after it, once per merge: quadratic in a long trace). That is not exact between groups: a
+  // group holding an early and a late node can lead back to a group that ends before its late
+  // node. A merge that this misses makes a cycle of kernels, which ordered() finds; fuse() then
+  // groups the graph again with the exact search.
   bool path_through_other(int from, int to) const {
-    const int last = groups_[size_t(to)].nodes.back();
+    const int last = exact_paths_ ? INT_MAX : groups_[size_t(to)].nodes.back();
     std::vector<int> stack;
     visited_.clear();
     auto push_succs = [&](int g, bool first) {
@@ -425,7 +434,7 @@ class Fuser {
   }
 
   // Live groups in an order that respects every dependence; ties go to the earliest node.
-  std::vector<std::vector<int>> ordered() const {
+  std::optional<std::vector<std::vector<int>>> ordered() const {
     std::vector<int> live;
     for (size_t g = 0; g < groups_.size(); ++g)
       if (groups_[g].alive) live.push_back(int(g));
@@ -452,11 +461,12 @@ class Fuser {
       for (int h : succs[size_t(g)])
         if (--indeg[size_t(h)] == 0) ready.insert({groups_[size_t(h)].nodes.front(), h});
     }
-    KILN_CHECK(out.size() == live.size(), "passes", "fuse: internal error: the kernel order has a cycle");
+    if (out.size() != live.size()) return std::nullopt;
     return out;
   }
 
   const Analysis& a_;
+  const bool exact_paths_;
   std::vector<Group> groups_;
   std::vector<int> group_of_;
   std::vector<std::vector<int>> succ_;
@@ -467,8 +477,10 @@ class Fuser {
 
 bool fuse(Module& m, bool fusion) {
   Analysis a(m.graph);
-  auto groups = Fuser(a).run(fusion);
-  auto program = std::make_shared<KernelProgram>(lower(m.graph, groups, LayoutPolicy{}));
+  auto groups = Fuser(a, false).run(fusion);
+  if (!groups) groups = Fuser(a, true).run(fusion);
+  KILN_CHECK(groups, "passes", "fuse: internal error: the kernel order has a cycle");
+  auto program = std::make_shared<KernelProgram>(lower(m.graph, *groups, LayoutPolicy{}));
   bool changed = !m.program || !m.report_changes || print(*m.program) != print(*program);
   m.program = std::move(program);
   return changed;

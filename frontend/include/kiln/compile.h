@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "kiln/runtime/ops.h"
+#include "kiln/runtime/symfloat.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/trace.h"
 
@@ -142,8 +143,8 @@ class Engine {
   std::unique_ptr<State> state_;
 };
 
-// Appends the call arguments an argument stands for: a tensor, a number, or each tensor of a
-// std::vector<Tensor>.
+// Appends the call arguments an argument stands for: a tensor, a number, a SymFloat's tensor, or
+// each tensor of a std::vector<Tensor>.
 template <typename T>
 void append_args(std::vector<CallArg>& out, const T& v) {
   CallArg a;
@@ -152,6 +153,9 @@ void append_args(std::vector<CallArg>& out, const T& v) {
     return;
   } else if constexpr (std::is_convertible_v<const T&, const Tensor&>) {
     a.tensor = v;
+    a.is_tensor = true;
+  } else if constexpr (std::is_same_v<T, SymFloat>) {
+    a.tensor = v.tensor();  // a graph input: every value replays the same trace
     a.is_tensor = true;
   } else {
     a.scalar = Scalar(v);

@@ -8,6 +8,7 @@
 #include "kiln/runtime/profile.h"
 #include "kiln/runtime/scalar.h"
 #include "kiln/runtime/storage.h"
+#include "kiln/runtime/symfloat.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/trace.h"
 #include "kiln/compile.h"

@@ -23,7 +23,7 @@ void explain_entry(const Engine::State::Entry& e, Explanation& ex) {
   while (!stack.empty()) {
     const TreeNode* n = stack.back();
     stack.pop_back();
-    ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph), backend_text(*n)});
+    ex.graphs.push_back({ir::print_for_reading(n->graph), count_ops(n->graph), backend_text(*n)});
     for (const SizeGuard& g : n->size_guards)
       ex.size_guards.push_back(n->graph.name() + ": " + describe_guard(g) + " (" + g.where + ")");
     if (!n->opaque.empty()) ex.size_guards.push_back(n->graph.name() + ": runs only at its traced sizes: " + n->opaque);

@@ -22,6 +22,7 @@
 // numbered %0, %1, ... in order from each graph's start, and a region sees only its own
 // inputs. Printing is canonical: print(parse(t)) equals t for any t that print produced.
 #include <cctype>
+#include <cstdint>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -37,17 +38,17 @@ namespace kiln::ir {
 
 namespace {
 
-// Appends `g` with its header at `depth` levels of two-space indentation.
-void print_graph(const Graph& g, int depth, std::string& s) {
+// Appends `g` with its header at `depth` levels of two-space indentation. Constants' data
+// longer than `max_data_chars` hex digits is shown by its size (print_for_reading).
+void print_graph(const Graph& g, int depth, std::string& s, size_t max_data_chars) {
   const std::string indent(size_t(2 * depth), ' '), body = indent + "  ";
-  std::unordered_map<const Value*, std::string> names;
-  for (const Value* v : g.inputs()) names[v] = "%" + v->name;
+  std::vector<std::string> names(g.num_values());  // by value id
+  for (const Value* v : g.inputs()) names[size_t(v->id)] = "%" + v->name;
   int next = 0;
   for (const auto& n : g.nodes())
-    for (const Value* o : n->outputs) names[o] = "%" + std::to_string(next++);
+    for (const Value* o : n->outputs) names[size_t(o->id)] = "%" + std::to_string(next++);
   auto name_of = [&](const Value* v) {
-    auto it = names.find(v);
-    return it == names.end() ? std::string("%<undefined>") : it->second;
+    return g.owns(v) && !names[size_t(v->id)].empty() ? names[size_t(v->id)] : std::string("%<undefined>");
   };
   s += indent + "graph @" + g.name() + "(";
   for (size_t i = 0; i < g.inputs().size(); ++i)
@@ -61,8 +62,14 @@ void print_graph(const Graph& g, int depth, std::string& s) {
     s += ")";
     if (!n->attrs.empty()) {
       s += " {";
-      for (size_t i = 0; i < n->attrs.size(); ++i)
-        s += (i ? ", " : "") + n->attrs[i].name + "=" + attr_str(n->attrs[i].value);
+      for (size_t i = 0; i < n->attrs.size(); ++i) {
+        const Attr& a = n->attrs[i];
+        const auto* text = std::get_if<std::string>(&a.value);
+        if (n->op == OpId::Constant && a.name == "data" && text && text->size() > max_data_chars)
+          s += (i ? ", " : "") + a.name + "=<" + std::to_string(text->size() / 2) + " bytes>";
+        else
+          s += (i ? ", " : "") + a.name + "=" + attr_str(a.value);
+      }
       s += "}";
     }
     s += " : ";
@@ -70,7 +77,7 @@ void print_graph(const Graph& g, int depth, std::string& s) {
     if (!n->regions.empty()) {
       s += " {\n";
       for (const auto& r : n->regions)
-        if (r) print_graph(*r, depth + 2, s);
+        if (r) print_graph(*r, depth + 2, s, max_data_chars);
       s += body + "}";
     }
     s += "\n";
@@ -84,7 +91,13 @@ void print_graph(const Graph& g, int depth, std::string& s) {
 
 std::string print(const Graph& g) {
   std::string s;
-  print_graph(g, 0, s);
+  print_graph(g, 0, s, SIZE_MAX);
+  return s;
+}
+
+std::string print_for_reading(const Graph& g, size_t max_constant_bytes) {
+  std::string s;
+  print_graph(g, 0, s, max_constant_bytes > SIZE_MAX / 2 ? SIZE_MAX : 2 * max_constant_bytes);
   return s;
 }
 

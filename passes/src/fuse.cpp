@@ -213,13 +213,14 @@ class Fuser {
       const ir::Node& n = *a_.nodes[size_t(i)];
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         const ir::Value* v = n.inputs[k];
-        int p = v->producer && classify(*v->producer) != NodeClass::Free ? a_.index_of(v->producer) : -1;
+        const Analysis::ValueFacts& f = a_.facts(v);
+        const int p = f.defined_by;
         bool inside = p >= 0 && in.count(p);
         // A view of a value computed here reads memory this kernel has not written yet.
         if (!inside && !(n.op == OpId::Copy && k == 0)) {
-          int q = a_.producer(v);
+          int q = f.producer;
           if (q >= 0 && in.count(q)) return false;
-          external.push_back(ir::alias_root(v));
+          external.push_back(f.root);
         }
         if (!inside) continue;
         const ir::Node& pn = *a_.nodes[size_t(p)];
@@ -248,12 +249,12 @@ class Fuser {
         const ir::Node& rn = *a_.nodes[size_t(r)];
         for (size_t k = 0; k < rn.inputs.size(); ++k) {
           if (rn.op == OpId::Copy && k == 0) {
-            if (r != w && !(view_key(rn.inputs[0]) == dst) && ir::alias_root(rn.inputs[0]) == dst.root) return false;
+            if (r != w && a_.facts(rn.inputs[0]).root == dst.root && !(view_key(rn.inputs[0]) == dst)) return false;
             continue;
           }
           const ir::Value* v = rn.inputs[k];
-          if (ir::alias_root(v) != dst.root) continue;
-          int p = v->producer && classify(*v->producer) != NodeClass::Free ? a_.index_of(v->producer) : -1;
+          if (a_.facts(v).root != dst.root) continue;
+          int p = a_.facts(v).defined_by;
           if (p >= 0 && in.count(p)) {
             // A body value made before the write no longer holds what its memory holds after it.
             if (r > w && p < w) return false;

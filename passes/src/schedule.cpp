@@ -151,6 +151,16 @@ int64_t numel(const std::vector<int64_t>& sizes) {
 
 Analysis::Analysis(const ir::Graph& graph) : g(graph) {
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
+  value_facts.resize(g.num_values());
+  auto note = [&](const ir::Value* v) {
+    ValueFacts& f = value_facts[size_t(v->id)];
+    f.defined_by = v->producer && classify(*v->producer) != NodeClass::Free ? index_of(v->producer) : -1;
+    f.producer = producer(v);
+    f.root = ir::alias_root(v);
+  };
+  for (const ir::Value* v : g.inputs()) note(v);
+  for (const ir::Node* n : nodes)
+    for (const ir::Value* v : n->outputs) note(v);
   preds.resize(nodes.size());
   is_output_root.assign(nodes.size(), false);
   // Memory order per alias root: readers before a write run before it; the write runs before

@@ -62,6 +62,16 @@ struct Analysis {
   std::vector<bool> is_output_root;     // per node: a graph output views one of its outputs
   // The scheduled node (not Free) that computes v, or -1 (graph inputs, free nodes).
   int producer(const ir::Value* v) const;
+  // The same facts of a value of this graph, computed once (the fuser asks them per merge):
+  // the scheduled node that defines v itself (-1 when v is an input or a free node's result),
+  // producer(v), and ir::alias_root(v).
+  struct ValueFacts {
+    int defined_by = -1;
+    int producer = -1;
+    const ir::Value* root = nullptr;
+  };
+  std::vector<ValueFacts> value_facts;  // by value id
+  const ValueFacts& facts(const ir::Value* v) const { return value_facts[size_t(v->id)]; }
   bool is_graph_output(const ir::Value* v) const;
   // The alias roots each node reads from memory (operands not in `skip`), and the root a copy writes.
   const ir::Value* written_root(int node) const;

@@ -4,6 +4,7 @@
 // a call, KILN_LOGS, and a differential test of host code branching on sizes and numbers.
 #include <gtest/gtest.h>
 #include <kiln/codegen/cpu.h>
+#include <kiln/ir/graph.h>
 #include <kiln/kiln.h>
 
 #include <atomic>
@@ -186,6 +187,28 @@ TEST(SymFloat, ArgumentsTraceOnceForEveryValue) {
     expect_same(g(x, SymFloat(dt)), x * (dt * 2.0 + 1.0) - (1.0 - dt) / x);
   }
   EXPECT_EQ(g.stats().compiles, 1u);
+}
+
+// A plain number passed where the function declares a SymFloat becomes one at the call, so it
+// is a graph input too (lambdas with declared parameters, functions, function pointers).
+Tensor scaled_step(const Tensor& x, SymFloat dt) { return x + x * dt; }
+
+TEST(SymFloat, NumbersPassedForASymFloatParameterAreConvertedAtTheCall) {
+  auto f = compile([](const Tensor& x, const SymFloat& lr) { return x - x * lr; });
+  auto g = compile(scaled_step);
+  Tensor x = randn({32});
+  for (int i = 0; i < 12; ++i) {
+    expect_same(f(x, 0.01 * i), x - x * (0.01 * i));
+    expect_same(g(x, i), x + x * double(i));  // an int too
+  }
+  EXPECT_EQ(f.stats().compiles, 1u);
+  EXPECT_EQ(g.stats().compiles, 1u);
+  EXPECT_EQ(f.explain(x, 0.5).stats.compiles, 1u);
+  // A generic lambda's parameter types cannot be read: the double stays a double, each value a
+  // trace of its own (counted by the budget, so still never wrong).
+  auto h = compile([](const Tensor& x, auto lr) { return x * SymFloat(lr); });
+  for (int i = 0; i < 3; ++i) expect_same(h(x, 0.5 * i), x * (0.5 * i));
+  EXPECT_EQ(h.stats().compiles, 3u);
 }
 
 TEST(SymFloat, PromotesAndRoundsAsADouble) {
@@ -547,6 +570,21 @@ TEST(Soundness, FactoriesOfOneValueAreFills) {
   size_t text = 0;
   for (const auto& g : big.explain().graphs) text += g.text.size();
   EXPECT_LT(text, 4096u);
+  // A factory of many values (arange) is a constant of its bytes: explain() shows its size, the
+  // text form (dump-ir, the caches) every byte.
+  auto ramp = compile([](const Tensor& x) { return x * arange(0, 1 << 16, 1, TensorOptions(kFloat32)); });
+  Tensor y = randn({1 << 16});
+  expect_same(ramp(y), y * arange(0, 1 << 16, 1, TensorOptions(kFloat32)));
+  Explanation ex = ramp.explain();
+  ASSERT_EQ(ex.graphs.size(), 1u);
+  EXPECT_LT(ex.graphs[0].text.size(), 1024u) << ex.graphs[0].text.substr(0, 1024);
+  EXPECT_TRUE(contains(ex.graphs[0].text, "data=<262144 bytes>")) << ex.graphs[0].text.substr(0, 1024);
+  EXPECT_LT(ex.str().size(), 8192u);
+  ir::Graph g = ir::parse("graph @g(%x: f32[2]{1}) {\n  %0 = constant() {data=\"0000803f00000040\"} : f32[2]{1}\n"
+                          "  %1 = mul(%x, %0) : f32[2]{1}\n  return %1\n}\n");
+  EXPECT_TRUE(contains(ir::print_for_reading(g, 4), "data=<8 bytes>"));
+  EXPECT_TRUE(contains(ir::print_for_reading(g, 8), "data=\"0000803f00000040\""));
+  EXPECT_EQ(ir::print_for_reading(g), ir::print(g));
 }
 
 // Kernels that differ only in where their operands start are one kernel: a sweep over the rows

@@ -51,9 +51,10 @@ struct CompileOptions {
   int dynamic_after = 3;
   // A traced graph is cut (no guard: the next graph goes on) once it holds this many ops, so
   // that a host loop unrolled into the trace costs compile time in proportion to its length
-  // (the optimizer's work grows faster than linearly in one graph's size). 0: never. Not under
-  // fullgraph. KILN_LOGS=perf_hints says where the long trace came from.
-  int max_graph_ops = 16384;
+  // (the optimizer's work grows faster than linearly in one graph's size: per op, a 16384-op
+  // graph cost 1.5x a 2048-op one, docs/perf.md). 0: never. Not under fullgraph.
+  // KILN_LOGS=perf_hints says where the long trace came from.
+  int max_graph_ops = 2048;
   // A name for messages and explain(); default "compiled function".
   std::string name;
   // What runs the traced graphs. Compiled optimizes them (kiln/passes) and compiles their
@@ -93,7 +94,7 @@ struct CompileStats {
 // What explain() reports about one input signature.
 struct Explanation {
   struct GraphInfo {
-    std::string text;  // the graph in kiln's text form
+    std::string text;  // the graph in kiln's text form (a constant over 4 KiB shows its size: ir::print_for_reading)
     size_t ops = 0;    // nodes other than constants
     std::string backend;  // what runs it: "cpu: 1 of 1 kernels compiled ...", "cuda:0: ...", or the reference executor and why
   };
@@ -163,6 +164,37 @@ void append_args(std::vector<CallArg>& out, const T& v) {
   out.push_back(std::move(a));
 }
 
+// The declared type of parameter I of a callable F, or void where it cannot be read (a generic
+// lambda, an overloaded call operator, I past the parameters).
+template <typename Sig> struct Parameters { using type = void; };
+template <typename R, typename... A> struct Parameters<R (*)(A...)> { using type = std::tuple<A...>; };
+template <typename R, typename... A> struct Parameters<R (*)(A...) noexcept> { using type = std::tuple<A...>; };
+template <typename R, typename C, typename... A> struct Parameters<R (C::*)(A...)> { using type = std::tuple<A...>; };
+template <typename R, typename C, typename... A> struct Parameters<R (C::*)(A...) const> { using type = std::tuple<A...>; };
+template <typename R, typename C, typename... A> struct Parameters<R (C::*)(A...) noexcept> { using type = std::tuple<A...>; };
+template <typename R, typename C, typename... A>
+struct Parameters<R (C::*)(A...) const noexcept> { using type = std::tuple<A...>; };
+template <typename F, typename = void> struct CallableParameters : Parameters<std::decay_t<F>> {};
+template <typename F>
+struct CallableParameters<F, std::void_t<decltype(&F::operator())>> : Parameters<decltype(&F::operator())> {};
+template <typename Tuple, size_t I, typename = void> struct Element { using type = void; };
+template <typename Tuple, size_t I>
+struct Element<Tuple, I, std::enable_if_t<(I < std::tuple_size_v<Tuple>)>> { using type = std::tuple_element_t<I, Tuple>; };
+template <typename F, size_t I>
+using parameter_t = typename Element<std::conditional_t<std::is_void_v<typename CallableParameters<F>::type>, std::tuple<>,
+                                                        typename CallableParameters<F>::type>,
+                                     I>::type;
+
+// An argument as the parameter it is passed to: a number for a SymFloat becomes a SymFloat;
+// anything else is passed on as it is.
+template <typename P, typename A>
+decltype(auto) as_parameter(A&& a) {
+  if constexpr (std::is_same_v<std::decay_t<P>, SymFloat> && std::is_arithmetic_v<std::decay_t<A>>)
+    return SymFloat(double(a));
+  else
+    return std::forward<A>(a);
+}
+
 template <typename R> struct Returns;
 template <> struct Returns<Tensor> {
   static std::vector<Tensor> flatten(Tensor t) { return {std::move(t)}; }
@@ -192,8 +224,34 @@ class CompiledFunction {
       : fn_(std::make_shared<F>(std::move(fn))),
         engine_(std::make_shared<detail::Engine>(std::move(options), where)) {}
 
+  // A number passed where the function declares a SymFloat is made a SymFloat here, at the
+  // call, so that it is a graph input (converted inside the traced function, it would be baked
+  // into the graph). Works where the parameter types can be read: functions, function pointers
+  // and lambdas with declared parameter types (not `auto`).
   template <typename... Args>
   auto operator()(Args&&... args) const {
+    return [&]<size_t... I>(std::index_sequence<I...>) {
+      return call(detail::as_parameter<detail::parameter_t<F, I>>(std::forward<Args>(args))...);
+    }(std::index_sequence_for<Args...>{});
+  }
+
+  // What the function has seen so far: every signature's graphs, breaks and guards, every
+  // recompile with its reason, the budget. Runs nothing.
+  Explanation explain() const { return engine_->explain(); }
+  // Runs the call (tracing it if needed: an in-place function performs its update once more)
+  // and reports the graphs, breaks and guards of its signature, and every recompile.
+  template <typename... Args>
+  Explanation explain(Args&&... args) const {
+    static_assert(sizeof...(Args) > 0);
+    return [&]<size_t... I>(std::index_sequence<I...>) {
+      return explain_call(detail::as_parameter<detail::parameter_t<F, I>>(std::forward<Args>(args))...);
+    }(std::index_sequence_for<Args...>{});
+  }
+  CompileStats stats() const { return engine_->stats(); }
+
+ private:
+  template <typename... Args>
+  auto call(Args&&... args) const {
     using R = std::decay_t<std::invoke_result_t<F&, Args&&...>>;
     std::vector<detail::CallArg> flat;
     flat.reserve(sizeof...(Args));
@@ -209,23 +267,14 @@ class CompiledFunction {
     std::vector<Tensor> out = engine_->call(flat, run);
     if constexpr (!std::is_void_v<R>) return detail::Returns<R>::unflatten(std::move(out));
   }
-
-  // What the function has seen so far: every signature's graphs, breaks and guards, every
-  // recompile with its reason, the budget. Runs nothing.
-  Explanation explain() const { return engine_->explain(); }
-  // Runs the call (tracing it if needed: an in-place function performs its update once more)
-  // and reports the graphs, breaks and guards of its signature, and every recompile.
   template <typename... Args>
-  Explanation explain(Args&&... args) const {
-    static_assert(sizeof...(Args) > 0);
-    (*this)(args...);
+  Explanation explain_call(Args&&... args) const {
+    call(args...);
     std::vector<detail::CallArg> flat;
     (detail::append_args(flat, args), ...);
     return engine_->explain(flat);
   }
-  CompileStats stats() const { return engine_->stats(); }
 
- private:
   std::shared_ptr<F> fn_;
   std::shared_ptr<detail::Engine> engine_;
 };

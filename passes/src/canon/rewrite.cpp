@@ -43,12 +43,8 @@ bool is_fresh(const ir::Value* v) {
 
 MemoryInfo::MemoryInfo(const ir::Graph& g) : g_(&g) {
   // Union-find over the graph's values, by id.
-  values_.assign(g.num_values(), nullptr);
-  for (const ir::Value* v : g.inputs()) values_[size_t(v->id)] = v;
-  for (const auto& n : g.nodes())
-    for (const ir::Value* v : n->outputs) values_[size_t(v->id)] = v;
-  uses_.resize(values_.size());
-  std::vector<size_t> parent(values_.size());
+  uses_.resize(g.num_values());
+  std::vector<size_t> parent(g.num_values());
   std::iota(parent.begin(), parent.end(), size_t(0));
   auto find = [&](size_t i) {
     while (parent[i] != i) i = parent[i] = parent[parent[i]];
@@ -66,8 +62,8 @@ MemoryInfo::MemoryInfo(const ir::Graph& g) : g_(&g) {
     }
   }
   // Dense class ids, in order of each class's first value (the inputs, then the nodes' outputs).
-  std::vector<int> ids(values_.size(), -1);
-  cls_.assign(values_.size(), -1);
+  std::vector<int> ids(g.num_values(), -1);
+  cls_.assign(g.num_values(), -1);
   auto number = [&](const ir::Value* v) {
     int& id = ids[find(size_t(v->id))];
     if (id < 0) {
@@ -111,10 +107,8 @@ std::vector<int> MemoryInfo::writes_of(const ir::Node& n) const {
 }
 
 size_t MemoryInfo::slot(const ir::Value* v) const {
-  const size_t i = size_t(v->id);
-  KILN_CHECK(i < values_.size() && values_[i] == v, "passes", "MemoryInfo: value %", v->id,
-             " is not a value of graph @", g_->name());
-  return i;
+  KILN_CHECK(g_->owns(v), "passes", "MemoryInfo: value %", v->id, " is not a value of graph @", g_->name());
+  return size_t(v->id);
 }
 
 const std::vector<MemoryInfo::Use>& MemoryInfo::uses(const ir::Value* v) const { return uses_[slot(v)]; }
@@ -126,11 +120,21 @@ bool MemoryInfo::any_between(const std::vector<int>& sorted, int lo, int hi) {
 
 // ---- Rebuilder ----
 
-Rebuilder::Rebuilder(const ir::Graph& old) : old_(old), g_(old.name()) {
-  for (const ir::Value* v : old.inputs()) map_[v] = g_.add_input(v->name, v->type);
+Rebuilder::Rebuilder(const ir::Graph& old)
+    : old_(old), g_(old.name()), map_(old.num_values(), nullptr) {
+  for (const ir::Value* v : old.inputs()) map_[size_t(v->id)] = g_.add_input(v->name, v->type);
 }
 
-ir::Value* Rebuilder::operator()(const ir::Value* old) const { return map_.at(old); }
+size_t Rebuilder::slot(const ir::Value* old) const {
+  KILN_CHECK(old_.owns(old), "passes", "rewrite: value %", old->id, " is not a value of graph @", old_.name());
+  return size_t(old->id);
+}
+
+ir::Value* Rebuilder::operator()(const ir::Value* old) const {
+  ir::Value* v = map_[slot(old)];
+  KILN_CHECK(v, "passes", "rewrite: value %", old->id, " is used before the pass defined it");
+  return v;
+}
 
 std::vector<ir::Value*> Rebuilder::operands(const ir::Node& n) const {
   std::vector<ir::Value*> ins;
@@ -145,7 +149,7 @@ ir::Node* Rebuilder::keep(const ir::Node& n, std::vector<ir::Value*> inputs) {
   for (const ir::Value* v : n.outputs) types.push_back(v->type);
   ir::Node* m = g_.add_node(n.op, std::move(inputs), n.attrs, std::move(types), n.loc);
   for (const auto& r : n.regions) m->regions.push_back(std::make_unique<ir::Graph>(clone(*r)));
-  for (size_t k = 0; k < n.outputs.size(); ++k) map_[n.outputs[k]] = m->outputs[k];
+  for (size_t k = 0; k < n.outputs.size(); ++k) map_[slot(n.outputs[k])] = m->outputs[k];
   return m;
 }
 

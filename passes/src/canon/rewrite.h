@@ -65,7 +65,6 @@ class MemoryInfo {
   static bool any_between(const std::vector<int>& sorted, int lo, int hi);
   // Per-value facts are kept by the value's id; a value of another graph (a region's) is refused.
   size_t slot(const ir::Value* v) const;
-  std::vector<const ir::Value*> values_;  // by id
   std::vector<int> cls_;
   std::vector<std::vector<Use>> uses_;
   std::vector<ClassInfo> info_;
@@ -85,7 +84,7 @@ class Rebuilder {
   ir::Value* operator()(const ir::Value* old) const;
   std::vector<ir::Value*> operands(const ir::Node& n) const;
   // Makes `now` stand for `old` from here on.
-  void replace(const ir::Value* old, ir::Value* now) { map_[old] = now; }
+  void replace(const ir::Value* old, ir::Value* now) { map_[slot(old)] = now; }
   // Appends a copy of n (regions included) on its mapped operands, or on `inputs`; the declared
   // types are kept, so a caller giving other inputs has checked that inference agrees.
   ir::Node* keep(const ir::Node& n);
@@ -100,9 +99,11 @@ class Rebuilder {
   ir::Graph finish();
 
  private:
+  // The old value's id, checked to be a value of the old graph.
+  size_t slot(const ir::Value* old) const;
   const ir::Graph& old_;
   ir::Graph g_;
-  std::unordered_map<const ir::Value*, ir::Value*> map_;
+  std::vector<ir::Value*> map_;  // by the old value's id; null until mapped
 };
 
 // The output types of `op` on values of these types, or nullopt where inference refuses.

@@ -124,6 +124,8 @@ class Graph {
   const std::vector<Value*>& outputs() const { return outputs_; }
   const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
   size_t num_values() const { return values_.size(); }
+  // Whether v is one of this graph's values (not a region's, not another graph's).
+  bool owns(const Value* v) const { return size_t(v->id) < values_.size() && values_[size_t(v->id)].get() == v; }
 
  private:
   std::string name_;
@@ -143,6 +145,11 @@ bool is_valid_name(NameKind kind, std::string_view name);
 
 // ---- forms ----
 std::string print(const Graph& g);
+// The text form for people to read (explain(), logs): a constant holding more than
+// `max_constant_bytes` bytes shows its size instead of its data (`data=<65536 bytes>`), so a
+// graph that captured a large tensor prints in proportion to its ops. Such text does not parse
+// back; print() and dump-ir print every byte.
+std::string print_for_reading(const Graph& g, size_t max_constant_bytes = 4096);
 // Parses the text form. Errors throw ParseError ("[parse] LINE:COL: what").
 Graph parse(std::string_view text);
 std::string to_json(const Graph& g, int indent = 2);

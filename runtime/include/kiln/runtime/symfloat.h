@@ -9,7 +9,7 @@
 //   auto step = kiln::compile([](Tensor& u, const Tensor& f, const kiln::SymFloat& dt) {
 //     u.add_(f * dt);
 //   });
-//   for (double t = 0; ...) step(u, f, kiln::SymFloat(dt_of(t)));   // traced once
+//   for (double t = 0; ...) step(u, f, dt_of(t));   // traced once
 //
 // Arithmetic with a tensor gives what the same arithmetic with a plain double gives: the number
 // promotes like a Python number (a floating tensor keeps its dtype, an integer or bool tensor
@@ -19,8 +19,10 @@
 // guard on that outcome: the graph traced here serves every value for which the comparison
 // comes out the same. guard_float() specialises on the exact value (a guard per value).
 //
-// Pass the SymFloat itself at the call site: a double passed where the function takes a
-// SymFloat is converted inside the function, while it is traced, and so baked into the graph.
+// A number passed where the compiled function declares a SymFloat parameter is made a SymFloat
+// at the call (compile.h), so `step(u, f, 0.01)` is fine. A generic lambda's parameter types
+// cannot be read: there, pass kiln::SymFloat(v) itself, or the number is baked into the trace
+// (one trace per value, counted by the recompile budget).
 #pragma once
 #include <iosfwd>
 #include <source_location>

@@ -23,7 +23,7 @@ void explain_entry(const Engine::State::Entry& e, Explanation& ex) {
   while (!stack.empty()) {
     const TreeNode* n = stack.back();
     stack.pop_back();
-    ex.graphs.push_back({ir::print_for_reading(n->graph), count_ops(n->graph), backend_text(*n)});
+    ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph), backend_text(*n)});
     for (const SizeGuard& g : n->size_guards)
       ex.size_guards.push_back(n->graph.name() + ": " + describe_guard(g) + " (" + g.where + ")");
     if (!n->opaque.empty()) ex.size_guards.push_back(n->graph.name() + ": runs only at its traced sizes: " + n->opaque);
@@ -109,7 +109,7 @@ std::string Explanation::str() const {
   for (size_t i = 0; i < guards.size(); ++i) o << "guard " << i << ": " << guards[i] << "\n";
   for (size_t i = 0; i < size_guards.size(); ++i) o << "size guard " << i << ": " << size_guards[i] << "\n";
   for (size_t i = 0; i < graphs.size(); ++i) {
-    o << "graph " << i << " (" << graphs[i].ops << " ops):\n" << graphs[i].text;
+    o << "graph " << i << " (" << graphs[i].ops << " ops):\n" << ir::shorten_constants(graphs[i].text);
     if (!graphs[i].backend.empty()) o << "  runs on: " << graphs[i].backend << "\n";
   }
   o << "traces of this function:\n";

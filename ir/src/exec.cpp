@@ -3,6 +3,7 @@
 #include "kiln/ir/exec.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <unordered_set>
 
@@ -69,8 +70,8 @@ const Value* alias_root(const Value* v) {
 Tensor decode_constant(const Node& n, bool on_host) {
   KILN_CHECK(n.op == OpId::Constant && n.attr("data"), "exec", "decode_constant: not a tensor constant");
   const Type& t = n.outputs[0]->type;
-  const auto* hex = std::get_if<std::string>(&n.attr("data")->value);
-  KILN_CHECK(hex, "exec", "constant: data is not a string");
+  const auto* bytes = std::get_if<std::string>(&n.attr("data")->value);
+  KILN_CHECK(bytes, "exec", "constant: data is not a string");
   // The data's length is checked before allocating: the type alone must not make the executor
   // allocate (or, past int64, miscount) what the data does not hold.
   int64_t need = itemsize(t.dtype);
@@ -80,29 +81,16 @@ Tensor decode_constant(const Node& n, bool on_host) {
     need = 0;
     fits = true;
   }
-  KILN_CHECK(fits && hex->size() == 2 * uint64_t(need), "exec", "constant: data has ", hex->size() / 2,
-             " bytes but ", t.str(), " needs ", fits ? std::to_string(need) : std::string("more than int64 counts"));
+  KILN_CHECK(fits && bytes->size() == uint64_t(need), "exec", "constant: data has ", bytes->size(), " bytes but ",
+             t.str(), " needs ", fits ? std::to_string(need) : std::string("more than int64 counts"));
   Tensor out = empty(t.sizes, TensorOptions(t.dtype));  // (decoded on the host, then moved to its device)
-  auto nib = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    KILN_FAIL("exec", "constant: data is not lower-case hex");
-  };
-  auto* p = static_cast<uint8_t*>(out.data_ptr());
-  for (size_t k = 0; k < hex->size() / 2; ++k) p[k] = uint8_t(nib((*hex)[2 * k]) * 16 + nib((*hex)[2 * k + 1]));
+  if (!bytes->empty()) std::memcpy(out.data_ptr(), bytes->data(), bytes->size());
   return on_host ? out : out.to(t.device);
 }
 
 std::string encode_constant(const Tensor& t) {
   Tensor c = t.to(Device::cpu()).contiguous();
-  static const char* digits = "0123456789abcdef";
-  const auto* p = static_cast<const uint8_t*>(c.data_ptr());
-  std::string s(size_t(c.nbytes()) * 2, '0');
-  for (int64_t i = 0; i < c.nbytes(); ++i) {
-    s[size_t(2 * i)] = digits[p[i] >> 4];
-    s[size_t(2 * i + 1)] = digits[p[i] & 15];
-  }
-  return s;
+  return std::string(static_cast<const char*>(c.data_ptr()), size_t(c.nbytes()));
 }
 
 struct Executable::Step {

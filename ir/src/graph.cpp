@@ -418,6 +418,34 @@ std::optional<VerifyError> verify(const Graph& g) {
 
 // ---- hash: FNV-1a 64 over the canonical text ----
 
+std::string bytes_to_hex(std::string_view bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string s(bytes.size() * 2, '0');
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const auto b = static_cast<unsigned char>(bytes[i]);
+    s[2 * i] = digits[b >> 4];
+    s[2 * i + 1] = digits[b & 15];
+  }
+  return s;
+}
+
+std::optional<std::string> hex_to_bytes(std::string_view hex) {
+  if (hex.size() % 2) return std::nullopt;
+  auto nib = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  std::string out(hex.size() / 2, '\0');
+  for (size_t k = 0; k < out.size(); ++k) {
+    const int hi = nib(hex[2 * k]), lo = nib(hex[2 * k + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out[k] = char(hi * 16 + lo);
+  }
+  return out;
+}
+
 uint64_t hash(const Graph& g) { return hash_text(print(g)); }
 
 uint64_t hash_text(std::string_view text) {

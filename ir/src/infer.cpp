@@ -704,7 +704,7 @@ void check_constant(const Node& n) {
   if (t.is_scalar()) fail("its type must be a tensor type, not " + t.str());
   const Attr* value = n.attr("value");
   const Attr* data = n.attr("data");
-  if (!value && !data) fail("needs value= (a number) or data= (hex bytes)");
+  if (!value && !data) fail("needs value= (a number) or data= (its bytes, hex in the text form)");
   if (value) {
     if (!t.sizes.empty()) fail("value= makes a 0-d tensor, but the type is " + t.str());
     const AttrValue& v = value->value;
@@ -714,17 +714,16 @@ void check_constant(const Node& n) {
     if (!ok) fail("value=" + attr_str(v) + " does not fit its type's category (" + t.str() + ")");
     return;
   }
-  const std::string& hex = std::get<std::string>(data->value);
+  const std::string& bytes_held = std::get<std::string>(data->value);
   if (!is_contiguous(t.sizes, t.strides)) fail("data= describes a contiguous tensor, but the type is " + t.str());
   __int128 bytes = itemsize(t.dtype);
   for (int64_t s : t.sizes) {
     bytes *= s;
     if (bytes > std::numeric_limits<int64_t>::max()) fail("the type " + t.str() + " is too large");
   }
-  if (__int128(hex.size()) != 2 * bytes)
-    fail("data= has " + std::to_string(hex.size()) + " hex digits, but " + t.str() + " needs " +
-         std::to_string(int64_t(2 * bytes)));
-  if (hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos) fail("data= must be hex digits");
+  if (__int128(bytes_held.size()) != bytes)
+    fail("data= has " + std::to_string(bytes_held.size()) + " bytes, but " + t.str() + " needs " +
+         std::to_string(int64_t(bytes)));
 }
 }  // namespace
 

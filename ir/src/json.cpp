@@ -270,7 +270,8 @@ json graph_json(const Graph& g) {
     for (const Value* v : n->inputs) jn["inputs"].push_back(names.count(v) ? names[v] : "%<undefined>");
     jn["attrs"] = json::array();
     for (const Attr& a : n->attrs) {
-      json ja = attr_json(a.value);
+      const auto* bytes = std::get_if<std::string>(&a.value);
+      json ja = is_constant_data(*n, a) && bytes ? attr_json(bytes_to_hex(*bytes)) : attr_json(a.value);
       ja["name"] = a.name;
       jn["attrs"].push_back(ja);
     }
@@ -326,6 +327,12 @@ Graph graph_from_json(const json& j, int depth, const std::string& where) {
       const std::string attr = node + ": attribute " + std::to_string(attrs.size());
       std::string name = string_of(field(ja, "name", attr), attr + ": \"name\"");
       attrs.push_back({name, attr_from_json(ja, node + ": attribute '" + name + "'")});
+      if (*op == OpId::Constant && name == "data")
+        if (auto* hex = std::get_if<std::string>(&attrs.back().value)) {
+          auto bytes = hex_to_bytes(*hex);
+          if (!bytes) bad(node + ": attribute 'data': must be hex digits, two a byte");
+          attrs.back().value = std::move(*bytes);
+        }
     }
     std::vector<Type> types;
     for (const json& t : array_of(field(jn, "outputs", node), node + ": \"outputs\""))

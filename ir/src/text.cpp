@@ -38,9 +38,8 @@ namespace kiln::ir {
 
 namespace {
 
-// Appends `g` with its header at `depth` levels of two-space indentation. Constants' data
-// longer than `max_data_chars` hex digits is shown by its size (print_for_reading).
-void print_graph(const Graph& g, int depth, std::string& s, size_t max_data_chars) {
+// Appends `g` with its header at `depth` levels of two-space indentation.
+void print_graph(const Graph& g, int depth, std::string& s) {
   const std::string indent(size_t(2 * depth), ' '), body = indent + "  ";
   std::vector<std::string> names(g.num_values());  // by value id
   for (const Value* v : g.inputs()) names[size_t(v->id)] = "%" + v->name;
@@ -64,11 +63,12 @@ void print_graph(const Graph& g, int depth, std::string& s, size_t max_data_char
       s += " {";
       for (size_t i = 0; i < n->attrs.size(); ++i) {
         const Attr& a = n->attrs[i];
-        const auto* text = std::get_if<std::string>(&a.value);
-        if (n->op == OpId::Constant && a.name == "data" && text && text->size() > max_data_chars)
-          s += (i ? ", " : "") + a.name + "=<" + std::to_string(text->size() / 2) + " bytes>";
+        const auto* bytes = std::get_if<std::string>(&a.value);
+        s += (i ? ", " : "") + a.name + "=";
+        if (is_constant_data(*n, a) && bytes)
+          s += "\"" + bytes_to_hex(*bytes) + "\"";
         else
-          s += (i ? ", " : "") + a.name + "=" + attr_str(a.value);
+          s += attr_str(a.value);
       }
       s += "}";
     }
@@ -77,7 +77,7 @@ void print_graph(const Graph& g, int depth, std::string& s, size_t max_data_char
     if (!n->regions.empty()) {
       s += " {\n";
       for (const auto& r : n->regions)
-        if (r) print_graph(*r, depth + 2, s, max_data_chars);
+        if (r) print_graph(*r, depth + 2, s);
       s += body + "}";
     }
     s += "\n";
@@ -91,14 +91,26 @@ void print_graph(const Graph& g, int depth, std::string& s, size_t max_data_char
 
 std::string print(const Graph& g) {
   std::string s;
-  print_graph(g, 0, s, SIZE_MAX);
+  print_graph(g, 0, s);
   return s;
 }
 
-std::string print_for_reading(const Graph& g, size_t max_constant_bytes) {
-  std::string s;
-  print_graph(g, 0, s, max_constant_bytes > SIZE_MAX / 2 ? SIZE_MAX : 2 * max_constant_bytes);
-  return s;
+std::string shorten_constants(std::string_view text, size_t max_constant_bytes) {
+  static constexpr std::string_view kData = " {data=\"";  // (data= is a constant's only attribute)
+  std::string out;
+  size_t pos = 0;
+  for (size_t at; (at = text.find(kData, pos)) != std::string_view::npos;) {
+    const size_t begin = at + kData.size(), end = text.find('"', begin);
+    if (end == std::string_view::npos) break;
+    out.append(text.substr(pos, begin - 1 - pos));
+    if ((end - begin) / 2 > max_constant_bytes)
+      out += "<" + std::to_string((end - begin) / 2) + " bytes>";
+    else
+      out.append(text.substr(begin - 1, end + 1 - (begin - 1)));
+    pos = end + 1;
+  }
+  out.append(text.substr(pos));
+  return out;
 }
 
 // ---------------------------------------------------------------- parser
@@ -482,6 +494,14 @@ class Parser {
       }
       take();
     }
+    if (*op == OpId::Constant)
+      for (Attr& a : attrs)
+        if (a.name == "data")
+          if (auto* hex = std::get_if<std::string>(&a.value)) {
+            auto bytes = hex_to_bytes(*hex);
+            if (!bytes) Lexer::fail(start, "constant: data= must be hex digits, two a byte");
+            a.value = std::move(*bytes);
+          }
     Node* n = g.add_node(*op, std::move(inputs), std::move(attrs), std::move(types), {start.line, start.col});
     n->regions = std::move(regions);
     for (size_t i = 0; i < defs.size(); ++i) values_[defs[i].text] = n->outputs[i];

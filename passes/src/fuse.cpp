@@ -20,10 +20,12 @@
 // The cost model (thresholds below) refuses merges that are legal but slower.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -74,12 +76,20 @@ struct Group {
   int opaque = -1;  // the opaque node of an Opaque group
   bool expensive = false;
   bool alive = true;
+  // Set by sound() when it accepted exactly these nodes: the alias roots they read from memory
+  // (sorted, distinct) and whether one of them is a write-back. A group made any other way
+  // (a single node, a split) has `checked` false.
+  bool checked = false;
+  bool writes = false;
+  std::vector<const ir::Value*> externals;
 };
 
 class Fuser {
  public:
   Fuser(const Analysis& a, bool exact_paths)
       : a_(a), exact_paths_(exact_paths), group_of_(a.nodes.size(), -1), succ_(a.nodes.size()) {
+    const char* e = std::getenv("KILN_FUSE_CROSS_CHECK");
+    cross_check_ = e && *e && std::string_view(e) != "0";
     for (size_t i = 0; i < a.nodes.size(); ++i)
       for (int p : a.preds[i]) succ_[size_t(p)].push_back(int(i));
   }
@@ -201,16 +211,49 @@ class Fuser {
 
   // Node-level rules of a candidate group: dropped-dim reductions end the kernel, an opaque op
   // reads its operands from memory, and memory a kernel writes is read only before the write,
-  // through the same view.
-  bool sound(const Group& g) const {
+  // through the same view. On success the group records what the checks found (checked,
+  // writes, externals).
+  //
+  // `base`, where given, is a part of g that sound() accepted and that writes nothing, whose
+  // nodes all come before g's others (a chain growing by its next node: the common merge). Its
+  // nodes' checks cannot change, since no value made after them is their operand, so only the
+  // new nodes are checked: a merge costs the size of what joins, not of the kernel.
+  // KILN_FUSE_CROSS_CHECK=1 (the tests) checks every such merge in full too, and fails on a
+  // disagreement.
+  bool sound(Group& g, const Group* base) const {
+    const bool ok = check(g, base);
+    if (cross_check_ && base) {
+      Group full = g;
+      const bool full_ok = check(full, nullptr);
+      auto verdict = [](bool sound, const Group& h) {
+        return sound ? "sound, reading " + std::to_string(h.externals.size()) + " roots" : std::string("unsound");
+      };
+      KILN_CHECK(full_ok == ok && (!ok || full.externals == g.externals), "passes",
+                 "fuse: internal error: the incremental soundness check of a group of ", g.nodes.size(),
+                 " nodes says ", verdict(ok, g), ", the full one ", verdict(full_ok, full));
+    }
+    return ok;
+  }
+  bool check(Group& g, const Group* base) const {
     if (g.nodes.size() > kMaxKernelNodes) return false;  // (first: the checks below walk the nodes)
     struct Members {  // g.nodes is sorted
       const std::vector<int>& v;
       bool count(int i) const { return std::binary_search(v.begin(), v.end(), i); }
     } in{g.nodes};
+    size_t first = 0;
     std::vector<const ir::Value*> external;
-    for (int i : g.nodes) {
+    if (base && base->checked && !base->writes && !base->nodes.empty() && base->nodes.size() < g.nodes.size() &&
+        g.nodes[base->nodes.size() - 1] == base->nodes.back()) {
+      first = base->nodes.size();
+      for (size_t j = first; j < g.nodes.size() && first > 0; ++j)
+        if (a_.nodes[size_t(g.nodes[j])]->op == OpId::Copy) first = 0;  // writes: check everything
+      if (first > 0) external = base->externals;
+    }
+    bool writes = false;
+    for (size_t j = first; j < g.nodes.size(); ++j) {
+      const int i = g.nodes[j];
       const ir::Node& n = *a_.nodes[size_t(i)];
+      writes = writes || n.op == OpId::Copy;
       for (size_t k = 0; k < n.inputs.size(); ++k) {
         const ir::Value* v = n.inputs[k];
         const Analysis::ValueFacts& f = a_.facts(v);
@@ -232,38 +275,44 @@ class Fuser {
       }
     }
     std::sort(external.begin(), external.end());
-    if (size_t(std::unique(external.begin(), external.end()) - external.begin()) > kMaxKernelInputs) return false;
+    external.erase(std::unique(external.begin(), external.end()), external.end());
+    if (external.size() > kMaxKernelInputs) return false;
     // Writes: each copy's destination view; reads of that root must precede the first write and
     // use the same view.
-    for (int w : g.nodes) {
-      const ir::Node& wn = *a_.nodes[size_t(w)];
-      if (wn.op != OpId::Copy) continue;
-      ViewKey dst = view_key(wn.inputs[0]);
-      // Memory this kernel computes (a value's own store) written again through another view
-      // (t = tanh(...); t.t().copy_(y)): element by element, the value's store at a later
-      // iteration overwrites what the copy wrote at an earlier one.
-      if (const ir::Node* rp = dst.root->producer; rp && classify(*rp) != NodeClass::Free &&
-                                                     in.count(a_.index_of(rp)) && !(dst == view_key(dst.root)))
-        return false;
-      for (int r : g.nodes) {
-        const ir::Node& rn = *a_.nodes[size_t(r)];
-        for (size_t k = 0; k < rn.inputs.size(); ++k) {
-          if (rn.op == OpId::Copy && k == 0) {
-            if (r != w && a_.facts(rn.inputs[0]).root == dst.root && !(view_key(rn.inputs[0]) == dst)) return false;
-            continue;
+    if (writes) {
+      for (int w : g.nodes) {
+        const ir::Node& wn = *a_.nodes[size_t(w)];
+        if (wn.op != OpId::Copy) continue;
+        ViewKey dst = view_key(wn.inputs[0]);
+        // Memory this kernel computes (a value's own store) written again through another view
+        // (t = tanh(...); t.t().copy_(y)): element by element, the value's store at a later
+        // iteration overwrites what the copy wrote at an earlier one.
+        if (const ir::Node* rp = dst.root->producer; rp && classify(*rp) != NodeClass::Free &&
+                                                       in.count(a_.index_of(rp)) && !(dst == view_key(dst.root)))
+          return false;
+        for (int r : g.nodes) {
+          const ir::Node& rn = *a_.nodes[size_t(r)];
+          for (size_t k = 0; k < rn.inputs.size(); ++k) {
+            if (rn.op == OpId::Copy && k == 0) {
+              if (r != w && a_.facts(rn.inputs[0]).root == dst.root && !(view_key(rn.inputs[0]) == dst)) return false;
+              continue;
+            }
+            const ir::Value* v = rn.inputs[k];
+            if (a_.facts(v).root != dst.root) continue;
+            int p = a_.facts(v).defined_by;
+            if (p >= 0 && in.count(p)) {
+              // A body value made before the write no longer holds what its memory holds after it.
+              if (r > w && p < w) return false;
+              continue;
+            }
+            if (r > w || !(view_key(v) == dst) || repeats(wn.outputs[0]->type.sizes, g)) return false;
           }
-          const ir::Value* v = rn.inputs[k];
-          if (a_.facts(v).root != dst.root) continue;
-          int p = a_.facts(v).defined_by;
-          if (p >= 0 && in.count(p)) {
-            // A body value made before the write no longer holds what its memory holds after it.
-            if (r > w && p < w) return false;
-            continue;
-          }
-          if (r > w || !(view_key(v) == dst) || repeats(wn.outputs[0]->type.sizes, g)) return false;
         }
       }
     }
+    g.checked = true;
+    g.writes = writes;
+    g.externals = std::move(external);
     return true;
   }
 
@@ -291,7 +340,8 @@ class Fuser {
   bool path_through_other(int from, int to) const {
     const int last = exact_paths_ ? INT_MAX : groups_[size_t(to)].nodes.back();
     std::vector<int> stack;
-    visited_.clear();
+    if (visited_.size() < groups_.size()) visited_.resize(groups_.size(), 0);
+    ++search_;
     auto push_succs = [&](int g, bool first) {
       for (int i : groups_[size_t(g)].nodes)
         for (int s : succ_[size_t(i)]) {
@@ -299,7 +349,8 @@ class Fuser {
           int sg = group_of_[size_t(s)];
           if (sg < 0 || sg == g || groups_[size_t(sg)].nodes.front() > last) continue;
           if (first && sg == to) continue;  // a direct edge is internal after the merge
-          if (!visited_.insert(sg).second) continue;
+          if (visited_[size_t(sg)] == search_) continue;
+          visited_[size_t(sg)] = search_;
           stack.push_back(sg);
         }
     };
@@ -339,6 +390,7 @@ class Fuser {
     }
     Group only = op;
     only.nodes = {op.opaque};
+    only.checked = false;
     only.expensive = is_expensive(a_.nodes[size_t(op.opaque)]->op);
     groups_[size_t(cg)] = only;
     groups_.push_back(std::move(e));
@@ -353,8 +405,11 @@ class Fuser {
 
   bool try_merge(int keep, int other) {
     Group merged;
-    if (!combine(groups_[size_t(keep)], groups_[size_t(other)], merged)) return false;
-    if (!sound(merged)) return false;
+    const Group &a = groups_[size_t(keep)], &b = groups_[size_t(other)];
+    if (!combine(a, b, merged)) return false;
+    merged.checked = false;
+    const Group* base = b.nodes.front() > a.nodes.back() ? &a : a.nodes.front() > b.nodes.back() ? &b : nullptr;
+    if (!sound(merged, base)) return false;
     if (path_through_other(keep, other) || path_through_other(other, keep)) return false;
     for (int i : groups_[size_t(other)].nodes) group_of_[size_t(i)] = keep;
     groups_[size_t(keep)] = std::move(merged);
@@ -376,19 +431,21 @@ class Fuser {
     std::unordered_map<const ir::Value*, std::vector<int>> readers;
     for (size_t g = 0; g < groups_.size(); ++g) {
       if (!eligible(g)) continue;
-      std::set<const ir::Value*> r, w;
+      std::vector<const ir::Value*>&r = reads[g], &w = writes[g];
       for (int i : groups_[g].nodes) {
         const ir::Node& n = *a_.nodes[size_t(i)];
-        if (n.op == OpId::Copy) w.insert(ir::alias_root(n.inputs[0]));
+        if (n.op == OpId::Copy) w.push_back(a_.facts(n.inputs[0]).root);
         for (const ir::Value* v : n.inputs)
           if (!v->producer || classify(*v->producer) == NodeClass::Free || classify(*v->producer) == NodeClass::Data)
             if (!(v->producer && v->producer->op == OpId::Constant && !v->producer->attr("data")))
-              r.insert(ir::alias_root(v));
+              r.push_back(a_.facts(v).root);
       }
-      reads[g].assign(r.begin(), r.end());
-      writes[g].assign(w.begin(), w.end());
-      for (const ir::Value* root : reads[g])
-        if (!w.count(root)) readers[root].push_back(int(g));
+      for (auto* list : {&r, &w}) {
+        std::sort(list->begin(), list->end());
+        list->erase(std::unique(list->begin(), list->end()), list->end());
+      }
+      for (const ir::Value* root : r)
+        if (!std::binary_search(w.begin(), w.end(), root)) readers[root].push_back(int(g));
     }
     auto shares = [](const std::vector<const ir::Value*>& a, const std::vector<const ir::Value*>& b) {
       for (const ir::Value* v : a)
@@ -400,24 +457,47 @@ class Fuser {
       std::set_union(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(u));
       a = std::move(u);
     };
+    // Later readers of x's roots, tried in order, each once: the next few readers of each root
+    // after a point (a group tries no more than it can merge or fail), merged in order through a
+    // heap of cursors into the roots' reader lists, which advance as their readers are taken.
+    // (Everything added after a pop is later than the popped group, so none comes back.)
+    constexpr size_t kCandidates = size_t(kMaxSiblingFailures) + kMaxKernelNodes;
+    struct Cursor {
+      std::vector<int>::const_iterator next, end;
+      size_t left;
+    };
+    std::vector<Cursor> cursors;
+    std::vector<std::pair<int, size_t>> pending;  // (the cursor's reader, the cursor): a min-heap
+    std::vector<int> tried_by(groups_.size(), -1);
     for (size_t x = 0; x < groups_.size(); ++x) {
       if (!eligible(x)) continue;
-      std::set<int> pending;  // later readers of x's roots, tried in order
-      // (the next few of each root's readers: a group tries no more than it can merge or fail)
-      constexpr size_t kCandidates = size_t(kMaxSiblingFailures) + kMaxKernelNodes;
+      cursors.clear();
+      pending.clear();
+      auto push = [&](size_t c) {
+        Cursor& cur = cursors[c];
+        if (cur.next == cur.end || cur.left == 0) return;
+        pending.push_back({*cur.next, c});
+        std::push_heap(pending.begin(), pending.end(), std::greater<>());
+      };
       auto add_readers_of = [&](const std::vector<const ir::Value*>& roots, int after) {
         for (const ir::Value* root : roots) {
           auto it = readers.find(root);
           if (it == readers.end()) continue;
-          auto y = std::upper_bound(it->second.begin(), it->second.end(), after);
-          for (size_t k = 0; y != it->second.end() && k < kCandidates; ++y, ++k) pending.insert(*y);
+          cursors.push_back({std::upper_bound(it->second.begin(), it->second.end(), after), it->second.end(), kCandidates});
+          push(cursors.size() - 1);
         }
       };
       add_readers_of(reads[x], int(x));
       int failures = 0;
       while (!pending.empty() && failures < kMaxSiblingFailures && groups_[x].nodes.size() < kMaxKernelNodes) {
-        const int y = *pending.begin();
-        pending.erase(pending.begin());
+        std::pop_heap(pending.begin(), pending.end(), std::greater<>());
+        const auto [y, c] = pending.back();
+        pending.pop_back();
+        ++cursors[c].next;
+        --cursors[c].left;
+        push(c);
+        if (tried_by[size_t(y)] == int(x)) continue;  // reached through another root too
+        tried_by[size_t(y)] = int(x);
         if (!eligible(size_t(y)) || groups_[x].space != groups_[size_t(y)].space) continue;
         // (a write into what the other reads or writes: sound() refuses those, at a higher price)
         if (shares(writes[x], reads[size_t(y)]) || shares(writes[size_t(y)], reads[x]) ||
@@ -468,10 +548,13 @@ class Fuser {
 
   const Analysis& a_;
   const bool exact_paths_;
+  bool cross_check_ = false;  // KILN_FUSE_CROSS_CHECK (sound())
   std::vector<Group> groups_;
   std::vector<int> group_of_;
   std::vector<std::vector<int>> succ_;
-  mutable std::unordered_set<int> visited_;  // path_through_other's, kept for its buckets
+  // path_through_other's visited groups: those marked with the current search's number
+  mutable std::vector<uint64_t> visited_;
+  mutable uint64_t search_ = 0;
 };
 
 }  // namespace

@@ -37,14 +37,35 @@ SymFloat operator-(const SymFloat& a, const SymFloat& b) { return SymFloat(sub(a
 SymFloat operator*(const SymFloat& a, const SymFloat& b) { return SymFloat(mul(a.t_, b.t_)); }
 SymFloat operator/(const SymFloat& a, const SymFloat& b) { return SymFloat(div(a.t_, b.t_)); }
 
-// A comparison's outcome is read by the host: a guard on the one-element bool (as
-// `(t < v).item<bool>()` is), so the graph stays valid for every value on the same side.
-bool operator<(const SymFloat& a, const SymFloat& b) { return lt(a.t_, b.t_).item<bool>(); }
-bool operator<=(const SymFloat& a, const SymFloat& b) { return le(a.t_, b.t_).item<bool>(); }
-bool operator>(const SymFloat& a, const SymFloat& b) { return gt(a.t_, b.t_).item<bool>(); }
-bool operator>=(const SymFloat& a, const SymFloat& b) { return ge(a.t_, b.t_).item<bool>(); }
-bool operator==(const SymFloat& a, const SymFloat& b) { return eq(a.t_, b.t_).item<bool>(); }
-bool operator!=(const SymFloat& a, const SymFloat& b) { return ne(a.t_, b.t_).item<bool>(); }
+// A comparison's outcome is read by the host: a guard on the one-element bool, as `if (t < v)`
+// on tensors takes, so the graph stays valid for every value on the same side. `pc` is the
+// caller's code address, which the guard names (as Tensor::operator bool's does).
+namespace {
+bool decide(const Tensor& outcome, const void* pc) {
+  trace::host_access(outcome, trace::HostAccess::Bool, std::source_location(), pc);
+  trace::Pause p;
+  return outcome.item().to_bool();
+}
+}  // namespace
+
+__attribute__((noinline)) bool operator<(const SymFloat& a, const SymFloat& b) {
+  return decide(lt(a.t_, b.t_), __builtin_return_address(0));
+}
+__attribute__((noinline)) bool operator<=(const SymFloat& a, const SymFloat& b) {
+  return decide(le(a.t_, b.t_), __builtin_return_address(0));
+}
+__attribute__((noinline)) bool operator>(const SymFloat& a, const SymFloat& b) {
+  return decide(gt(a.t_, b.t_), __builtin_return_address(0));
+}
+__attribute__((noinline)) bool operator>=(const SymFloat& a, const SymFloat& b) {
+  return decide(ge(a.t_, b.t_), __builtin_return_address(0));
+}
+__attribute__((noinline)) bool operator==(const SymFloat& a, const SymFloat& b) {
+  return decide(eq(a.t_, b.t_), __builtin_return_address(0));
+}
+__attribute__((noinline)) bool operator!=(const SymFloat& a, const SymFloat& b) {
+  return decide(ne(a.t_, b.t_), __builtin_return_address(0));
+}
 
 std::ostream& operator<<(std::ostream& os, const SymFloat& s) { return os << s.value_unchecked(); }
 

@@ -895,7 +895,7 @@ inline std::optional<std::string> constify(const ir::Graph& g, size_t k, uint64_
   for (const ir::Value* v : g.inputs())
     if (v != in) head += (head.back() == '(' ? "" : ", ") + ("%" + v->name) + ": " + v->type.str();
   head += ") {\n";
-  head += "  %" + in->name + " = constant() {data=\"" + ir::encode_constant(data) + "\"} : " + t.str() + "\n";
+  head += "  %" + in->name + " = constant() {data=\"" + ir::bytes_to_hex(ir::encode_constant(data)) + "\"} : " + t.str() + "\n";
   return head + text.substr(text.find('\n') + 1);
 }
 

@@ -347,7 +347,17 @@ TEST(IrVerify, DeclaredTypesMustBeTheInferredOnes) {
                            "  %0 = constant() {data=\"00\"} : i16[1]{1}\n"
                            "  return %0\n"
                            "}\n"),
-            "node 0 (%0 = constant): data= has 2 hex digits, but i16[1]{1} needs 4");
+            "node 0 (%0 = constant): data= has 1 bytes, but i16[1]{1} needs 2");
+  // Constants hold their bytes; the text form writes them as hex, two digits a byte.
+  EXPECT_THROW(ir::parse("graph @g() {\n  %0 = constant() {data=\"0g\"} : i8[1]{1}\n  return %0\n}\n"), ParseError);
+  EXPECT_THROW(ir::parse("graph @g() {\n  %0 = constant() {data=\"012\"} : i8[1]{1}\n  return %0\n}\n"), ParseError);
+  {
+    Graph g = ir::parse("graph @g() {\n  %0 = constant() {data=\"0A00\"} : i16[1]{1}\n  return %0\n}\n");
+    EXPECT_EQ(std::get<std::string>(g.nodes()[0]->attrs[0].value), std::string("\x0a\x00", 2));
+    EXPECT_NE(ir::print(g).find("data=\"0a00\""), std::string::npos) << ir::print(g);
+    EXPECT_EQ(ir::to_json(ir::parse(ir::print(g))), ir::to_json(g));
+    EXPECT_EQ(ir::print(ir::from_json(ir::to_json(g))), ir::print(g));
+  }
   EXPECT_EQ(verify_message("graph @g() {\n"
                            "  %0 = constant() {data=\"0100\"} : i16[1]{1}\n"
                            "  %1 = constant() {value=2} : i64[]{} wrapped\n"

@@ -111,7 +111,7 @@ Graph graph_with(OpId op, int variant = 0) {
   Graph g("one_op");
   if (op == OpId::Constant) {
     Node* c = variant == 0 ? g.add_node(op, {}, {{"value", 0.25}}, {wrapped(kFloat64)})
-                           : g.add_node(op, {}, {{"data", std::string("0000803f000000c0")}}, {f32({2})});
+                           : g.add_node(op, {}, {{"data", *hex_to_bytes("0000803f000000c0")}}, {f32({2})});
     g.set_outputs({c->outputs[0]});
     return g;
   }

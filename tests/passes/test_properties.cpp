@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../common/random_graphs.h"
+#include "../common/scoped_env.h"
 #include "check_program.h"
 
 using namespace kiln;
@@ -102,6 +103,37 @@ TEST(OptimizerProperties, DefaultPipelineVerifiesAndMatches) {
     ASSERT_TRUE(m->program);
     kiln::testing::expect_program_matches(c.graph, *m->program, c.seed, "default pipeline");
   }
+}
+
+// The fuser checks a group growing by later nodes incrementally (only what joins); with
+// KILN_FUSE_CROSS_CHECK set it checks each such merge in full as well and throws on any
+// disagreement: over the random graphs, and over a long chain and a row sweep, where groups
+// grow to the kernel's limit one node at a time.
+TEST(OptimizerProperties, IncrementalSoundnessAgreesWithTheFullCheck) {
+  kiln::testing::ScopedEnv cross("KILN_FUSE_CROSS_CHECK", "1");
+  size_t programs = 0;
+  for (const Case& c : cases()) {
+    if (!c.error.empty()) continue;
+    SCOPED_TRACE(header(c));
+    if (try_optimize(c, {}, "the default pipeline, cross-checked")) ++programs;
+  }
+  EXPECT_GT(programs, cases().size() / 2);
+  std::string chain = "graph @chain(%x: f32[64]{1}, %y: f32[64]{1}) {\n", last = "%x";
+  for (int i = 0; i < 600; ++i) {
+    chain += "  %" + std::to_string(2 * i) + " = mul(" + last + ", %y) : f32[64]{1}\n";
+    chain += "  %" + std::to_string(2 * i + 1) + " = add(%" + std::to_string(2 * i) + ", %x) {alpha=1} : f32[64]{1}\n";
+    last = "%" + std::to_string(2 * i + 1);
+  }
+  chain += "  return " + last + "\n}\n";
+  passes::Module m = passes::optimize(ir::parse(chain));
+  EXPECT_GE(m.program->kernels.size(), 3u);  // 1200 nodes, at most 256 a kernel
+  auto sweep = compile([](Tensor g) {
+    for (int64_t i = 1; i + 1 < 16; ++i) g.select(0, i).copy_((g.select(0, i - 1) + g.select(0, i + 1)) * 0.5);
+  });
+  Tensor g = randn({16, 8}), want = g.clone();
+  for (int64_t i = 1; i + 1 < 16; ++i) want.select(0, i).copy_((want.select(0, i - 1) + want.select(0, i + 1)) * 0.5);
+  sweep(g);
+  EXPECT_TRUE(kiln::testing::close(g, want));
 }
 
 // Row groups (passes::unroll_outer_loop, which the CPU backend runs): a kernel that unrolls, put

@@ -262,8 +262,9 @@ int main(int argc, char** argv) {
   // The per-call cost of the paths a hit may take, on tiny tensors, each against the eager ops
   // run back to back: a hit at the traced sizes; a hit at another size of a dynamic dim (its
   // program of size-generic kernels, found by the inputs' sizes); the same with a size guard
-  // (x.sym_size(0) > 2 checked first); and a call past the recompile budget (a new number
-  // argument each call: the signature misses and the function runs eagerly).
+  // (x.sym_size(0) > 2 checked first); a call past the recompile budget (a new number argument
+  // each call: the signature misses and the function runs eagerly); and the same function with
+  // the number as a SymFloat (a new value each call, one trace: the fix the budget names).
   CompileOptions d2;
   d2.recompile_limit = 2;
   auto generic = compile([](const Tensor& a) { return (a + 1).relu() * 2; }, d2);
@@ -274,6 +275,7 @@ int main(int argc, char** argv) {
       },
       d2);
   auto spent = compile([](const Tensor& a, double k) { return (a + k).relu() * 2; }, d2);
+  auto symbolic = compile([](const Tensor& a, const SymFloat& k) { return (a + k).relu() * 2; }, d2);
   for (int64_t n : {3, 4, 5, 6}) {
     generic(randn({n}));
     guarded(randn({n}));
@@ -281,13 +283,14 @@ int main(int argc, char** argv) {
   for (int k = 0; k < 4; ++k) spent(x, double(k));
   Tensor g = randn({size});  // a size the dynamic graphs were not traced at (they were at 5)
   double next_k = 100;
-  std::vector<double> e3, hit3, gen3, guard3, spent3;
+  std::vector<double> e3, hit3, gen3, guard3, spent3, sym3;
   for (int r = 0; r < rounds; ++r) {
     e3.push_back(ns_per_call([&] { Tensor z = (g + 1).relu() * 2; }, calls / 4));
     hit3.push_back(ns_per_call([&] { Tensor z = three(x, y); }, calls / 4));
     gen3.push_back(ns_per_call([&] { Tensor z = generic(g); }, calls / 4));
     guard3.push_back(ns_per_call([&] { Tensor z = guarded(g); }, calls / 4));
     spent3.push_back(ns_per_call([&] { Tensor z = spent(g, next_k++); }, calls / 4));
+    sym3.push_back(ns_per_call([&] { Tensor z = symbolic(g, next_k++); }, calls / 4));
   }
   std::printf("%-44s %10s %10s\n", "a 3-op call's path (f32[size])", "ns", "vs eager");
   std::printf("%-44s %10.0f %10s\n", "eager", median(e3), "");
@@ -295,8 +298,10 @@ int main(int argc, char** argv) {
   std::printf("%-44s %10.0f %10.0f\n", "hit at another size of a dynamic dim", median(gen3), diff(gen3, e3));
   std::printf("%-44s %10.0f %10.0f\n", "the same behind a size guard", median(guard3), diff(guard3, e3));
   std::printf("%-44s %10.0f %10.0f\n", "past the recompile budget (runs eagerly)", median(spent3), diff(spent3, e3));
-  std::printf("(traces: generic %llu, guarded %llu, spent %llu with %llu calls past the budget)\n",
+  std::printf("%-44s %10.0f %10.0f\n", "a new SymFloat value each call (replays)", median(sym3), diff(sym3, e3));
+  std::printf("(traces: generic %llu, guarded %llu, spent %llu with %llu calls past the budget, symbolic %llu)\n",
               (unsigned long long)generic.stats().compiles, (unsigned long long)guarded.stats().compiles,
-              (unsigned long long)spent.stats().compiles, (unsigned long long)spent.stats().budget_eager_calls);
+              (unsigned long long)spent.stats().compiles, (unsigned long long)spent.stats().budget_eager_calls,
+              (unsigned long long)symbolic.stats().compiles);
   return 0;
 }

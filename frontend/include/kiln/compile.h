@@ -94,7 +94,7 @@ struct CompileStats {
 // What explain() reports about one input signature.
 struct Explanation {
   struct GraphInfo {
-    std::string text;  // the graph in kiln's text form (a constant over 4 KiB shows its size: ir::print_for_reading)
+    std::string text;  // the graph in kiln's text form (str() shows a constant over 4 KiB by its size)
     size_t ops = 0;    // nodes other than constants
     std::string backend;  // what runs it: "cpu: 1 of 1 kernels compiled ...", "cuda:0: ...", or the reference executor and why
   };

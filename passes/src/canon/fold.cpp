@@ -6,8 +6,8 @@
 // its operand's shape and dtype, so it folds whatever its operand is.
 //
 // What is not folded, and why:
-//  - results larger than kFoldMaxElements, or not row-major (a data constant is a contiguous
-//    tensor stored as hex text in the IR);
+//  - results larger than kFoldMaxElements, or not row-major (a data constant holds the bytes of
+//    a contiguous tensor);
 //  - views, write-backs and conds (they are about memory or control, not values);
 //  - nodes reading a constant that a write-back modifies (its value depends on when it is read);
 //  - results that are returned, directly or through a view: the executor hands out a
@@ -22,9 +22,9 @@ namespace kiln::passes {
 
 namespace {
 
-// Constants are stored in the IR as hex text, two characters a byte: 4096 float32 elements are
-// 32 KiB of text in a printed graph, past which a folded constant costs more (in graph size,
-// hashing and parsing) than the node it replaces saves.
+// A constant is printed as hex, two characters a byte, and graphs are hashed and compared
+// printed: 4096 float32 elements are 32 KiB of text, past which a folded constant costs more
+// (in graph size, hashing and parsing) than the node it replaces saves.
 constexpr int64_t kFoldMaxElements = 4096;
 
 bool foldable_type(const ir::Type& t) {

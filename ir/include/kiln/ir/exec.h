@@ -46,8 +46,9 @@ class Executable {
   std::unique_ptr<struct Plan> plan_;
 };
 
-// A tensor `constant` node's value (its hex `data`), and the hex data of a tensor (row-major
-// bytes): the one codec of tensor constants, shared by the tracer, the executor and the passes.
+// A tensor `constant` node's value (its `data`: the bytes), and the data of a tensor (its
+// row-major bytes): the one codec of tensor constants, shared by the tracer, the executor and
+// the passes. (The text form writes the bytes as hex: ir/graph.h.)
 // A constant typed for a GPU is decoded on the host and copied there (unless `on_host`).
 Tensor decode_constant(const Node& n, bool on_host = false);
 std::string encode_constant(const Tensor& t);

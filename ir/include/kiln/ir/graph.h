@@ -143,13 +143,21 @@ class Graph {
 enum class NameKind { Graph, Input, Attribute };
 bool is_valid_name(NameKind kind, std::string_view name);
 
+// ---- constants' bytes ----
+// A constant's data= attribute holds its tensor's bytes (contiguous, host byte order) as they
+// are, not as text; the text form and JSON write them as hex, two digits a byte.
+inline bool is_constant_data(const Node& n, const Attr& a) { return n.op == OpId::Constant && a.name == "data"; }
+std::string bytes_to_hex(std::string_view bytes);
+// The bytes hex digits (either case) stand for; nullopt for an odd count or a non-hex character.
+std::optional<std::string> hex_to_bytes(std::string_view hex);
+
 // ---- forms ----
 std::string print(const Graph& g);
-// The text form for people to read (explain(), logs): a constant holding more than
-// `max_constant_bytes` bytes shows its size instead of its data (`data=<65536 bytes>`), so a
-// graph that captured a large tensor prints in proportion to its ops. Such text does not parse
-// back; print() and dump-ir print every byte.
-std::string print_for_reading(const Graph& g, size_t max_constant_bytes = 4096);
+// Text for people to read (Explanation::str(), logs): print()'s text with each constant of more
+// than `max_constant_bytes` bytes shown by its size instead of its data (`data=<65536 bytes>`),
+// so a graph holding a large tensor prints in proportion to its ops. Such text does not parse
+// back; print(), explain()'s graph texts and dump-ir keep every byte.
+std::string shorten_constants(std::string_view text, size_t max_constant_bytes = 4096);
 // Parses the text form. Errors throw ParseError ("[parse] LINE:COL: what").
 Graph parse(std::string_view text);
 std::string to_json(const Graph& g, int indent = 2);

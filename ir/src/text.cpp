@@ -22,13 +22,11 @@
 // numbered %0, %1, ... in order from each graph's start, and a region sees only its own
 // inputs. Printing is canonical: print(parse(t)) equals t for any t that print produced.
 #include <cctype>
-#include <cstdint>
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <memory>
-#include <unordered_map>
 
 #include "kiln/ir/graph.h"
 

@@ -27,7 +27,6 @@
 #include <set>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "lower.h"
 #include "schedule.h"

@@ -227,6 +227,30 @@ TEST(IrText, RegionsNestAfterTheNodeLine) {
   EXPECT_EQ(print(from_json(to_json(n))), nested);
 }
 
+// ir::copy copies a graph structurally (no print and parse): the same text, value ids and
+// source locations, regions included, also where an input was added after a node (as the tracer
+// adds captured tensors), and the copy is a graph of its own.
+TEST(IrCopy, KeepsTextIdsAndLocationsAndOwnsItsValues) {
+  Graph g("late_input");
+  Value* a = g.add_input("a", f32({4}));
+  Node* n = g.add_node(OpId::Neg, {a}, {}, {f32({4})}, {7, 3});
+  Value* w = g.add_input("w", f32({4}));  // after the node: id 2
+  Node* m = g.add_node(OpId::Mul, {n->outputs[0], w}, {}, {f32({4})});
+  g.set_outputs({m->outputs[0]});
+  Graph c = copy(g);
+  EXPECT_EQ(print(c), print(g));
+  ASSERT_EQ(c.inputs().size(), 2u);
+  EXPECT_EQ(c.inputs()[1]->id, w->id);
+  EXPECT_EQ(c.nodes()[0]->loc.line, 7);
+  EXPECT_EQ(c.nodes()[0]->loc.col, 3);
+  EXPECT_TRUE(c.owns(c.outputs()[0]));
+  EXPECT_FALSE(c.owns(g.outputs()[0]));
+  EXPECT_FALSE(verify(c).has_value());
+  Graph r = cond_graph();
+  EXPECT_EQ(print(copy(r)), print(r));
+  EXPECT_NE(copy(r).nodes()[0]->regions[0].get(), r.nodes()[0]->regions[0].get());
+}
+
 TEST(IrText, ReadableForm) {
   Graph g("add_sin_cos");
   Value* a = g.add_input("a", Type::contiguous(kFloat32, {1000}));

@@ -176,7 +176,7 @@ void Tracer::write_back_value(const Tensor& dst, ir::Value* vs) {
   }
 }
 
-void Tracer::created(const Tensor& t, std::string_view factory) {
+void Tracer::created(const Tensor& t, std::string_view factory, std::span<const Scalar> args) {
   trace::Pause pause;  // the tracer reads metadata for itself, not for the user
   if (!not_replayable_.empty()) return;
   static const char* refused[] = {"rand", "randn", "randint", "randperm"};
@@ -185,25 +185,11 @@ void Tracer::created(const Tensor& t, std::string_view factory) {
                "the graph and repeat on every call; make the random tensor outside and pass it as an argument");
   KILN_CHECK(factory != "from_blob", "compile", "from_blob() inside a compiled function: the graph cannot read host "
              "memory at call time; wrap the memory outside and pass the tensor as an argument");
-  ir::Type type = ir::Type::contiguous(t.dtype(), t.sizes().vec(), t.device());
-  // A tensor of one value (zeros, ones, full, and empty, whose contents no one may read before
-  // writing them: zeros then) is a fill op, not its bytes: the graph stays small whatever the
-  // size, the same at every trace (empty's bytes differ each time), and fuses into its readers.
-  static const char* filled[] = {"zeros", "ones", "full", "scalar_tensor", "empty"};
-  if (std::find_if(std::begin(filled), std::end(filled), [&](const char* f) { return factory == f; }) !=
-      std::end(filled)) {
-    Scalar value = factory == "ones" ? Scalar(int64_t(1)) : Scalar(int64_t(0));
-    if ((factory == "full" || factory == "scalar_tensor") && t.numel() > 0) value = t.reshape({-1})[0].item();
-    if (t.dtype() == kBool) value = Scalar(value.to_bool());
-    // (its operand: the value as a 0-d tensor constant of the dtype, broadcast to the sizes)
-    ir::Type one = ir::Type::tensor(t.dtype(), {}, {}, t.device());
-    std::string data = ir::encode_constant(scalar_tensor(value, TensorOptions(t.dtype())));
-    ir::Value* c = tail_->graph.add_node(OpId::Constant, {}, {{"data", std::move(data)}}, {one})->outputs[0];
-    ir::Type wide = ir::Type::tensor(t.dtype(), t.sizes().vec(), std::vector<int64_t>(size_t(t.dim()), 0), t.device());
-    ir::Value* e = tail_->graph.add_node(OpId::Expand, {c}, {{"sizes", t.sizes().vec()}}, {wide})->outputs[0];
-    bind(t, tail_->graph.add_node(OpId::Fill, {e}, {{"value", scalar_attr(value)}}, {type})->outputs[0]);
+  if (ir::Value* made = make_factory(tail_->graph, t, factory, args)) {
+    bind(t, made);
     return;
   }
+  ir::Type type = ir::Type::contiguous(t.dtype(), t.sizes().vec(), t.device());
   std::string data;
   {
     trace::Pause p;  // reading the bytes is the tracer's business, not a host access of the program

@@ -15,6 +15,10 @@
 
 namespace kiln::detail {
 
+// The ops that make a factory's tensor `t` again (frontend/src/factories.cpp), appended to
+// `g`: its value, or null for a factory stored as a constant.
+ir::Value* make_factory(ir::Graph& g, const Tensor& t, std::string_view factory, std::span<const Scalar> args);
+
 class Tracer final : public trace::Recorder {
  public:
   // `args` are the call's arguments; `captures` the closure tensors known from earlier traces
@@ -29,7 +33,7 @@ class Tracer final : public trace::Recorder {
   void write_back(const Tensor& dst, const Tensor& src) override;
   void record_inplace(const Tensor& self, OpId op, std::span<const trace::Operand> inputs,
                       std::vector<Attr> attrs) override;
-  void created(const Tensor& t, std::string_view factory) override;
+  void created(const Tensor& t, std::string_view factory, std::span<const Scalar> args) override;
   void host_access(const Tensor& t, trace::HostAccess what, const std::source_location& where,
                    const void* pc) override;
   void data_dependent(std::string_view op, std::span<const Tensor> inputs, const Tensor& output,

@@ -67,6 +67,13 @@ const Value* alias_root(const Value* v) {
   return v;
 }
 
+Tensor iota_value(const std::vector<int64_t>& sizes, Device device) {
+  Tensor out = empty(sizes, TensorOptions(kInt64));  // (sizes a verified type holds: they fit)
+  int64_t* p = out.data_ptr<int64_t>();
+  for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] = i;
+  return out.to(device);
+}
+
 Tensor decode_constant(const Node& n, bool on_host) {
   KILN_CHECK(n.op == OpId::Constant && n.attr("data"), "exec", "decode_constant: not a tensor constant");
   const Type& t = n.outputs[0]->type;
@@ -418,6 +425,7 @@ Fn make_step(const Node& n, Plan& plan) {
     // ---- opaque ----
     case OpId::Contiguous: return unary([](const Tensor& x) { return x.contiguous(); });
     case OpId::Clone: return unary([](const Tensor& x) { return x.clone(); });
+    case OpId::Iota: return unary([](const Tensor& x) { return iota_value(x.sizes().vec(), x.device()); });
     case OpId::Matmul: return [](const Step& s, Frame& fr) { put(s, fr, matmul(T(s, fr, 0), T(s, fr, 1))); };
     case OpId::Mm: return [](const Step& s, Frame& fr) { put(s, fr, mm(T(s, fr, 0), T(s, fr, 1))); };
     case OpId::Bmm: return [](const Step& s, Frame& fr) { put(s, fr, bmm(T(s, fr, 0), T(s, fr, 1))); };

@@ -680,6 +680,7 @@ std::vector<Type> infer_types(OpId op, const std::vector<Type>& inputs, const st
       return {is_contiguous(x.sizes, x.strides) ? x : c.dense(x.dtype, x.sizes, x.device)};
     }
     case OpId::Clone: return {c.dense(c.tensor(0).dtype, c.tensor(0).sizes, c.tensor(0).device)};
+    case OpId::Iota: return {c.dense(kInt64, c.tensor(0).sizes, c.tensor(0).device)};
     case OpId::Matmul: return {matmul(c, c.tensor(0), c.tensor(1))};
     case OpId::Mm: return {mm(c, c.tensor(0), c.tensor(1))};
     case OpId::Bmm: return {bmm(c, c.tensor(0), c.tensor(1))};

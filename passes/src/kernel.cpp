@@ -74,7 +74,7 @@ std::string access_str(const Access& a) {
   }
   os << "b" << a.buffer << " " << short_name(a.dtype) << list(a.sizes) << " strides " << list(a.strides);
   if (a.offset || a.storage_relative) os << (a.storage_relative ? " storage+" : " +") << a.offset;
-  os << " " << stride_class_name(a.cls) << " align " << a.align;
+  os << " " << stride_class_name(a.cls) << " align " << a.align << (a.iota ? " iota" : "");
   return os.str();
 }
 
@@ -90,7 +90,7 @@ std::string print(const KernelProgram& p) {
     if (b.kind == BufferKind::Input) os << " %" << "a" << b.input;
     os << list(b.sizes) << "{";
     for (size_t d = 0; d < b.strides.size(); ++d) os << (d ? "," : "") << b.strides[d];
-    os << "} " << bytes_str(b.bytes());
+    os << "} " << bytes_str(b.bytes()) << (b.iota ? " iota" : "");
     if (b.kind == BufferKind::Temp) os << " @" << b.arena_offset;
     os << "\n";
   }

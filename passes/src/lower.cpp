@@ -114,6 +114,7 @@ class Lowerer {
       finish_access(acc, k.storage_relative);
       p_.outputs.push_back(std::move(acc));
     }
+    mark_iota_loads();
     plan_without_reuse(p_);
     return std::move(p_);
   }
@@ -129,18 +130,30 @@ class Lowerer {
   int buffer_of(const ir::Value* root) {
     auto it = buffer_.find(root);
     if (it != buffer_.end()) return it->second;
-    // A tensor constant, on first use.
-    KILN_CHECK(root->producer && root->producer->op == OpId::Constant, "passes",
-               "lower: internal error: %", root->id, " has no buffer");
+    // A tensor constant or an iota, on first use (the runner moves it to the device).
+    const ir::Node* p = root->producer;
+    KILN_CHECK(p && (p->op == OpId::Constant || p->op == OpId::Iota), "passes", "lower: internal error: %",
+               root->id, " has no buffer");
     Buffer b;
     b.kind = BufferKind::Constant;
     b.dtype = root->type.dtype;
     b.value = root->id;
-    b.constant = ir::decode_constant(*root->producer, /*on_host=*/true);  // (the runner moves it to the device)
+    b.iota = p->op == OpId::Iota;
+    b.constant = b.iota ? ir::iota_value(root->type.sizes, Device::cpu()) : ir::decode_constant(*p, /*on_host=*/true);
     b.sizes = root->type.sizes;
     b.strides = root->type.strides;
     b.numel = span(b.sizes, b.strides);
     return add_buffer(root, std::move(b));
+  }
+  // Loads of iota buffers that no kernel writes may compute their values (Access::iota).
+  void mark_iota_loads() {
+    std::vector<bool> stored(p_.buffers.size(), false);
+    for (const Kernel& k : p_.kernels)
+      for (const Access& s : k.stores)
+        if (s.buffer >= 0) stored[size_t(s.buffer)] = true;
+    for (Kernel& k : p_.kernels)
+      for (Access& l : k.loads)
+        l.iota = l.buffer >= 0 && p_.buffers[size_t(l.buffer)].iota && !stored[size_t(l.buffer)];
   }
   bool is_inline(const ir::Value* v) const {
     return v->producer && v->producer->op == OpId::Constant && !v->producer->attr("data");
@@ -171,11 +184,18 @@ class Lowerer {
         if (!need) continue;
         materialized_.insert(v);
         if (out_roots.count(v)) output_values_.insert(v);
-        bool viewed = false;
+        // (a value read through a view, or whole by a library op other than a product or by
+        // a cond, keeps its row-major layout: cat of two column-major temporaries copied 8 MiB
+        // at 6 GB/s; a product takes a transposed operand as it is)
+        bool fixed = false;
         if (it != a_.users.end())
-          for (int u : it->second)
-            if (classify(*a_.nodes[size_t(u)]) == NodeClass::Free) viewed = true;
-        if (!viewed && !written.count(v) && !out_roots.count(v)) free_layout_.insert(v);
+          for (int u : it->second) {
+            const ir::Node& un = *a_.nodes[size_t(u)];
+            NodeClass c = classify(un);
+            fixed = fixed || c == NodeClass::Free || c == NodeClass::Control ||
+                    (c == NodeClass::Opaque && !takes_epilogue(un.op));
+          }
+        if (!fixed && !written.count(v) && !out_roots.count(v)) free_layout_.insert(v);
       }
     }
   }

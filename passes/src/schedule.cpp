@@ -20,6 +20,8 @@ NodeClass classify(const ir::Node& n) {
   switch (n.op) {
     case OpId::Constant:
       return n.attr("data") ? NodeClass::Data : NodeClass::Free;
+    case OpId::Iota:  // (a buffer of indices, read through views like a constant's)
+      return NodeClass::Data;
     case OpId::Cond:
       return NodeClass::Control;
     case OpId::Contiguous:

@@ -96,7 +96,7 @@ Tensor scalar_tensor(const Scalar& v, TensorOptions opts) {
 Tensor arange(const Scalar& end, TensorOptions opts) { return arange(0, end, 1, opts); }
 
 Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, TensorOptions opts) {
-  KILN_TRACE_FACTORY("arange", arange(start, end, step, opts))
+  KILN_TRACE_FACTORY_ARGS("arange", (start, end, step), arange(start, end, step, opts))
   bool all_int = !start.is_floating() && !end.is_floating() && !step.is_floating();
   DType dt = opts.dtype_or(all_int ? kInt64 : kDefaultFloat);
   double s = start.to_double(), e = end.to_double(), st = step.to_double();
@@ -126,14 +126,16 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
       const uint64_t a = uint64_t(start.to_int()), k = uint64_t(step.to_int());
       for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(int64_t(a + uint64_t(i) * k));
     } else {
-      for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(s + double(i) * st);
+      // (one rounding, as the traced form's add with alpha: written out, not left to the
+      // compiler's contraction)
+      for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(std::fma(double(i), st, s));
     }
   });
   return out;
 }
 
 Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, TensorOptions opts) {
-  KILN_TRACE_FACTORY("linspace", linspace(start, end, steps, opts))
+  KILN_TRACE_FACTORY_ARGS("linspace", (start, end), linspace(start, end, steps, opts))
   KILN_CHECK(steps >= 0, "linspace", "number of steps must be non-negative, got ", steps);
   DType dt = opts.dtype_or(kDefaultFloat);
   Tensor out = empty_for({steps}, opts.dtype(dt), "linspace");
@@ -143,13 +145,10 @@ Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, TensorOpt
   KILN_DISPATCH_ALL(dt, "linspace", [&](auto scalar_tag_) { using scalar_t = decltype(scalar_tag_);
     scalar_t* p = out.data_ptr<scalar_t>();
     // Like PyTorch: the first half counts up from start, the second half down from end, so
-    // both endpoints are exact.
+    // both endpoints are exact. (Each with one rounding, as the traced form computes it.)
     for (int64_t i = 0; i < steps; ++i) {
-      double v = (i < half || steps == 1) ? s + step * double(i) : e - step * double(steps - i - 1);
-      if constexpr (std::is_integral_v<scalar_t> && !std::is_same_v<scalar_t, bool>)
-        p[i] = scalar_t(std::trunc(v));
-      else
-        p[i] = convert<scalar_t>(v);
+      double v = (i < half || steps == 1) ? std::fma(step, double(i), s) : std::fma(-step, double(steps - i - 1), e);
+      p[i] = convert<scalar_t>(v);
     }
   });
   return out;

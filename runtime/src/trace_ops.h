@@ -102,10 +102,14 @@
   }
 
 // KILN_TRACE_FACTORY("name", call): a factory made a tensor while tracing; the recorder turns
-// it into a constant (or refuses it: random and from_blob tensors cannot be baked in).
-#define KILN_TRACE_FACTORY(name, ...)                                                         \
+// it into ops or a constant (or refuses it: random and from_blob tensors cannot be baked in).
+// KILN_TRACE_FACTORY_ARGS("name", (numbers...), call) also hands over the numbers the
+// recorder needs to make the tensor again (Recorder::created).
+#define KILN_TRACE_FACTORY(name, ...) KILN_TRACE_FACTORY_ARGS(name, (), __VA_ARGS__)
+#define KILN_TRACE_FACTORY_ARGS(name, args, ...)                                              \
   if (::kiln::trace::Recorder* kiln_rec_ = ::kiln::trace::active()) [[unlikely]] {           \
     KILN_PAUSED_RESULT(__VA_ARGS__)                                                          \
-    kiln_rec_->created(kiln_out_, name);                                                     \
+    const std::initializer_list<::kiln::Scalar> kiln_args_{KILN_UNPACK args};                \
+    kiln_rec_->created(kiln_out_, name, {kiln_args_.begin(), kiln_args_.size()});            \
     return kiln_out_;                                                                        \
   }

@@ -68,9 +68,11 @@ enum Kind : int {
   kIntegerOps,   // integer division (floor, trunc), remainder, fmod, bitwise ops; float remainders
   kIndexing,     // cat, index_select and gather with indices computed in the program
   kHalf,         // a value cast to float16 or bfloat16 and an op or two on it, kept as an output
+  kFactory,      // arange, linspace or eye made in the program (ops over iota), maybe viewed or
+                 // written in place, combined with a live tensor
   kNumKinds
 };
-constexpr int kWeights[kNumKinds] = {3, 4, 2, 2, 1, 3, 3, 1, 2, 2, 2, 2, 2, 1, 2, 2, 1, 1};
+constexpr int kWeights[kNumKinds] = {3, 4, 2, 2, 1, 3, 3, 1, 2, 2, 2, 2, 2, 1, 2, 2, 1, 1, 1};
 
 struct Step {
   int kind;
@@ -839,6 +841,40 @@ class Runner {
             return;
           }
         }
+      }
+      case kFactory: {
+        const Val a = x.t.dtype() == kBool ? floated(x) : x;
+        const Tensor& t = a.t;
+        const int64_t n = t.dim() ? t.size(-1) : 1;
+        Tensor f;
+        double most = 0;
+        bool exact = a.exact;
+        switch (s.c % 3) {
+          case 0:  // integers, or floats from a float step
+            f = s.d % 2 ? arange(int64_t(s.b % 5), int64_t(s.b % 5) + 2 * n, 2)
+                        : arange(-0.5, -0.5 + 0.25 * double(n), 0.25, TensorOptions(kFloat32)).slice(0, 0, n);
+            most = double(s.b % 5) + 2.0 * double(n);
+            break;
+          case 1:
+            f = linspace(-2, 3, n, TensorOptions(s.d % 2 ? kFloat64 : kFloat32));
+            most = 3;
+            exact = false;
+            break;
+          default:  // rows of an identity (transposed when square), or a row of one
+            f = t.dim() >= 2 ? eye(t.size(-2), n) : eye(1, n).squeeze(0);
+            if (t.dim() >= 2 && t.size(-2) == n && s.d % 3 == 0) f = f.t();
+            most = 1;
+            break;
+        }
+        if (s.d % 4 == 1 && f.dim() >= 1 && f.size(0) > 1) {  // written through a view of it
+          f.slice(0, 0, 1).mul_(3);
+          most *= 3;
+        } else if (s.d % 4 == 2) {
+          f.add_(1);
+          most += 1;
+        }
+        push(t + f, a.bound + most, exact);
+        return;
       }
       case kHalf: {
         // Kernels compute 16-bit floats in float32 and round at the store, eager rounds after

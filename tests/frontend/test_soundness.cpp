@@ -11,6 +11,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <thread>
@@ -571,14 +573,16 @@ TEST(Soundness, FactoriesOfOneValueAreFills) {
   size_t text = 0;
   for (const auto& g : big.explain().graphs) text += g.text.size();
   EXPECT_LT(text, 4096u);
-  // A factory of many values (arange) is a constant of its bytes: explain() shows its size, the
-  // text form (dump-ir, the caches) every byte.
-  auto ramp = compile([](const Tensor& x) { return x * arange(0, 1 << 16, 1, TensorOptions(kFloat32)); });
+  // A tensor of many values made from host data is a constant of its bytes: explain() shows its
+  // size, the text form (dump-ir, the caches) every byte.
+  std::vector<float> host(1 << 16);
+  for (size_t i = 0; i < host.size(); ++i) host[i] = float(i) * 0.5f;
+  auto ramp = compile([&host](const Tensor& x) { return x * from_vector(host); });
   Tensor y = randn({1 << 16});
-  expect_same(ramp(y), y * arange(0, 1 << 16, 1, TensorOptions(kFloat32)));
+  expect_same(ramp(y), y * from_vector(host));
   Explanation ex = ramp.explain();
   ASSERT_EQ(ex.graphs.size(), 1u);
-  EXPECT_TRUE(contains(ex.graphs[0].text, ir::bytes_to_hex(ir::encode_constant(arange(0, 1 << 16, 1, TensorOptions(kFloat32))))));
+  EXPECT_TRUE(contains(ex.graphs[0].text, ir::bytes_to_hex(ir::encode_constant(from_vector(host)))));
   EXPECT_NO_THROW(ir::parse(ex.graphs[0].text));
   const std::string shown = ex.str();
   EXPECT_LT(shown.size(), 8192u) << shown.substr(0, 2048);
@@ -588,6 +592,99 @@ TEST(Soundness, FactoriesOfOneValueAreFills) {
   EXPECT_TRUE(contains(ir::shorten_constants(small, 4), "{data=<8 bytes>}"));
   EXPECT_EQ(ir::shorten_constants(small, 8), small);
   EXPECT_EQ(ir::shorten_constants(small), small);
+}
+
+namespace {
+// Whether two tensors hold the same values bit for bit (as float64, which holds every value of
+// the other dtypes exactly), dtype and sizes too.
+::testing::AssertionResult same_bits(const Tensor& got, const Tensor& want) {
+  if (got.dtype() != want.dtype()) return ::testing::AssertionFailure() << name(got.dtype()) << " vs " << name(want.dtype());
+  if (got.sizes().vec() != want.sizes().vec()) return ::testing::AssertionFailure() << "sizes differ";
+  if (got.numel() == 0 || got.to(kFloat64).eq(want.to(kFloat64)).all().item<bool>()) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << got << "\nvs eager's\n" << want;
+}
+
+// The largest tensor constant in a function's graphs, in bytes, and whether they use iota.
+std::pair<size_t, bool> constants_and_iota(const Explanation& ex) {
+  size_t most = 0;
+  bool iota = false;
+  for (const auto& g : ex.graphs) {
+    ir::Graph parsed = ir::parse(g.text);
+    for (const auto& n : parsed.nodes()) {
+      iota = iota || n->op == OpId::Iota;
+      if (const ir::Attr* d = n->attr("data")) most = std::max(most, std::get<std::string>(d->value).size());
+    }
+  }
+  return {most, iota};
+}
+}  // namespace
+
+// arange, linspace and eye inside a compiled function are ops over iota (each element's index),
+// never their values' bytes, and give eager's values bit for bit: integer ranges that wrap,
+// float ranges with one rounding per element, every dtype, both halves of a linspace, empty
+// and one-element results, on the reference executor and the compiled kernels.
+TEST(Soundness, RangeFactoriesAreOpsWithEagersBits) {
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  std::vector<std::function<Tensor()>> made = {
+      [] { return arange(17); },
+      [] { return arange(-5, 40, 3, TensorOptions(kInt32)); },
+      [] { return arange(7, -9, -2, TensorOptions(kInt8)); },
+      [] { return arange(0, 300, 1, TensorOptions(kUInt8)); },  // wraps past 255, as eager
+      [=] { return arange(big - 20, big, 3); },                  // start + i * step near int64's end
+      [] { return arange(0, 17, 1, TensorOptions(kFloat32)); },
+      [] { return arange(0.5, 10.5, 0.3); },
+      [] { return arange(-1.25, 3.0, 0.1, TensorOptions(kFloat64)); },
+      [] { return arange(0.1, 2.0, 0.07, TensorOptions(kFloat16)); },
+      [] { return arange(0.1, 2.0, 0.07, TensorOptions(kBFloat16)); },
+      [] { return arange(1e6, 1e6 + 100, 0.37); },
+      [] { return arange(0.5, 20.5, 1.5, TensorOptions(kInt32)); },  // float bounds, integer dtype
+      [] { return arange(3, 3); },
+      [] { return linspace(-1, 3, 34); },
+      [] { return linspace(0, 1, 2, TensorOptions(kFloat64)); },
+      [] { return linspace(0, 1, 7, TensorOptions(kFloat16)); },
+      [] { return linspace(2.5, -7.25, 101, TensorOptions(kFloat64)); },
+      [] { return linspace(-10, 10, 9, TensorOptions(kInt32)); },
+      [] { return linspace(1e-3, 1e3, 1000); },
+      [] { return linspace(0, 1, 1); },
+      [] { return linspace(0, 1, 0); },
+      [] { return eye(5); },
+      [] { return eye(3, 7, TensorOptions(kInt64)); },
+      [] { return eye(6, 2, TensorOptions(kBool)); },
+      [] { return eye(0, 4); },
+      [] { return eye(1, 1, TensorOptions(kFloat16)); },
+  };
+  for (auto backend : {CompileOptions::Backend::Reference, CompileOptions::Backend::Compiled}) {
+    if (backend == CompileOptions::Backend::Compiled && !codegen::has_cpu_codegen()) continue;
+    CompileOptions opts;
+    opts.backend = backend;
+    for (size_t k = 0; k < made.size(); ++k) {
+      SCOPED_TRACE("factory " + std::to_string(k) + (backend == CompileOptions::Backend::Reference ? ", reference" : ", compiled"));
+      const Tensor want = made[k]();
+      // (returned as it is, and read by a fused kernel: x is a one, so the product is exact)
+      auto f = compile([&](const Tensor& x) {
+        Tensor t = made[k]();
+        return std::vector<Tensor>{t, t.to(kFloat64) * x};
+      }, opts);
+      Tensor one = ones({}, TensorOptions(kFloat64));
+      for (int call = 0; call < 2; ++call) {
+        std::vector<Tensor> got = f(one);
+        EXPECT_TRUE(same_bits(got[0], want));
+        EXPECT_TRUE(same_bits(got[1], want.to(kFloat64)));
+      }
+      auto [most, iota] = constants_and_iota(f.explain());
+      if (want.numel() > 1) {
+        EXPECT_TRUE(iota) << f.explain().str();
+        EXPECT_LE(most, 8u) << "a constant of " << most << " bytes: " << f.explain().str();
+      }
+    }
+  }
+  // The graph stays small whatever the size.
+  auto wide = compile([](const Tensor& x) { return x * arange(0.0, 1.0, 1.0 / (1 << 20)) + linspace(0, 1, 1 << 20); });
+  Tensor x = randn({1 << 20});
+  expect_same(wide(x), x * arange(0.0, 1.0, 1.0 / (1 << 20)) + linspace(0, 1, 1 << 20));
+  size_t text = 0;
+  for (const auto& g : wide.explain().graphs) text += g.text.size();
+  EXPECT_LT(text, 4096u);
 }
 
 // Kernels that differ only in where their operands start are one kernel: a sweep over the rows

@@ -66,7 +66,7 @@ OpCase op_case(OpId op) {
     case OpId::Unsqueeze: return {{x}, {{"dim", int64_t(-1)}}};
     case OpId::Diagonal: return {{f32({3, 3})}, {{"dim1", int64_t(0)}, {"dim2", int64_t(1)}, {"offset", int64_t(1)}}};
     case OpId::AsStrided: return {{x}, {{"offset", int64_t(0)}, {"sizes", IntList{2, 2}}, {"strides", IntList{1, 2}}}};
-    case OpId::Contiguous: case OpId::Clone: return {{xt}, {}};
+    case OpId::Contiguous: case OpId::Clone: case OpId::Iota: return {{xt}, {}};
     case OpId::Matmul: return {{f32({2, 2, 3}), f32({3})}, {}};
     case OpId::Mm: return {{x, f32({3, 4})}, {}};
     case OpId::Bmm: return {{f32({2, 2, 3}), f32({2, 3, 4})}, {}};

@@ -88,7 +88,8 @@ TEST(OptimizerProperties, GeneratorTracesValidGraphs) {
                   OpId::Permute, OpId::Slice, OpId::Select, OpId::Unsqueeze, OpId::Expand, OpId::View, OpId::Sum,
                   OpId::Mean, OpId::Amax, OpId::Var, OpId::Norm, OpId::Softmax, OpId::LogSoftmax, OpId::Matmul,
                   OpId::Mm, OpId::Copy, OpId::MaskedFill, OpId::Exp, OpId::Argmax, OpId::MaxDim, OpId::Cumsum,
-                  OpId::Any, OpId::LogSumExp, OpId::Remainder, OpId::Fmod, OpId::Cat, OpId::IndexSelect, OpId::Gather})
+                  OpId::Any, OpId::LogSumExp, OpId::Remainder, OpId::Fmod, OpId::Cat, OpId::IndexSelect, OpId::Gather,
+                  OpId::Iota})
     EXPECT_TRUE(has(op)) << "no generated graph uses " << ir::op_info(op).name;
   EXPECT_GT(writes, cases().size() / 2);
   EXPECT_GT(ops_seen, size_t(40));

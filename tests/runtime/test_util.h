@@ -72,7 +72,7 @@ class FakeRecorder : public trace::Recorder {
       if (o.tensor) r.tensors.push_back(o.tensor->impl_ptr().get());
     inplace.push_back(std::move(r));
   }
-  void created(const Tensor&, std::string_view) override { ++creations; }
+  void created(const Tensor&, std::string_view, std::span<const Scalar>) override { ++creations; }
   void host_access(const Tensor&, trace::HostAccess, const std::source_location&, const void*) override {
     ++host_accesses;
   }

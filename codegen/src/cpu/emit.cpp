@@ -288,8 +288,18 @@ Value* Emitter::load(int j, DType to) {
     if (is_floating(a.dtype)) return convert(B.CreateBitCast(bits, B.getDoubleTy()), DType::Float64, to);
     return convert(bits, DType::Int64, to);
   }
-  Value* raw = staged_.empty() || !staged_[size_t(j)].buf
-                   ? B.CreateLoad(storage_type(a.dtype), address(size_t(j)))
+  const bool staged = !staged_.empty() && staged_[size_t(j)].buf;
+  if (a.iota && !staged) {
+    // Each element holds its index: the value at the operand's first element (where the
+    // launch pointed it) plus the index the loops reach, with no stream through memory.
+    Value* at = B.CreateLoad(B.getInt64Ty(), F_->getArg(unsigned(base_operand(size_t(j)))));
+    for (size_t d = 0; d < a.sizes.size() && d < iv_.size(); ++d) {
+      if (!moves(a, d) || !iv_[d]) continue;
+      at = B.CreateAdd(at, B.CreateSExt(B.CreateMul(iv_[d], stride_[size_t(j)][d], "", false, true), B.getInt64Ty()));
+    }
+    return convert(at, DType::Int64, to);
+  }
+  Value* raw = !staged ? B.CreateLoad(storage_type(a.dtype), address(size_t(j)))
                    : B.CreateLoad(storage_type(a.dtype), B.CreateInBoundsGEP(storage_type(a.dtype), staged_[size_t(j)].buf,
                                                                              staged_index()));
   Value* v;

@@ -247,7 +247,8 @@ Value* Emitter::address_at(size_t j, const std::vector<Value*>& idx) {
 // Load j reads contiguously along loop d (unit stride), so it streams through memory there.
 bool Emitter::streams(size_t j, int d) const {
   const passes::Access& a = k_.loads[j];
-  return a.buffer >= 0 && size_t(d) < a.strides.size() && moves(a, size_t(d)) && std::abs(a.strides[size_t(d)]) == 1;
+  return a.buffer >= 0 && !a.iota && size_t(d) < a.strides.size() && moves(a, size_t(d)) &&
+         std::abs(a.strides[size_t(d)]) == 1;
 }
 
 // Prefetches (to L1; for writing when `write`) one address per 64-byte line of `elems`
@@ -320,7 +321,7 @@ void Emitter::prefetch_tile(int d, Value* t0, Value* t1) {
 // A load that walks the innermost loop with a stride and the one before it contiguously.
 bool Emitter::transposed(size_t j) const {
   const passes::Access& a = k_.loads[j];
-  if (a.buffer < 0 || a.strides.size() != size_t(rank())) return false;
+  if (a.buffer < 0 || a.iota || a.strides.size() != size_t(rank())) return false;
   int64_t inner = a.sizes[size_t(rank() - 1)] > 1 ? std::abs(a.strides[size_t(rank() - 1)]) : 0;
   int64_t before = a.sizes[size_t(rank() - 2)] > 1 ? std::abs(a.strides[size_t(rank() - 2)]) : 0;
   return inner > 1 && before == 1;

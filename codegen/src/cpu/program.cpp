@@ -180,7 +180,7 @@ std::string kernel_text(const passes::Kernel& k) {
     for (int64_t s : a.sizes) o << " " << s;
     o << " strides";
     for (int64_t s : a.strides) o << " " << s;
-    o << (a.buffer < 0 ? " arg" : "");
+    o << (a.buffer < 0 ? " arg" : "") << (a.iota ? " iota" : "");
     o << shared_with(k, j);
     if (j < k.loads.size()) o << " inplace " << in_place_store(k, j);
     o << "\n";
@@ -212,7 +212,7 @@ std::string generic_text(const passes::Kernel& k) {
         bool moves = a.sizes[d] != 1 && a.strides[d] != 0;
         o << (!moves ? "b" : a.strides[d] == 1 ? "+" : a.strides[d] == -1 ? "-" : "s");
       }
-      o << shared_with(k, j);
+      o << (a.iota ? " iota" : "") << shared_with(k, j);
       // (an in-place pair reads through one pointer: only for sizes where it is one still)
       if (j < k.loads.size()) o << " inplace " << in_place_store(k, j);
       o << "\n";

@@ -52,6 +52,9 @@ class Executable {
 // A constant typed for a GPU is decoded on the host and copied there (unless `on_host`).
 Tensor decode_constant(const Node& n, bool on_host = false);
 std::string encode_constant(const Tensor& t);
+// The value of an `iota` node of these sizes: each element's row-major index (int64), made on
+// the host and moved to `device`.
+Tensor iota_value(const std::vector<int64_t>& sizes, Device device);
 // The value whose memory `v` views: follows views and write-backs (`copy`) up to their source.
 const Value* alias_root(const Value* v);
 

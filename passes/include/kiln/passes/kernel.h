@@ -49,6 +49,7 @@ struct Buffer {
   int input = -1;          // Input: the graph input it is
   int value = -1;          // the graph value it materialises (Temp, Output, Constant), for printing
   Tensor constant;         // Constant: the data
+  bool iota = false;       // Constant: an `iota` node's value, each element's row-major index
   std::vector<int64_t> sizes, strides;  // Temp/Output: the layout of the value it holds
   int64_t arena_offset = -1;  // Temp: byte offset in the arena, once planned
   int64_t bytes() const;
@@ -68,6 +69,11 @@ struct Access {
   bool storage_relative = false;        // offset counts from the storage start (as_strided offset=k)
   StrideClass cls = StrideClass::Contiguous;
   int align = 64;  // bytes: the largest power of two (up to 64) dividing the first element's address
+  // A load of an iota buffer that no kernel writes: each element holds its own index, so a
+  // backend may compute the value (the first element's value, read once, plus the index the
+  // loops reach) instead of reading memory. The buffer holds the values all the same, for the
+  // paths that read them.
+  bool iota = false;
   bool operator==(const Access&) const = default;
   // Whether two accesses name the same element at every loop index (sizes compared only where
   // the access moves: a broadcast load and a store of the same element are the same index).

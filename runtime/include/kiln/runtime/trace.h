@@ -84,8 +84,11 @@ class Recorder {
   // `inputs` are read for their identity and type only (`self` already holds the new values).
   virtual void record_inplace(const Tensor& self, OpId op, std::span<const Operand> inputs,
                               std::vector<Attr> attrs) = 0;
-  // A factory made `t` (zeros, ones, arange, from_vector, ...): it becomes a constant.
-  virtual void created(const Tensor& t, std::string_view factory) = 0;
+  // A factory made `t` (zeros, ones, arange, from_vector, ...): it becomes ops that make it
+  // again or a constant. `args` are the numbers those ops need that `t` does not tell:
+  // arange's start, end and step (as the caller passed them: their kinds choose the
+  // arithmetic), linspace's start and end; empty for the others.
+  virtual void created(const Tensor& t, std::string_view factory, std::span<const Scalar> args) = 0;
   // `t` is about to become a host value. `pc` is the caller's return address where no
   // source_location can be had (operator bool). May throw (fullgraph mode).
   virtual void host_access(const Tensor& t, HostAccess what, const std::source_location& where,

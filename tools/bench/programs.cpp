@@ -1,0 +1,98 @@
+// kiln-programs: small whole programs that use a capability kiln gained (tensors made inside a
+// compiled function, ...), each timed eager and compiled, against tools/bench/programs_torch.py
+// (the same programs in PyTorch, eager and under torch.compile, timed the same way). The 18
+// workloads of kiln-bench measure the compiler on what it was built around; these measure what
+// users could not write before, as each capability lands.
+//
+// Usage: kiln-programs [--reps N] [NAME...]     (no name: every program)
+//        kiln-programs --list
+// Prints "kiln NAME eager E ms compiled C ms" per program: the median of N calls (default 30)
+// after 3 untimed ones (the first compiled call traces and compiles).
+#include <kiln/kiln.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+using namespace kiln;
+
+namespace {
+
+struct Program {
+  const char* name;
+  const char* what;
+  std::function<std::vector<Tensor>()> inputs;
+  std::function<Tensor(const Tensor&)> run;
+};
+
+const std::vector<Program>& programs() {
+  static const std::vector<Program> list = {
+      {"arange_scale", "x * arange(n) + 1, x f32[4M]", [] { return std::vector<Tensor>{randn({1 << 22})}; },
+       [](const Tensor& x) { return x * arange(0, x.size(0), 1, TensorOptions(kFloat32)) + 1.0; }},
+      {"linspace_scale", "x * linspace(0, 1, n), x f32[4M]", [] { return std::vector<Tensor>{randn({1 << 22})}; },
+       [](const Tensor& x) { return x * linspace(0, 1, x.size(0)); }},
+      {"eye_mask", "x * eye(n, n) + x.t(), x f32[2048, 2048]", [] { return std::vector<Tensor>{randn({2048, 2048})}; },
+       [](const Tensor& x) { return x * eye(x.size(0), x.size(1)) + x.t(); }},
+      {"sinusoidal_pe", "x + sinusoidal positions (arange, exp, sin, cos, cat), x f32[4096, 512]",
+       [] { return std::vector<Tensor>{randn({4096, 512})}; },
+       [](const Tensor& x) {
+         const int64_t t = x.size(0), d = x.size(1);
+         Tensor pos = arange(0, t, 1, TensorOptions(kFloat32)).unsqueeze(1);
+         Tensor freq = (arange(0, d, 2, TensorOptions(kFloat32)) * (-std::log(10000.0) / double(d))).exp();
+         Tensor angle = pos * freq;
+         return x + cat({angle.sin(), angle.cos()}, 1);
+       }},
+  };
+  return list;
+}
+
+double median_ms(const std::function<void()>& f, int reps) {
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 30;
+  std::vector<std::string> names;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--list")) {
+      for (const Program& p : programs()) std::printf("%-16s %s\n", p.name, p.what);
+      return 0;
+    }
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+      continue;
+    }
+    names.push_back(argv[i]);
+  }
+  for (const std::string& n : names)
+    if (std::none_of(programs().begin(), programs().end(), [&](const Program& p) { return n == p.name; })) {
+      std::fprintf(stderr, "kiln-programs: no program '%s' (--list names them)\n", n.c_str());
+      return 2;
+    }
+  for (const Program& p : programs()) {
+    if (!names.empty() && std::find(names.begin(), names.end(), p.name) == names.end()) continue;
+    manual_seed(0);
+    const std::vector<Tensor> in = p.inputs();
+    auto compiled = compile(p.run);
+    const double eager = median_ms([&] { p.run(in[0]); }, reps);
+    const double comp = median_ms([&] { compiled(in[0]); }, reps);
+    std::printf("kiln %-16s eager %8.3f ms  compiled %8.3f ms\n", p.name, eager, comp);
+  }
+  return 0;
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""PyTorch's counterpart of kiln-programs (tools/bench/programs.cpp): the same programs on the
+same shapes, eager and under torch.compile, timed the same way (3 untimed calls, then the
+median of --reps), one line per program: "torch NAME eager E ms compiled C ms".
+
+Usage: programs_torch.py [--reps N] [--threads T] [NAME...]
+"""
+import math
+import statistics
+import sys
+import time
+
+import torch
+
+
+def sinusoidal_pe(x):
+    t, d = x.shape
+    pos = torch.arange(0, t, 1, dtype=torch.float32).unsqueeze(1)
+    freq = (torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(10000.0) / d)).exp()
+    angle = pos * freq
+    return x + torch.cat([angle.sin(), angle.cos()], 1)
+
+
+PROGRAMS = {
+    "arange_scale": (lambda: torch.randn(1 << 22),
+                     lambda x: x * torch.arange(0, x.size(0), 1, dtype=torch.float32) + 1.0),
+    "linspace_scale": (lambda: torch.randn(1 << 22), lambda x: x * torch.linspace(0, 1, x.size(0))),
+    "eye_mask": (lambda: torch.randn(2048, 2048), lambda x: x * torch.eye(x.size(0), x.size(1)) + x.t()),
+    "sinusoidal_pe": (lambda: torch.randn(4096, 512), sinusoidal_pe),
+}
+
+
+def median_ms(f, x, reps):
+    for _ in range(3):
+        f(x)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        f(x)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def main(argv):
+    reps, threads, names = 30, 2, []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--reps":
+            reps, i = int(argv[i + 1]), i + 2
+        elif argv[i] == "--threads":
+            threads, i = int(argv[i + 1]), i + 2
+        else:
+            names.append(argv[i])
+            i += 1
+    for n in names:
+        if n not in PROGRAMS:
+            sys.exit(f"programs_torch.py: no program '{n}'")
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    for name, (make, fn) in PROGRAMS.items():
+        if names and name not in names:
+            continue
+        x = make()
+        compiled = torch.compile(fn)
+        eager = median_ms(fn, x, reps)
+        comp = median_ms(compiled, x, reps)
+        print(f"torch {name:16s} eager {eager:8.3f} ms  compiled {comp:8.3f} ms", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

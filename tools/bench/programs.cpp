@@ -7,7 +7,8 @@
 // Usage: kiln-programs [--reps N] [NAME...]     (no name: every program)
 //        kiln-programs --list
 // Prints "kiln NAME eager E ms compiled C ms" per program: the median of N calls (default 30)
-// after 3 untimed ones (the first compiled call traces and compiles).
+// after 3 untimed ones (the first compiled call traces and compiles). The compiled result is
+// checked against eager's first (float32 tolerances); a mismatch exits with status 1.
 #include <kiln/kiln.h>
 
 #include <algorithm>
@@ -90,6 +91,14 @@ int main(int argc, char** argv) {
     manual_seed(0);
     const std::vector<Tensor> in = p.inputs();
     auto compiled = compile(p.run);
+    // (the compiled result is checked against eager's first: a time of a wrong result is no time)
+    const Tensor want = p.run(in[0]), got = compiled(in[0]);
+    const bool same = got.sizes() == want.sizes() && got.dtype() == want.dtype() &&
+                      (got - want).abs().le(want.abs() * 1e-4 + 1e-5).all().item<bool>();
+    if (!same) {
+      std::fprintf(stderr, "kiln-programs: %s: the compiled result differs from eager's\n", p.name);
+      return 1;
+    }
     const double eager = median_ms([&] { p.run(in[0]); }, reps);
     const double comp = median_ms([&] { compiled(in[0]); }, reps);
     std::printf("kiln %-16s eager %8.3f ms  compiled %8.3f ms\n", p.name, eager, comp);

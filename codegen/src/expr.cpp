@@ -17,15 +17,31 @@ DType compute_dtype(DType storage) {
   return storage == DType::Float16 || storage == DType::BFloat16 ? DType::Float32 : storage;
 }
 
-std::string_view eop_name(EOp op) {
-  static const char* names[] = {
-      "load", "arg", "const", "neg", "abs", "sign", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt",
-      "recip", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "erf", "floor", "ceil",
-      "round", "trunc", "isnan", "isinf", "isfinite", "not", "bitnot", "convert", "round_to_16", "signbit", "add",
-      "sub", "mul", "div", "pow", "atan2", "max", "min", "fmod", "eq", "ne", "lt", "le", "gt", "ge", "and", "or",
-      "xor", "select", "fma", "reduce", "row_index", "scan", "rowcount"};
-  static_assert(sizeof(names) / sizeof(names[0]) == size_t(EOp::RowCount) + 1, "one name per EOp");
-  return names[size_t(op)];
+namespace {
+struct EOpInfo {
+  const char* name;
+  int arity;
+  const char* math;
+};
+constexpr EOpInfo kEOps[] = {
+#define KILN_EOP(id, name, arity, math) {name, arity, math},
+#include "eops.def"
+#undef KILN_EOP
+};
+}  // namespace
+
+std::string_view eop_name(EOp op) { return kEOps[size_t(op)].name; }
+int eop_arity(EOp op) { return kEOps[size_t(op)].arity; }
+const char* eop_math(EOp op) { return kEOps[size_t(op)].math; }
+
+std::span<const MathFn> math_fns() {
+  static const std::vector<MathFn> fns = [] {
+    std::vector<MathFn> v;
+    for (const EOpInfo& e : kEOps)
+      if (e.math) v.push_back({e.math, e.arity});
+    return v;
+  }();
+  return fns;
 }
 
 namespace {
@@ -605,8 +621,7 @@ class Builder {
       return dims;
     };
     // argmax/argmin's dim may be none (every dim); the others name one dim or a list
-    bool single_dim = n.op == OpId::Softmax || n.op == OpId::LogSoftmax || n.op == OpId::Cumsum ||
-                      n.op == OpId::Argmax || n.op == OpId::Argmin || n.op == OpId::MaxDim || n.op == OpId::MinDim;
+    bool single_dim = ir::has_trait(n.op, ir::kRowOp) || n.op == OpId::Argmax || n.op == OpId::Argmin || n.op == OpId::MaxDim || n.op == OpId::MinDim;
     check_dims(n, dims_attr(single_dim ? "dim" : "dims"));
     // The row's length as an instruction: a constant in a kernel specialised on its sizes, an
     // argument in a size-generic one.

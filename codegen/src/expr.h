@@ -20,6 +20,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,32 +31,23 @@ namespace kiln::codegen {
 // The type an operation of `storage` dtype computes in: float16 and bfloat16 compute as float32.
 DType compute_dtype(DType storage);
 
+// The kernel instruction set (eops.def: each instruction's name, arity and math function).
 enum class EOp : uint8_t {
-  Load,   // operand `index` (a kernel load) at the current loop index, widened to `type`
-  Arg,    // operand `index`: a host number passed at run time
-  Const,  // `f` (float types) or `i` (integer and bool types)
-  // unary
-  Neg, Abs, Sign, Exp, Exp2, Expm1, Log, Log2, Log1p, Sqrt, Recip, Sin, Cos, Tan, Asin, Acos, Atan,
-  Sinh, Cosh, Tanh, Erf, Floor, Ceil, Round, Trunc, IsNan, IsInf, IsFinite, Not, BitNot,
-  Convert,    // to `type` (float to integer saturates; anything to bool is != 0)
-  RoundTo16,  // a float32 rounded to the 16-bit float `index` names (as DType), kept as float32
-  SignBit,    // bool: the sign bit of a float (true for -0.0 and negative NaNs too)
-  // binary
-  // Div and Fmod on integers: C's truncating quotient and remainder, made total: a zero divisor
-  // gives 0 and, when `index` >= 0, sets check flag `index` (KernelCode::checks); x / -1 is -x
-  // and x % -1 is 0, wrapping (INT_MIN / -1 = INT_MIN, as eager), never the hardware's trap.
-  Add, Sub, Mul, Div, Pow, Atan2, Max, Min, Fmod, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor,
-  Select,  // args: condition (bool), then, else
-  Fma,     // args[0] * args[1] + args[2], rounded once (floats)
-  Reduce,  // the `reducer` of args[0] over the row, in `type`
-  // Row values that depend on the position in the row (the reduction loops visit it in
-  // row-major order of the reduced dims, which the lowering pass keeps in their logical order):
-  RowIndex,  // int64: the row-major index of the current point over the reduction loops
-  Scan,      // the running `reducer` (Sum) of args[0] along the row up to and including the
-             // current point, in `type`, added in row order (cumsum)
-  RowCount,  // the number of points in a row (the reduction loops' extents multiplied), float64
+#define KILN_EOP(id, name, arity, math) id,
+#include "eops.def"
+#undef KILN_EOP
 };
 std::string_view eop_name(EOp op);
+// The number of argument instructions of `op` (-1: none fixed), and the C library function
+// computing it on floats, or null (eops.def).
+int eop_arity(EOp op);
+const char* eop_math(EOp op);
+// Every instruction with a math function, with its arity: the calls a backend links.
+struct MathFn {
+  const char* name;
+  int arity;
+};
+std::span<const MathFn> math_fns();
 
 // Max and Min propagate NaN, as the eager amax/amin do.
 enum class Reducer : uint8_t { Sum, Prod, Max, Min, Any, All };

@@ -15,7 +15,7 @@ namespace kiln::ir {
 
 namespace {
 constexpr OpInfo kOps[] = {
-#define KILN_OP(id, name, category, operands) {name, Category::category, operands},
+#define KILN_OP(id, name, category, operands, ...) {name, Category::category, operands, 0u __VA_OPT__(| __VA_ARGS__)},
 #include "kiln/runtime/ops.def"
 #undef KILN_OP
 };

@@ -55,18 +55,6 @@ constexpr size_t kMaxKernelInputs = 24;
 // thousands of groups that cannot merge made the pass quadratic).
 constexpr int kMaxSiblingFailures = 16;
 
-bool is_expensive(OpId op) {
-  switch (op) {
-    case OpId::Exp: case OpId::Exp2: case OpId::Expm1: case OpId::Log: case OpId::Log2: case OpId::Log1p:
-    case OpId::Sin: case OpId::Cos: case OpId::Tan: case OpId::Asin: case OpId::Acos: case OpId::Atan:
-    case OpId::Sinh: case OpId::Cosh: case OpId::Tanh: case OpId::Sigmoid: case OpId::Gelu: case OpId::Silu:
-    case OpId::Erf: case OpId::Pow: case OpId::Atan2: case OpId::Remainder: case OpId::Fmod:
-      return true;
-    default:
-      return false;
-  }
-}
-
 struct Group {
   std::vector<int> nodes;  // sorted
   NodeClass kind = NodeClass::Elementwise;
@@ -130,7 +118,7 @@ class Fuser {
     Group gr;
     gr.nodes = {node};
     gr.kind = c;
-    gr.expensive = is_expensive(n.op);
+    gr.expensive = ir::has_trait(n.op, ir::kCostly);
     if (c == NodeClass::Reduction) {
       gr.space = n.inputs[0]->type.sizes;
       gr.red_dims = reduce_info(n).dims;
@@ -169,7 +157,7 @@ class Fuser {
     if (x.kind == NodeClass::Opaque || y.kind == NodeClass::Opaque) {
       const Group& op = x.kind == NodeClass::Opaque ? x : y;
       const Group& ep = x.kind == NodeClass::Opaque ? y : x;
-      if (ep.kind != NodeClass::Elementwise || !takes_epilogue(a_.nodes[size_t(op.opaque)]->op)) return false;
+      if (ep.kind != NodeClass::Elementwise || !ir::has_trait(a_.nodes[size_t(op.opaque)]->op, ir::kTakesEpilogue)) return false;
       // An epilogue computes on the op's result; writes into other memory stay in their own kernel.
       for (int i : ep.nodes)
         if (a_.nodes[size_t(i)]->op == OpId::Copy) return false;
@@ -385,12 +373,12 @@ class Fuser {
         if (v->type.sizes != op.space) return false;
       for (int s : succ_[size_t(n)])
         if (!inside.count(s) && std::find(red.begin(), red.end(), s) == red.end()) return false;
-      e.expensive = e.expensive || is_expensive(a_.nodes[size_t(n)]->op);
+      e.expensive = e.expensive || ir::has_trait(a_.nodes[size_t(n)]->op, ir::kCostly);
     }
     Group only = op;
     only.nodes = {op.opaque};
     only.checked = false;
-    only.expensive = is_expensive(a_.nodes[size_t(op.opaque)]->op);
+    only.expensive = ir::has_trait(a_.nodes[size_t(op.opaque)]->op, ir::kCostly);
     groups_[size_t(cg)] = only;
     groups_.push_back(std::move(e));
     const int eg = int(groups_.size() - 1);

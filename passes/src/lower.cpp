@@ -193,7 +193,7 @@ class Lowerer {
             const ir::Node& un = *a_.nodes[size_t(u)];
             NodeClass c = classify(un);
             fixed = fixed || c == NodeClass::Free || c == NodeClass::Control ||
-                    (c == NodeClass::Opaque && !takes_epilogue(un.op));
+                    (c == NodeClass::Opaque && !ir::has_trait(un.op, ir::kTakesEpilogue));
           }
         if (!fixed && !written.count(v) && !out_roots.count(v)) free_layout_.insert(v);
       }
@@ -623,7 +623,7 @@ class Lowerer {
         for (ir::Value* x : node->inputs)
           after_red = after_red || (x->producer && ir::op_info(x->producer->op).category == ir::Category::Reduction);
         bool full = !node->outputs.empty() && node->outputs[0]->type.sizes == k.loops;
-        bool row_op = node->op == OpId::Softmax || node->op == OpId::LogSoftmax || node->op == OpId::Cumsum;
+        bool row_op = ir::has_trait(node->op, ir::kRowOp);
         if ((after_red && full) || row_op) k.kind = KernelKind::RowWise;
       }
     }

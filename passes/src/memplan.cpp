@@ -81,8 +81,7 @@ void compute_peak(KernelProgram& p, const std::vector<Life>& life) {
 // reductions: their results are rows, computed in the last pass.)
 bool read_only_by_reductions(const Kernel& k, int from) {
   auto reduces = [](const ir::Node* n) {
-    return ir::op_info(n->op).category == ir::Category::Reduction && n->op != OpId::Softmax &&
-           n->op != OpId::LogSoftmax && n->op != OpId::Cumsum;
+    return ir::op_info(n->op).category == ir::Category::Reduction && !ir::has_trait(n->op, ir::kRowOp);
   };
   std::map<const ir::Value*, std::vector<const ir::Node*>> users;
   for (const auto& n : k.body.nodes())

@@ -41,10 +41,6 @@ NodeClass classify(const ir::Node& n) {
   return NodeClass::Opaque;
 }
 
-bool takes_epilogue(OpId op) {
-  return op == OpId::Matmul || op == OpId::Mm || op == OpId::Bmm || op == OpId::Addmm || op == OpId::Einsum;
-}
-
 ViewKey view_key(const ir::Value* v) {
   ViewKey k;
   k.sizes = v->type.sizes;
@@ -107,7 +103,7 @@ ReduceInfo reduce_info(const ir::Node& n) {
   size_t rank = n.inputs[0]->type.sizes.size();
   const ir::Attr* keep = n.attr("keepdim");
   r.keepdim = keep && std::holds_alternative<bool>(keep->value) && std::get<bool>(keep->value);
-  if (n.op == OpId::Softmax || n.op == OpId::LogSoftmax || n.op == OpId::Cumsum) {
+  if (ir::has_trait(n.op, ir::kRowOp)) {
     r.full_output = true;
     r.keepdim = true;
     if (rank > 0) r.dims = {norm_dim(attr_int(n, "dim", 0), rank)};

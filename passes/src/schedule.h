@@ -13,8 +13,6 @@ namespace kiln::passes::detail {
 // constants are buffers; contiguous, clone and copy are elementwise (a copy is a store).
 enum class NodeClass : uint8_t { Free, Data, Elementwise, Reduction, Opaque, Control };
 NodeClass classify(const ir::Node& n);
-// Opaque ops that take a fused elementwise epilogue on their output (bias, activation).
-bool takes_epilogue(OpId op);
 
 // A value's place in memory: the value that owns the memory (ir::alias_root) and the view of
 // it: sizes, strides (elements) and offset from the root's first element. `storage_relative`:

@@ -79,7 +79,7 @@ std::optional<Kernel> unroll_outer_loop(const Kernel& k, int max_copies) {
   for (const auto& n : k.body.nodes()) {
     const ir::Category cat = ir::op_info(n->op).category;
     if (n->op != OpId::Constant && cat != ir::Category::Elementwise && cat != ir::Category::Reduction) return std::nullopt;
-    if (n->op == OpId::Softmax || n->op == OpId::LogSoftmax || n->op == OpId::Cumsum) return std::nullopt;
+    if (ir::has_trait(n->op, ir::kRowOp)) return std::nullopt;
     bool out_varies = false;
     for (const ir::Value* v : n->outputs) out_varies = out_varies || varies(v);
     if (!out_varies)

@@ -15,7 +15,7 @@ struct Row {
   Cat cat;
 };
 constexpr Row kOps[] = {
-#define KILN_OP(id, name, category, operands) {name, Cat::category},
+#define KILN_OP(id, name, category, operands, ...) {name, Cat::category},
 #include "kiln/runtime/ops.def"
 #undef KILN_OP
 };

@@ -150,6 +150,38 @@ TEST(IrOpTable, NamesAreUniqueAndResolve) {
   EXPECT_EQ(op_info(OpId::Sum).category, Category::Reduction);
 }
 
+// The op table's traits agree with the categories the passes read them with: a row op is a
+// reduction over one `dim` whose output has its operand's shape, an op taking an epilogue is a
+// library (opaque) op, a costly op is elementwise.
+TEST(IrOpTable, TraitsFitTheirCategories) {
+  int rows = 0, products = 0, costly = 0;
+  for (int i = 0; i < num_ops(); ++i) {
+    const OpId op = OpId(i);
+    SCOPED_TRACE(std::string(op_info(op).name));
+    if (has_trait(op, kRowOp)) {
+      ++rows;
+      EXPECT_EQ(op_info(op).category, Category::Reduction);
+      Type x = Type::contiguous(kFloat32, {3, 5});
+      std::vector<Type> out = infer_types(op, {x}, {{"dim", int64_t(1)}});
+      ASSERT_EQ(out.size(), 1u);
+      EXPECT_EQ(out[0].sizes, x.sizes);
+    }
+    if (has_trait(op, kTakesEpilogue)) {
+      ++products;
+      EXPECT_EQ(op_info(op).category, Category::Opaque);
+    }
+    if (has_trait(op, kCostly)) {
+      ++costly;
+      EXPECT_EQ(op_info(op).category, Category::Elementwise);
+    }
+  }
+  EXPECT_EQ(rows, 3);  // softmax, log_softmax, cumsum
+  EXPECT_EQ(products, 5);
+  EXPECT_GT(costly, 20);
+  EXPECT_TRUE(has_trait(OpId::Softmax, kRowOp) && has_trait(OpId::Mm, kTakesEpilogue) && has_trait(OpId::Exp, kCostly));
+  EXPECT_FALSE(has_trait(OpId::Add, kCostly) || has_trait(OpId::Sum, kRowOp) || has_trait(OpId::Cat, kTakesEpilogue));
+}
+
 TEST(IrText, EveryOpRoundTripsThroughTextAndJson) {
   for (int i = 0; i < num_ops(); ++i) {
     for (int variant = 0; variant < (OpId(i) == OpId::Constant ? 2 : 1); ++variant) {

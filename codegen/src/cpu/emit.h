@@ -97,11 +97,9 @@ std::vector<int64_t> generic_args(const passes::Kernel& k);
 inline constexpr int64_t kThreadRowsMin = 64;
 int thread_loops(const passes::Kernel& k, bool generic);
 
-// Instructions that become a call of the vector math library (jit.cpp): many cycles each.
-inline bool calls_math(EOp op) {
-  return op == EOp::Exp || op == EOp::Exp2 || op == EOp::Expm1 || op == EOp::Log || op == EOp::Log2 ||
-         op == EOp::Log1p || op == EOp::Tanh || op == EOp::Erf || op == EOp::Pow || op == EOp::Sin || op == EOp::Cos;
-}
+// Instructions that become a call of the vector math library (jit.cpp): many cycles each. Every
+// float instruction with a math function in eops.def.
+inline bool calls_math(const Instr& in) { return eop_math(in.op) && is_floating(in.type); }
 
 // Adds `name` (external, with the signature above) computing kernel `k` from its lowered code,
 // and for a kernel that has_parts(), `name.partial` and `name.finish`; size-generic

@@ -273,7 +273,7 @@ bool Emitter::wants_prefetch() const {
   for (int64_t e : k_.loops) n *= e;
   if (!generic_ && n < kPrefetchMinElements) return false;
   bool math = false;
-  for (const Instr& in : code_.code) math = math || calls_math(in.op);
+  for (const Instr& in : code_.code) math = math || calls_math(in);
   if (!math) return false;
   for (size_t j = 0; j < k_.loads.size(); ++j)
     if (streams(j, rank() - 1)) return true;

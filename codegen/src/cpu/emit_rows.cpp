@@ -365,7 +365,7 @@ void Emitter::plan_stash(const std::vector<std::vector<int>>& needs, const std::
   int64_t bytes = 0;  // (on the kernel threads' stacks: at most kStashBudget, first come)
   for (size_t i = 0; i < code_.code.size(); ++i) {
     const Instr& in = code_.code[i];
-    if (!in.row || !calls_math(in.op) || (uses[i] < 2 && !reduced[i])) continue;
+    if (!in.row || !calls_math(in) || (uses[i] < 2 && !reduced[i])) continue;
     llvm::Type* t = compute_type(in.type);
     const int64_t size = row * int64_t(M.getDataLayout().getTypeAllocSize(t)) + kStashSkew;
     if (bytes + size > kStashBudget) continue;

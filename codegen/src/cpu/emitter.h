@@ -98,7 +98,7 @@ class Emitter : ScalarBuilder {
   // Whether a value that varies along the row calls the vector math library (calls_math).
   bool row_calls_math() const {
     for (const Instr& in : code_.code)
-      if (in.row && calls_math(in.op)) return true;
+      if (in.row && calls_math(in)) return true;
     return false;
   }
   int reduce_from() const { return std::min(k_.reduce_from, rank()); }

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <set>
 
+#include "../expr.h"
 #include "kiln/runtime/error.h"
 
 namespace kiln::codegen::cpu {
@@ -32,22 +33,13 @@ namespace {
 
 std::string error_text(llvm::Error e) { return llvm::toString(std::move(e)); }
 
-// The math functions kiln's kernels call, with their arity: each gets SLEEF's 1-ulp vector
+// The math functions kiln's kernels call (math_fns(): eops.def's math column): each gets SLEEF's 1-ulp vector
 // forms (Sleef_sinf16_u10avx512f, ...) for every vector width the host supports, registered as
 // the vector forms of the scalar function kernels call (scalar_symbol); float32 exp, erf, tanh
 // and fmod get kiln's own (kiln_expf16, kiln_erff16, ...: the eager ops' functions): exp 1.3,
 // erf 5.5 and tanh 3.4 times faster than SLEEF's, all within 1 ulp; fmod exact, where SLEEF
 // 3.5.1's returns NaN for very large quotients (x = 2^110, y = 2^-95), so fmod has no SLEEF form
-// here and float64 fmod stays the C library's.
-struct MathFn {
-  const char* name;
-  int arity;
-};
-constexpr MathFn kMathFns[] = {{"sin", 1},   {"cos", 1},   {"tan", 1},   {"asin", 1},  {"acos", 1},
-                               {"atan", 1},  {"sinh", 1},  {"cosh", 1},  {"tanh", 1},  {"exp", 1},
-                               {"exp2", 1},  {"expm1", 1}, {"log", 1},   {"log2", 1},  {"log1p", 1},
-                               {"erf", 1},   {"pow", 2},   {"atan2", 2}, {"fmod", 2}};
-
+// here and float64 fmod stays the C library's. The scalar name of each:
 std::string scalar_symbol(const char* base, bool f32) {
   std::string own = "kiln_" + std::string(base) + (f32 ? "f" : "d");  // (runtime/src/cpu/vec.cpp)
   if (dlsym(RTLD_DEFAULT, own.c_str())) return own;
@@ -94,7 +86,7 @@ struct Jit::Impl {
       auto it = host.find(isa.feature);
       if (it == host.end() || !it->second) continue;
       int mapped = 0;
-      for (const MathFn& fn : kMathFns) {
+      for (const MathFn& fn : math_fns()) {
         for (bool f32 : {true, false}) {
           int lanes = f32 ? isa.f32_lanes : isa.f32_lanes / 2;
           std::string vec = "Sleef_" + std::string(fn.name) + (f32 ? "f" : "d") + std::to_string(lanes) + "_u10" + isa.suffix;

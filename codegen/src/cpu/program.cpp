@@ -87,7 +87,7 @@ int64_t element_cost(const passes::Kernel& k, const KernelCode& code, int64_t co
     bool v = in.op == EOp::Load;
     for (int a : in.args) v = v || per_element[size_t(a)];
     per_element[i] = reduces ? in.row : v;
-    if (per_element[i] && cpu::calls_math(in.op)) cost += kMathCallCost;
+    if (per_element[i] && cpu::calls_math(in)) cost += kMathCallCost;
   }
   return cost;
 }

@@ -26,6 +26,8 @@ Value* ScalarBuilder::libm(const char* base, const Instr& in, std::vector<Value*
 Value* ScalarBuilder::arith(const Instr& in, const std::vector<Value*>& a, const std::vector<DType>& t) {
   llvm::Type* ty = compute_type(in.type);
   const bool fl = is_floating(in.type);
+  // (a float instruction with a math function, eops.def: a call of it)
+  if (const char* math = eop_math(in.op); math && fl) return libm(math, in, a);
   Value* v = nullptr;
   switch (in.op) {
     case EOp::Const:
@@ -46,24 +48,8 @@ Value* ScalarBuilder::arith(const Instr& in, const std::vector<Value*>& a, const
       else v = B.CreateSub(B.CreateZExt(pos, ty), B.CreateZExt(neg, ty));
       break;
     }
-    case EOp::Exp: v = libm("exp", in, {a[0]}); break;
-    case EOp::Exp2: v = libm("exp2", in, {a[0]}); break;
-    case EOp::Expm1: v = libm("expm1", in, {a[0]}); break;
-    case EOp::Log: v = libm("log", in, {a[0]}); break;
-    case EOp::Log2: v = libm("log2", in, {a[0]}); break;
-    case EOp::Log1p: v = libm("log1p", in, {a[0]}); break;
     case EOp::Sqrt: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::sqrt, a[0]); break;
     case EOp::Recip: v = B.CreateFDiv(fconst(ty, 1.0), a[0]); break;
-    case EOp::Sin: v = libm("sin", in, {a[0]}); break;
-    case EOp::Cos: v = libm("cos", in, {a[0]}); break;
-    case EOp::Tan: v = libm("tan", in, {a[0]}); break;
-    case EOp::Asin: v = libm("asin", in, {a[0]}); break;
-    case EOp::Acos: v = libm("acos", in, {a[0]}); break;
-    case EOp::Atan: v = libm("atan", in, {a[0]}); break;
-    case EOp::Sinh: v = libm("sinh", in, {a[0]}); break;
-    case EOp::Cosh: v = libm("cosh", in, {a[0]}); break;
-    case EOp::Tanh: v = libm("tanh", in, {a[0]}); break;
-    case EOp::Erf: v = libm("erf", in, {a[0]}); break;
     case EOp::Floor: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::floor, a[0]); break;
     case EOp::Ceil: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::ceil, a[0]); break;
     case EOp::Round: v = B.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, a[0]); break;
@@ -96,10 +82,9 @@ Value* ScalarBuilder::arith(const Instr& in, const std::vector<Value*>& a, const
     case EOp::Sub: v = fl ? B.CreateFSub(a[0], a[1]) : B.CreateSub(a[0], a[1]); break;
     case EOp::Mul: v = fl ? B.CreateFMul(a[0], a[1]) : B.CreateMul(a[0], a[1]); break;
     case EOp::Div: v = fl ? B.CreateFDiv(a[0], a[1]) : int_div(in, a[0], a[1], false); break;
-    case EOp::Pow: v = libm("pow", in, {a[0], a[1]}); break;
-    case EOp::Atan2: v = libm("atan2", in, {a[0], a[1]}); break;
-    // (a call, not frem: float32 gets kiln's exact vector fmod, frem would be 16 scalar calls)
-    case EOp::Fmod: v = fl ? libm("fmod", in, {a[0], a[1]}) : int_div(in, a[0], a[1], true); break;
+    // (floats call fmod above, not frem: float32 gets kiln's exact vector fmod, frem would be 16
+    // scalar calls)
+    case EOp::Fmod: v = int_div(in, a[0], a[1], true); break;
     case EOp::Max: v = max_min(in.type, a[0], a[1], true); break;
     case EOp::Min: v = max_min(in.type, a[0], a[1], false); break;
     case EOp::Eq:
@@ -125,6 +110,9 @@ Value* ScalarBuilder::arith(const Instr& in, const std::vector<Value*>& a, const
     case EOp::RowIndex:
     case EOp::Reduce:
     case EOp::Scan: throw std::logic_error("kernel code: an instruction with row or operand state in arith()");
+    default:  // (a math instruction on integers: the lowering converts their operands to floats)
+      throw std::logic_error("kernel code: no scalar form of " + std::string(eop_name(in.op)) + " on " +
+                             std::string(name(in.type)));
   }
   return v;
 }

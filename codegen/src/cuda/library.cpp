@@ -17,10 +17,6 @@ namespace kiln::codegen {
 
 namespace {
 
-bool is_product(OpId op) {
-  return op == OpId::Matmul || op == OpId::Mm || op == OpId::Bmm || op == OpId::Addmm || op == OpId::Einsum;
-}
-
 int64_t int_attr(const std::vector<Attr>& attrs, std::string_view name) {
   for (const Attr& a : attrs)
     if (auto* v = std::get_if<int64_t>(&a.value); v && a.name == name) return *v;
@@ -274,10 +270,10 @@ std::string cuda_library_how(OpId op) {
   }
 }
 
-bool cuda_library_uses_blas(OpId op) { return is_product(op); }
+bool cuda_library_uses_blas(OpId op) { return ir::has_trait(op, ir::kTakesEpilogue); }
 
 std::string cuda_library_graph_refusal(OpId op, DType result) {
-  if (is_product(op) && !is_floating(result)) return "an integer product runs on the host";
+  if (ir::has_trait(op, ir::kTakesEpilogue) && !is_floating(result)) return "an integer product runs on the host";
   if (op == OpId::Gather || op == OpId::IndexSelect)
     return std::string(ir::op_info(op).name) + "'s index check is read by the host after its kernel";
   return "";

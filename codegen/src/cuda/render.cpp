@@ -517,24 +517,8 @@ std::string Renderer::value(int id, const std::string& flat) {
       e = fl ? call1("fabs") : is_unsigned(in.type) ? a(0) : "(" + a(0) + " < 0 ? kiln_neg<" + T + ">(" + a(0) + ") : " + a(0) + ")";
       break;
     case EOp::Sign: e = "(" + T + ")((" + a(0) + " > 0) - (" + a(0) + " < 0))"; break;
-    case EOp::Exp: e = call1("exp"); break;
-    case EOp::Exp2: e = call1("exp2"); break;
-    case EOp::Expm1: e = call1("expm1"); break;
-    case EOp::Log: e = call1("log"); break;
-    case EOp::Log2: e = call1("log2"); break;
-    case EOp::Log1p: e = call1("log1p"); break;
     case EOp::Sqrt: e = call1("sqrt"); break;
     case EOp::Recip: e = literal(in.type, 1.0, 1) + " / " + a(0); break;
-    case EOp::Sin: e = call1("sin"); break;
-    case EOp::Cos: e = call1("cos"); break;
-    case EOp::Tan: e = call1("tan"); break;
-    case EOp::Asin: e = call1("asin"); break;
-    case EOp::Acos: e = call1("acos"); break;
-    case EOp::Atan: e = call1("atan"); break;
-    case EOp::Sinh: e = call1("sinh"); break;
-    case EOp::Cosh: e = call1("cosh"); break;
-    case EOp::Tanh: e = call1("tanh"); break;
-    case EOp::Erf: e = call1("erf"); break;
     case EOp::Floor: e = call1("floor"); break;
     case EOp::Ceil: e = call1("ceil"); break;
     case EOp::Round: e = call1("rint"); break;  // (ties to even in the default rounding mode)
@@ -557,9 +541,11 @@ std::string Renderer::value(int id, const std::string& flat) {
     case EOp::Sub: e = fl ? a(0) + " - " + a(1) : intop("kiln_sub"); break;
     case EOp::Mul: e = fl ? a(0) + " * " + a(1) : intop("kiln_mul"); break;
     case EOp::Div:
-    case EOp::Fmod:
-      if (fl) {
-        e = in.op == EOp::Div ? a(0) + " / " + a(1) : call2("fmod");
+    case EOp::Fmod:  // (floats: the math call, below)
+      if (fl && in.op == EOp::Div) {
+        e = a(0) + " / " + a(1);
+      } else if (fl) {
+        e = call2("fmod");
       } else {
         if (in.index >= 0) {
           std::string y = a(1);
@@ -569,8 +555,6 @@ std::string Renderer::value(int id, const std::string& flat) {
         e = intop(in.op == EOp::Div ? "kiln_idiv" : "kiln_irem");
       }
       break;
-    case EOp::Pow: e = call2("pow"); break;
-    case EOp::Atan2: e = call2("atan2"); break;
     case EOp::Max: e = intop("kiln_max"); break;
     case EOp::Min: e = intop("kiln_min"); break;
     case EOp::Eq: e = "(" + a(0) + " == " + a(1) + ")"; break;
@@ -585,6 +569,13 @@ std::string Renderer::value(int id, const std::string& flat) {
     case EOp::Select: e = "(" + a(0) + " ? " + a(1) + " : " + a(2) + ")"; break;
     case EOp::Fma: e = fn("fma", in.type) + "(" + a(0) + ", " + a(1) + ", " + a(2) + ")"; break;
     case EOp::Reduce: throw std::logic_error("cuda render: a reduction used before its pass over the row");
+    default:
+      // (a float instruction with a math function, eops.def: a call of CUDA's function of that name)
+      if (const char* math = eop_math(in.op); math && fl) {
+        e = eop_arity(in.op) == 1 ? call1(math) : call2(math);
+        break;
+      }
+      throw std::logic_error("cuda render: no form of " + std::string(eop_name(in.op)) + " on " + std::string(name(in.type)));
     case EOp::Scan: {
       // the running sum, added in row order (ThreadRow walks the row itself)
       std::string s = "scan" + std::to_string(id), x = a(0);

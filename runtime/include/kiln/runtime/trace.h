@@ -27,7 +27,7 @@ namespace kiln {
 
 // The op ids of the op table (ops.def).
 enum class OpId : uint16_t {
-#define KILN_OP(id, name, category, operands) id,
+#define KILN_OP(id, name, category, operands, ...) id,
 #include "ops.def"
 #undef KILN_OP
 };

@@ -7,6 +7,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "cpu/loop.h"
 #include "ops_common.h"
 #include "philox.h"
 
@@ -124,11 +125,15 @@ Tensor arange(const Scalar& start, const Scalar& end, const Scalar& step, Tensor
       // (start + i * step lies in [start, end), but i * step alone may not fit: in wrapping
       // unsigned arithmetic the sum is exact)
       const uint64_t a = uint64_t(start.to_int()), k = uint64_t(step.to_int());
-      for (int64_t i = 0; i < n; ++i) p[i] = scalar_t(int64_t(a + uint64_t(i) * k));
+      cpu::parallel_for(n, cpu::parallel_grain(), [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) p[i] = scalar_t(int64_t(a + uint64_t(i) * k));
+      });
     } else {
       // (one rounding, as the traced form's add with alpha: written out, not left to the
       // compiler's contraction)
-      for (int64_t i = 0; i < n; ++i) p[i] = convert<scalar_t>(std::fma(double(i), st, s));
+      cpu::parallel_for(n, cpu::parallel_grain(), [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) p[i] = convert<scalar_t>(std::fma(double(i), st, s));
+      });
     }
   });
   return out;
@@ -146,10 +151,12 @@ Tensor linspace(const Scalar& start, const Scalar& end, int64_t steps, TensorOpt
     scalar_t* p = out.data_ptr<scalar_t>();
     // Like PyTorch: the first half counts up from start, the second half down from end, so
     // both endpoints are exact. (Each with one rounding, as the traced form computes it.)
-    for (int64_t i = 0; i < steps; ++i) {
-      double v = (i < half || steps == 1) ? std::fma(step, double(i), s) : std::fma(-step, double(steps - i - 1), e);
-      p[i] = convert<scalar_t>(v);
-    }
+    cpu::parallel_for(steps, cpu::parallel_grain(), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        double v = (i < half || steps == 1) ? std::fma(step, double(i), s) : std::fma(-step, double(steps - i - 1), e);
+        p[i] = convert<scalar_t>(v);
+      }
+    });
   });
   return out;
 }

@@ -639,6 +639,8 @@ TEST(Soundness, RangeFactoriesAreOpsWithEagersBits) {
       [] { return arange(1e6, 1e6 + 100, 0.37); },
       [] { return arange(0.5, 20.5, 1.5, TensorOptions(kInt32)); },  // float bounds, integer dtype
       [] { return arange(3, 3); },
+      [] { return arange(0.25, 1.0, 1.0 / (1 << 18)); },  // (eager fills it on both threads)
+      [] { return arange(int64_t(1) << 18, TensorOptions(kInt32)); },
       [] { return linspace(-1, 3, 34); },
       [] { return linspace(0, 1, 2, TensorOptions(kFloat64)); },
       [] { return linspace(0, 1, 7, TensorOptions(kFloat16)); },
@@ -647,6 +649,7 @@ TEST(Soundness, RangeFactoriesAreOpsWithEagersBits) {
       [] { return linspace(1e-3, 1e3, 1000); },
       [] { return linspace(0, 1, 1); },
       [] { return linspace(0, 1, 0); },
+      [] { return linspace(-3, 5, (1 << 18) + 1); },
       [] { return eye(5); },
       [] { return eye(3, 7, TensorOptions(kInt64)); },
       [] { return eye(6, 2, TensorOptions(kBool)); },

@@ -621,7 +621,8 @@ class Builder {
       return dims;
     };
     // argmax/argmin's dim may be none (every dim); the others name one dim or a list
-    bool single_dim = ir::has_trait(n.op, ir::kRowOp) || n.op == OpId::Argmax || n.op == OpId::Argmin || n.op == OpId::MaxDim || n.op == OpId::MinDim;
+    bool single_dim = ir::has_trait(n.op, ir::kRowOp) || n.op == OpId::Argmax || n.op == OpId::Argmin ||
+                      n.op == OpId::MaxDim || n.op == OpId::MinDim;
     check_dims(n, dims_attr(single_dim ? "dim" : "dims"));
     // The row's length as an instruction: a constant in a kernel specialised on its sizes, an
     // argument in a size-generic one.

@@ -68,10 +68,9 @@ const Value* alias_root(const Value* v) {
 }
 
 Tensor iota_value(const std::vector<int64_t>& sizes, Device device) {
-  Tensor out = empty(sizes, TensorOptions(kInt64));  // (sizes a verified type holds: they fit)
-  int64_t* p = out.data_ptr<int64_t>();
-  for (int64_t i = 0, n = out.numel(); i < n; ++i) p[i] = i;
-  return out.to(device);
+  int64_t n = 1;
+  for (int64_t s : sizes) n *= s;  // (sizes a verified type holds: they fit)
+  return arange(n, TensorOptions(kInt64)).view(sizes).to(device);
 }
 
 Tensor decode_constant(const Node& n, bool on_host) {

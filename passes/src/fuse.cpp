@@ -157,7 +157,8 @@ class Fuser {
     if (x.kind == NodeClass::Opaque || y.kind == NodeClass::Opaque) {
       const Group& op = x.kind == NodeClass::Opaque ? x : y;
       const Group& ep = x.kind == NodeClass::Opaque ? y : x;
-      if (ep.kind != NodeClass::Elementwise || !ir::has_trait(a_.nodes[size_t(op.opaque)]->op, ir::kTakesEpilogue)) return false;
+      if (ep.kind != NodeClass::Elementwise || !ir::has_trait(a_.nodes[size_t(op.opaque)]->op, ir::kTakesEpilogue))
+        return false;
       // An epilogue computes on the op's result; writes into other memory stay in their own kernel.
       for (int i : ep.nodes)
         if (a_.nodes[size_t(i)]->op == OpId::Copy) return false;

@@ -40,6 +40,10 @@ const std::vector<Program>& programs() {
        [](const Tensor& x) { return x * linspace(0, 1, x.size(0)); }},
       {"eye_mask", "x * eye(n, n) + x.t(), x f32[2048, 2048]", [] { return std::vector<Tensor>{randn({2048, 2048})}; },
        [](const Tensor& x) { return x * eye(x.size(0), x.size(1)) + x.t(); }},
+      {"tan_16k", "x.tan() + 1, x f32[16384] (a math call the CPU backend costs as one)",
+       [] { return std::vector<Tensor>{rand({16384}) + 0.5}; }, [](const Tensor& x) { return x.tan() + 1; }},
+      {"atan2_16k", "atan2(x, x * 0.5 + 1) + 1, x f32[16384]", [] { return std::vector<Tensor>{rand({16384}) + 0.5}; },
+       [](const Tensor& x) { return atan2(x, x * 0.5 + 1) + 1; }},
       {"sinusoidal_pe", "x + sinusoidal positions (arange, exp, sin, cos, cat), x f32[4096, 512]",
        [] { return std::vector<Tensor>{randn({4096, 512})}; },
        [](const Tensor& x) {
@@ -101,7 +105,7 @@ int main(int argc, char** argv) {
     }
     const double eager = median_ms([&] { p.run(in[0]); }, reps);
     const double comp = median_ms([&] { compiled(in[0]); }, reps);
-    std::printf("kiln %-16s eager %8.3f ms  compiled %8.3f ms\n", p.name, eager, comp);
+    std::printf("kiln %-16s eager %9.4f ms  compiled %9.4f ms\n", p.name, eager, comp);
   }
   return 0;
 }

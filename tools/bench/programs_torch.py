@@ -26,6 +26,8 @@ PROGRAMS = {
                      lambda x: x * torch.arange(0, x.size(0), 1, dtype=torch.float32) + 1.0),
     "linspace_scale": (lambda: torch.randn(1 << 22), lambda x: x * torch.linspace(0, 1, x.size(0))),
     "eye_mask": (lambda: torch.randn(2048, 2048), lambda x: x * torch.eye(x.size(0), x.size(1)) + x.t()),
+    "tan_16k": (lambda: torch.rand(16384) + 0.5, lambda x: x.tan() + 1),
+    "atan2_16k": (lambda: torch.rand(16384) + 0.5, lambda x: torch.atan2(x, x * 0.5 + 1) + 1),
     "sinusoidal_pe": (lambda: torch.randn(4096, 512), sinusoidal_pe),
 }
 
@@ -64,7 +66,7 @@ def main(argv):
         compiled = torch.compile(fn)
         eager = median_ms(fn, x, reps)
         comp = median_ms(compiled, x, reps)
-        print(f"torch {name:16s} eager {eager:8.3f} ms  compiled {comp:8.3f} ms", flush=True)
+        print(f"torch {name:16s} eager {eager:9.4f} ms  compiled {comp:9.4f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -33,13 +33,14 @@ namespace {
 
 std::string error_text(llvm::Error e) { return llvm::toString(std::move(e)); }
 
-// The math functions kiln's kernels call (math_fns(): eops.def's math column): each gets SLEEF's 1-ulp vector
-// forms (Sleef_sinf16_u10avx512f, ...) for every vector width the host supports, registered as
-// the vector forms of the scalar function kernels call (scalar_symbol); float32 exp, erf, tanh
-// and fmod get kiln's own (kiln_expf16, kiln_erff16, ...: the eager ops' functions): exp 1.3,
-// erf 5.5 and tanh 3.4 times faster than SLEEF's, all within 1 ulp; fmod exact, where SLEEF
-// 3.5.1's returns NaN for very large quotients (x = 2^110, y = 2^-95), so fmod has no SLEEF form
-// here and float64 fmod stays the C library's. The scalar name of each:
+// The math functions kiln's kernels call (math_fns(): eops.def's math column): each gets
+// SLEEF's 1-ulp vector forms (Sleef_sinf16_u10avx512f, ...) for every vector width the host
+// supports, registered as the vector forms of the scalar function kernels call
+// (scalar_symbol); float32 exp, erf, tanh and fmod get kiln's own (kiln_expf16, kiln_erff16,
+// ...: the eager ops' functions): exp 1.3, erf 5.5 and tanh 3.4 times faster than SLEEF's, all
+// within 1 ulp; fmod exact, where SLEEF 3.5.1's returns NaN for very large quotients (x = 2^110,
+// y = 2^-95), so fmod has no SLEEF form here and float64 fmod stays the C library's.
+// scalar_symbol: the name kernels call.
 std::string scalar_symbol(const char* base, bool f32) {
   std::string own = "kiln_" + std::string(base) + (f32 ? "f" : "d");  // (runtime/src/cpu/vec.cpp)
   if (dlsym(RTLD_DEFAULT, own.c_str())) return own;

@@ -500,7 +500,9 @@ std::string Renderer::value(int id, const std::string& flat) {
   auto call2 = [&](const char* f) { return fn(f, in.type) + "(" + a(0) + ", " + a(1) + ")"; };
   auto intop = [&](const char* f) { return std::string(f) + "<" + T + ">(" + a(0) + ", " + a(1) + ")"; };
   std::string e;
-  switch (in.op) {
+  // (a float instruction with a math function, eops.def: a call of CUDA's function of that name)
+  if (const char* math = eop_math(in.op); math && fl) e = eop_arity(in.op) == 1 ? call1(math) : call2(math);
+  else switch (in.op) {
     case EOp::Load:
       if (!cached_.empty() && cached_[size_t(id)] == 2) {
         e = cache_slot(id, false);
@@ -541,11 +543,9 @@ std::string Renderer::value(int id, const std::string& flat) {
     case EOp::Sub: e = fl ? a(0) + " - " + a(1) : intop("kiln_sub"); break;
     case EOp::Mul: e = fl ? a(0) + " * " + a(1) : intop("kiln_mul"); break;
     case EOp::Div:
-    case EOp::Fmod:  // (floats: the math call, below)
-      if (fl && in.op == EOp::Div) {
+    case EOp::Fmod:  // (float fmod: the math call above)
+      if (fl) {
         e = a(0) + " / " + a(1);
-      } else if (fl) {
-        e = call2("fmod");
       } else {
         if (in.index >= 0) {
           std::string y = a(1);
@@ -569,13 +569,6 @@ std::string Renderer::value(int id, const std::string& flat) {
     case EOp::Select: e = "(" + a(0) + " ? " + a(1) + " : " + a(2) + ")"; break;
     case EOp::Fma: e = fn("fma", in.type) + "(" + a(0) + ", " + a(1) + ", " + a(2) + ")"; break;
     case EOp::Reduce: throw std::logic_error("cuda render: a reduction used before its pass over the row");
-    default:
-      // (a float instruction with a math function, eops.def: a call of CUDA's function of that name)
-      if (const char* math = eop_math(in.op); math && fl) {
-        e = eop_arity(in.op) == 1 ? call1(math) : call2(math);
-        break;
-      }
-      throw std::logic_error("cuda render: no form of " + std::string(eop_name(in.op)) + " on " + std::string(name(in.type)));
     case EOp::Scan: {
       // the running sum, added in row order (ThreadRow walks the row itself)
       std::string s = "scan" + std::to_string(id), x = a(0);
@@ -583,6 +576,8 @@ std::string Renderer::value(int id, const std::string& flat) {
       e = s;
       break;
     }
+    default:  // (a math instruction on integers: the lowering converts their operands to floats)
+      throw std::logic_error("cuda render: no form of " + std::string(eop_name(in.op)) + " on " + std::string(name(in.type)));
   }
   std::string v = "v" + std::to_string(id) + copy_suffix(copy_ >= 0 && along0_[size_t(id)]);
   line() << "const " << T << " " << v << " = " << e << ";\n";

@@ -214,9 +214,11 @@ phase_bench() {  # kiln (eager, compiled, CUDA graphs) against torch eager, torc
 # The sweeps of the backend's tuning variables (docs/env_vars.md, tools/bench/sweep.py), a table
 # each: the workloads (W, or W/INPUT=SIZES/... for other sizes than the gpu tier's: block-per-row
 # layernorm and softmax over rows of 4096) and the settings, separated by '|' ('defaults': none set).
-# (session 26's H100 sweep made one block per step of work the default, and session 28's confirmed
-# it, with 64-wide tiles inside the spread; session 28's row groups took nbody_forces from 0.56 to
-# 0.38 ms. The lease keeps the row-group sweep, a check that the default still pays.)
+# (An H100 sweep made one block per step of work the default, and a second H100 lease's sweep
+# confirmed it, with 64-wide tiles inside the spread; row groups took nbody_forces there from 0.56
+# to 0.38 ms: docs/perf-journal.md, "The lease plan on an H100, and what it found" and "The lease
+# on an H100, and row groups". The lease keeps the row-group sweep, a check that the default
+# still pays.)
 sweeps=(
   "nbody_forces|defaults|KILN_CUDA_ROW_GROUPS=0"
   "transpose_add|defaults|KILN_CUDA_TILE=64"
@@ -285,13 +287,14 @@ run() {
   [[ ${#phases[@]} -gt 0 ]] || phases=(test memcheck all small bench dump)
   if [[ ${phases[*]} == lease ]]; then
     # One call of a lent machine (a session has 15 minutes of device time, the machine's start
-    # included, and one command runs at most ten): a shorter correctness run, the per-call
-    # overhead on tiny tensors (a few seconds), then the workloads against PyTorch with each
-    # compiled kernel alone (--profile: branch_sign's kernels without the read back to the host
-    # each call), those timed longest ago first (session 28 timed the last 13), for as long as the
-    # deadline allows; then, if time is left, branch_sign's kernels under Nsight Compute (a
-    # cross-check) and the row-group sweep. (Session 28's call ran test 78 s, sweep 100 s, small
-    # 4 s and 13 workloads in 283 s: the 18 with their profiles need most of the deadline.)
+    # included, and one command runs at most ten): a shorter correctness run, the per-call overhead
+    # on tiny tensors (a few seconds), then the workloads against PyTorch with each compiled kernel
+    # alone (--profile: branch_sign's kernels without the read back to the host each call), those
+    # timed longest ago first (the H100 lease of docs/perf-journal.md, "The lease on an H100, and
+    # row groups", timed the last 13), for as long as the deadline allows; then, if time is left,
+    # branch_sign's kernels under Nsight Compute (a cross-check) and the row-group sweep. (That
+    # lease's call ran test 78 s, sweep 100 s, small 4 s and 13 workloads in 283 s: the 18 with
+    # their profiles need most of the deadline.)
     export KILN_DIFFERENTIAL_PROGRAMS=${KILN_DIFFERENTIAL_PROGRAMS:-100} KILN_PROPERTY_GRAPHS=${KILN_PROPERTY_GRAPHS:-30}
     export KILN_GPU_TEST_JOBS=${KILN_GPU_TEST_JOBS:-12} KILN_GPU_TEST_TIMEOUT=${KILN_GPU_TEST_TIMEOUT:-150}
     export KILN_GPU_SWEEP_TIMEOUT=${KILN_GPU_SWEEP_TIMEOUT:-150} KILN_GPU_SWEEP_ROUNDS=${KILN_GPU_SWEEP_ROUNDS:-2}

@@ -175,7 +175,8 @@ WORKLOADS = {
     "branch_sign": (_branch_sign, 2 * N1 * F4, 3 * N1 * F4, 0, False),
     "add_sin_cos_bf16": (_add_sin_cos(torch.bfloat16), 3 * N16 * 2.0, 13 * N16 * 2.0, 0, False),
     "stream_copy": (_stream_copy, 2 * N16 * F4, 2 * N16 * F4, 0, True),
-    # single ops behind the slow seed workloads (diagnostics, docs/perf.md)
+    # single ops behind the slow seed workloads (diagnostics; docs/perf-journal.md, "Eager CPU vs
+    # PyTorch 1.13 eager")
     "op_clamp_": (_inplace_op(lambda x: x.clamp_(0, 6)), 2 * N16 * F4, 2 * N16 * F4, 0, True),
     "op_add_": (_inplace_op(lambda x: x.add_(1)), 2 * N16 * F4, 2 * N16 * F4, 0, True),
     "op_pow3": (_unary(lambda: torch.randn(N16), lambda x: torch.pow(x, 3)), 2 * N16 * F4, 2 * N16 * F4, 0, True),

@@ -186,7 +186,7 @@ std::vector<Workload> workloads() {
       return a;
     }, nullptr};
   }});
-  // ---- single ops behind the slow seed workloads (diagnostics, docs/perf.md) ----
+  // ---- single ops behind the slow seed workloads (diagnostics, docs/perf-journal.md) ----
   w.push_back({"op_clamp_", "x.clamp_(0, 6), x: [16M]", 2 * N16 * f4, 2 * N16 * f4, 0, true, [=] {
     Tensor src = randn({N16}) * 4;
     Tensor x = empty({N16});
@@ -232,7 +232,8 @@ std::vector<Workload> workloads() {
       return Prepared{[=] { return einsum("bhqd,bhkd->bhqk", {q, k}); }, nullptr};
     }});
     // float32 products from 16^3 to 1024^3, the second operand transposed as einsum's is: the
-    // sizes around which OpenBLAS and oneDNN trade places (KILN_CPU_BLAS; docs/perf.md, session 30)
+    // sizes around which OpenBLAS and oneDNN trade places (KILN_CPU_BLAS; docs/perf-journal.md,
+    // "Float32 products through oneDNN")
     for (int64_t n : {16, 64, 128, 256, 1024}) {
       const double nn = double(n) * double(n);
       w.push_back({"op_mm_" + std::to_string(n), "mm(a, b.t()), a, b: [" + std::to_string(n) + ", " + std::to_string(n) + "]",

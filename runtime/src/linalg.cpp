@@ -90,8 +90,8 @@ void gemm_into(const Tensor& a, const Tensor& b, Tensor& out, double alpha, doub
 // call that threads itself (one packing of the shared operand instead of one per thread), and a
 // call made inside kiln's parallel region runs on its caller. Its pthread build keeps a pool of
 // its own whose workers spin after each call on the cores kiln's threads run on: a compiled
-// epilogue right after a product threaded that way ran 9.6 ms against 6.5 split (session 15,
-// docs/perf.md), so with it kiln splits every product itself.
+// epilogue right after a product threaded that way ran 9.6 ms against 6.5 split
+// (docs/perf-journal.md, "OpenBLAS on kiln's team"), so with it kiln splits every product itself.
 bool blas_on_openmp() {
   static const bool v = openblas_get_parallel() == 2;
   return v;
@@ -150,31 +150,31 @@ class BlasOnCallers {
 // OpenBLAS's OpenMP build keeps products this small on their caller by itself on kiln's team
 // (its threshold is the same).
 constexpr int64_t kGemmParallelWork = int64_t(1) << 18;
-// The same for a product on oneDNN, which would thread a call on kiln's team by its own rules
-// (even 64^3): below it the call is held to one thread. kiln-eager-bench on the Zen 5 host of
-// session 30, 2 threads, OpenMP's default wait policy: 64^3 threaded 4 us against 3 on one
-// thread; 128^3 (2^21) 11 against 18 us. Waking sleeping threads costs about 45 us there
-// (OMP_WAIT_POLICY=PASSIVE), which moves the break-even to about 256^3: there the threshold is
-// kPassiveProductFactor times higher (256^3 threaded 0.128 ms against about 0.14 on one thread,
-// 128^3 0.061 against 0.018).
+// The same for a product on oneDNN, which would thread a call on kiln's team by its own rules (even
+// 64^3): below it the call is held to one thread. kiln-eager-bench on a Zen 5 host
+// (docs/perf-journal.md, "Float32 products through oneDNN"), 2 threads, OpenMP's default wait
+// policy: 64^3 threaded 4 us against 3 on one thread; 128^3 (2^21) 11 against 18 us. Waking
+// sleeping threads costs about 45 us there (OMP_WAIT_POLICY=PASSIVE), which moves the break-even to
+// about 256^3: there the threshold is kPassiveProductFactor times higher (256^3 threaded 0.128 ms
+// against about 0.14 on one thread, 128^3 0.061 against 0.018).
 constexpr int64_t kOneDnnParallelWork = int64_t(1) << 20;
 constexpr int64_t kPassiveProductFactor = 16;
 // With OpenBLAS's OpenMP build, a product of at least this many columns runs as one call that
-// OpenBLAS threads; narrower ones split by rows (or columns) across kiln's threads, one call
-// each. relu(x @ W + b) compiled, an interleaved A/B (session 15, docs/perf.md), threaded
-// against split: [1024]^3 6.37 / 6.65 ms, [64,1024]x[1024,1024] 0.56 / 0.71,
-// [1024,4096]x[4096,1024] 24.9 / 26.7, [512,512]x[512,2048] 3.31 / 3.41; but [512]^3 0.92 /
-// 0.87, [1024,1024]x[1024,64] 0.64 / 0.52, [8192,512]x[512,512] 14.8 / 14.5.
+// OpenBLAS threads; narrower ones split by rows (or columns) across kiln's threads, one call each.
+// relu(x @ W + b) compiled, an interleaved A/B (docs/perf-journal.md, "OpenBLAS on kiln's team"),
+// threaded against split: [1024]^3 6.37 / 6.65 ms, [64,1024]x[1024,1024] 0.56 / 0.71,
+// [1024,4096]x[4096,1024] 24.9 / 26.7, [512,512]x[512,2048] 3.31 / 3.41; but [512]^3 0.92 / 0.87,
+// [1024,1024]x[1024,64] 0.64 / 0.52, [8192,512]x[512,512] 14.8 / 14.5.
 constexpr int64_t kBlasThreadedMinCols = 1024;
 
 // Float32 products of at least this many multiply-adds go to oneDNN under KILN_CPU_BLAS=auto.
-// oneDNN's sgemm JIT-compiles its kernels for the CPU's own vector width (AVX-512 where it has
-// it), while OpenBLAS may run narrower ones: the environment can pin its core type (an old
-// OpenBLAS's kernels for a newer core can be wrong), and a build older than the core does not
-// know it. On a Zen 5 host with OpenBLAS 0.3.21 on Haswell kernels, 2 threads, kiln-eager-bench's
-// mm(a, b.t()) under KILN_CPU_BLAS=onednn against openblas: [1024, 1024] 4.8 ms against 8.8,
-// [256, 256] 0.13 against 0.20, but [16, 16] 0.77 us against 0.57 (docs/perf.md, session 30):
-// below the threshold a call's own cost decides. oneDNN's first product in a process also
+// oneDNN's sgemm JIT-compiles its kernels for the CPU's own vector width (AVX-512 where it has it),
+// while OpenBLAS may run narrower ones: the environment can pin its core type (an old OpenBLAS's
+// kernels for a newer core can be wrong), and a build older than the core does not know it. On a
+// Zen 5 host with OpenBLAS 0.3.21 on Haswell kernels, 2 threads, kiln-eager-bench's mm(a, b.t())
+// under KILN_CPU_BLAS=onednn against openblas: [1024, 1024] 4.8 ms against 8.8, [256, 256] 0.13
+// against 0.20, but [16, 16] 0.77 us against 0.57 (docs/perf-journal.md, "Float32 products through
+// oneDNN"): below the threshold a call's own cost decides. oneDNN's first product in a process also
 // generates its kernels, about 24 ms once.
 constexpr int64_t kOneDnnMinWork = int64_t(1) << 15;
 

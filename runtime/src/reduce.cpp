@@ -289,7 +289,8 @@ Tensor var(const Tensor& x, IntArrayRef dims, int64_t correction, bool keepdim) 
   if (x.is_cpu() && kept == 1 && n > 0 && (x.dtype() == kFloat32 || x.dtype() == kFloat64)) {
     // One result (x.var() of a whole tensor): the same two float64 passes straight over x, each
     // split across the threads, instead of ops over float64 copies of it (four 8-byte temporaries
-    // of x's size: 28 ms for 2^24 floats against PyTorch's 9; docs/perf.md, session 37).
+    // of x's size: 28 ms for 2^24 floats against PyTorch's 9; docs/perf-journal.md, "Full
+    // reductions of several depths split per pass").
     Tensor mean = empty(reduced_shape(x.sizes(), mask, true), kFloat64), ss = empty_like(mean);
     auto passes = [&](auto tag) {
       using T = decltype(tag);

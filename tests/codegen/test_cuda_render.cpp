@@ -659,7 +659,8 @@ std::string run_cubin_child(const std::string& cache_dir) {
 
 // A first process compiles every workload kernel's CUBIN with NVRTC and stores it; a second
 // process, with an empty memory cache, loads each from disk instead. The times are printed
-// (docs/perf.md); no test asserts on them.
+// (docs/perf-journal.md, "CUBIN: NVRTC compile vs a warm process's disk load"); no test asserts
+// on them.
 TEST(CudaCubinCache, ASecondProcessLoadsCubinsFromDisk) {
   KILN_NEEDS_NVRTC();
   namespace fs = std::filesystem;

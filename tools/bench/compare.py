@@ -14,7 +14,8 @@ one table (median ms per implementation and its ratio to kiln compiled), a table
 their run), DIR/table.txt and DIR/bench.svg (speedup over kiln eager). Every child runs with
 OMP_NUM_THREADS = KILN_NUM_THREADS = OPENBLAS_NUM_THREADS = --threads and OMP_WAIT_POLICY
 (--wait-policy, default PASSIVE: on a shared machine spinning OpenMP threads stall for whole
-scheduler ticks; see docs/perf.md). Builds nothing. docs/bench.md describes it.
+scheduler ticks; see docs/perf-journal.md, "Eager CPU vs PyTorch 1.13 eager"). Builds nothing.
+docs/bench.md describes it.
 """
 import argparse
 import json

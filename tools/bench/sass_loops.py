@@ -5,7 +5,8 @@ A loop is the code from a label to the branch back to it; the shuffle fallbacks 
 for divergent warps (BRA.DIV) are left out, and so are spans that hold another loop (ptxas
 places those fallbacks after the loops, and their branches back make spans across them). For each loop: its instruction count, its most
 frequent opcodes and its global loads and stores by width. A static measure, for comparing
-two renderings of one kernel without a GPU (docs/perf.md says what it backs).
+two renderings of one kernel without a GPU (what it backs: docs/perf-journal.md, "The warp-per-row
+kernels, made without a GPU", and the CUDA sections after it).
 
   dump-ir softmax --size gpu --emit=ptx > k.ptx
   ptxas -arch=sm_90 k.ptx -o k.cubin && nvdisasm -c k.cubin > k.sass

@@ -55,7 +55,8 @@ Emitter::Emitter(llvm::Module& m, const passes::Kernel& k, const KernelCode& cod
   // row-wise; over rows of 32 2.19 and 0.92; float16 rows of 16 3.10 and 0.62. Rows of 8 and
   // 10 keep the gathers (0.19 against 0.45, 0.45 against 0.86). Rows of 20 ran slower row-wise
   // (1.29 against 1.77: the 4 past the last 16 take a call each) and go row-wise all the same,
-  // as every other length measured from 16 to 63 ran faster: docs/perf.md, session 36.
+  // as every other length measured from 16 to 63 ran faster: docs/perf-journal.md, "Compiled
+  // column reductions split along their rows", its compiled softmax over short rows.
   if (rowwise_ || generic_ || rank() < 1 || reduce_from() != rank() - 1 || row < kMinShortRow) return;
   const size_t r = size_t(rank() - 1);
   bool along = false, contiguous = true;

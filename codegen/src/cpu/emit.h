@@ -62,7 +62,8 @@ inline std::string part_symbol(const std::string& name, const char* suffix, int 
 // reduced by columns (emit_rows.cpp) over at least kSplitColumnsMinRows rows; not size-generic.
 // Fewer outputs stay output by output (vectorised along the rows, by gathers): over 3 outputs
 // of float32 the split summed as fast ([699050, 3]: 0.19 ms either way) and ran a sum of
-// squared differences slower (0.30 -> 0.39 ms); over 4 it was 0.20 -> 0.07 (session 36).
+// squared differences slower (0.30 -> 0.39 ms); over 4 it was 0.20 -> 0.07 (docs/perf-journal.md,
+// "Compiled column reductions split along their rows").
 inline constexpr int64_t kSplitColumnsMinOutputs = 4, kSplitColumnsMinRows = 256;
 bool splits_columns(const passes::Kernel& k, const KernelCode& code, bool generic);
 // splits_reduction (expr.h; of up to kDeepSplitDepths depths) or splits_columns.

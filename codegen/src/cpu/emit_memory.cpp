@@ -285,14 +285,14 @@ bool Emitter::wants_prefetch() const {
 // are many short runs (a transposed operand's column strip touches a new page in every row),
 // which the hardware prefetchers do not follow; the next tile's lines arrive while this one
 // computes. (Past the last tile the addresses are only hints.)
-// Which: an operand contiguous along d (the transposed one: one short run per row of the
-// source) always; loads contiguous along d + 1 (the tile's rows, each continuing where the
-// previous tile left off) only in kernels that move at least kStreamMinBytes, which come from
-// memory; stores along d + 1 never. Measured on x.t() + y (session 14, docs/perf.md): at
-// [2048, 2048], from the last-level cache, 1.50 ms prefetching every operand, 1.34 without the
-// prefetchw of the output, 1.00 with the transposed operand's lines alone; at [4096, 4096]
-// y's lines are worth it (6.1 against 7.7 ms) and prefetching every other line is not enough
-// (13 ms).
+// Which: an operand contiguous along d (the transposed one: one short run per row of the source)
+// always; loads contiguous along d + 1 (the tile's rows, each continuing where the previous tile
+// left off) only in kernels that move at least kStreamMinBytes, which come from memory; stores
+// along d + 1 never. Measured on x.t() + y (docs/perf-journal.md, "In-register tile transposes, a
+// parallel eager copy"): at [2048, 2048], from the last-level cache, 1.50 ms prefetching every
+// operand, 1.34 without the prefetchw of the output, 1.00 with the transposed operand's lines
+// alone; at [4096, 4096] y's lines are worth it (6.1 against 7.7 ms) and prefetching every other
+// line is not enough (13 ms).
 void Emitter::prefetch_tile(int d, Value* t0, Value* t1) {
   const bool from_memory = k_.bytes_read + k_.bytes_written >= kStreamMinBytes;
   Value* zero = llvm::ConstantInt::get(idx_, 0);

@@ -111,7 +111,8 @@ void Emitter::outer_body() {
       if (tracks_nan_apart(in)) {
         // A float max/min keeps NaN (eager's amax does) as a flag beside a plain maximum:
         // over rows of 100, softmax ran 1.12 -> 0.72 ms and amax 0.42 -> 0.18 against
-        // NaN-propagating combines (docs/perf.md, session 15).
+        // NaN-propagating combines (docs/perf-journal.md, "Math calls out of reduction loops, a
+        // cheaper max").
         nan_[size_t(r)] = eb.CreateAlloca(B.getInt1Ty(), nullptr, "nan");
         B.CreateStore(B.getFalse(), nan_[size_t(r)]);
       }
@@ -225,13 +226,13 @@ bool Emitter::wants_columns() const {
   return by_columns(k_, code_, K);
 }
 
-// A Partial call of a kernel that splits_columns runs its part of the rows for every output,
-// one block of a constant count: LLVM unrolls a narrow block whole, keeps its accumulators in
-// registers and runs each row by vectors. Its row loop is not vectorised (it would be, with
-// gathers) but interleaved kColumnChains times: each accumulator a chain of additions, one per
-// row, would otherwise wait on the last (4 cycles), and [524288, 4].sum(0) ran 0.22 ms with one
-// chain and 0.07 with four, [65536, 16] 0.038 either way (session 36, docs/perf.md). It leaves
-// the accumulators in its slots for Finish, output by output.
+// A Partial call of a kernel that splits_columns runs its part of the rows for every output, one
+// block of a constant count: LLVM unrolls a narrow block whole, keeps its accumulators in registers
+// and runs each row by vectors. Its row loop is not vectorised (it would be, with gathers) but
+// interleaved kColumnChains times: each accumulator a chain of additions, one per row, would
+// otherwise wait on the last (4 cycles), and [524288, 4].sum(0) ran 0.22 ms with one chain and 0.07
+// with four, [65536, 16] 0.038 either way (docs/perf-journal.md, "Compiled column reductions split
+// along their rows"). It leaves the accumulators in its slots for Finish, output by output.
 void Emitter::columns(int K, Value* lo, Value* hi) {
   const RowPlan plan = row_plan(k_, code_, true);
   const std::vector<int>& reduces = plan.reduces[1];
@@ -344,7 +345,8 @@ void Emitter::start_scans(const std::vector<int>& need) {
 //   convention keeps no vector register across a call, so an accumulator updated between
 //   calls is stored and reloaded around each one, and every call waits on the previous
 //   iteration's store: log_softmax [4096, 1024] ran 1.57 ms that way and 1.39 split, softmax
-//   (which already kept its exp) 1.17 either way (docs/perf.md, session 15).
+//   (which already kept its exp) 1.17 either way (docs/perf-journal.md, "Math calls out of
+//   reduction loops").
 void Emitter::plan_stash(const std::vector<std::vector<int>>& needs, const std::vector<std::vector<int>>& reduces) {
   stash_.assign(code_.code.size(), nullptr);
   stash_ready_.assign(code_.code.size(), false);
@@ -376,7 +378,7 @@ void Emitter::plan_stash(const std::vector<std::vector<int>>& needs, const std::
     // stores) match them in the address bits the core compares first (4K aliasing) and
     // wait. Where the stash fell was up to the thread's stack: softmax [4096, 1024] ran 0.93-
     // 1.01 ms in most processes, 1.18-1.78 in others, 1.21 in every one without address
-    // randomisation (docs/perf.md, session 15).
+    // randomisation (docs/perf-journal.md, "no 4K aliasing").
     llvm::IRBuilder<> eb(entry_, entry_->begin());
     llvm::AllocaInst* a = eb.CreateAlloca(eb.getInt8Ty(), eb.getInt64(uint64_t(size)), "stash");
     a->setAlignment(llvm::Align(kPage));

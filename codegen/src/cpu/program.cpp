@@ -53,15 +53,15 @@ constexpr int64_t kCpuCodegenVersion = 6;
 constexpr int64_t kKernelIrVersion = 1;
 
 // A kernel runs on the kernel threads from this much work (elements times their cost,
-// element_cost): below it waking the other threads costs more than they save. On the Zen 5 host
-// of session 30 (docs/perf.md), with threads that spin between kernels (OMP_WAIT_POLICY=ACTIVE,
-// and OpenMP's default while kernels follow each other closely), a second thread was level for a
-// cheap elementwise kernel (poly: cost 1) at 2^15 elements and twice as fast at 2^17, and paid
-// for one with two transcendental calls per element (add_sin_cos: cost 9) from 2^13 elements;
-// with sleeping threads (OMP_WAIT_POLICY=PASSIVE) waking one costs about 50 us, and the
-// break-even is about 64x further out (poly faster threaded at 2^21, add_sin_cos level at 2^17).
-// (It was 2^15 elements whatever their cost and the policy before.) KILN_CPU_THREAD_MIN_WORK
-// overrides it.
+// element_cost): below it waking the other threads costs more than they save. On a Zen 5 host
+// (docs/perf-journal.md, "Float32 products through oneDNN", when to wake the second thread), with
+// threads that spin between kernels (OMP_WAIT_POLICY=ACTIVE, and OpenMP's default while kernels
+// follow each other closely), a second thread was level for a cheap elementwise kernel (poly: cost
+// 1) at 2^15 elements and twice as fast at 2^17, and paid for one with two transcendental calls per
+// element (add_sin_cos: cost 9) from 2^13 elements; with sleeping threads (OMP_WAIT_POLICY=PASSIVE)
+// waking one costs about 50 us, and the break-even is about 64x further out (poly faster threaded
+// at 2^21, add_sin_cos level at 2^17). (It was 2^15 elements whatever their cost and the policy
+// before.) KILN_CPU_THREAD_MIN_WORK overrides it.
 constexpr int64_t kParallelMinWork = int64_t(1) << 15;
 constexpr int64_t kPassiveWaitFactor = 64;
 // What a vector math call (cpu::calls_math: SLEEF's sin, exp, tanh, pow, ...) adds to an

@@ -81,8 +81,8 @@ KD unsigned short kiln_f2h(float f) {  // round to nearest even; NaN stays a qui
 KD float kiln_bf2f(unsigned short b) { return kiln_as_float((unsigned)b << 16); }
 // On sm_80 and later one instruction (ptxas packs two of them into one F2FP.BF16.F32.PACK_AB)
 // where the bit arithmetic takes about seven: 58 fewer per 8 elements of add_sin_cos_bf16's
-// vector loop (docs/perf.md). A NaN becomes the canonical one there, which no comparison of
-// values sees (as with kiln_max's max.NaN).
+// vector loop (docs/perf-journal.md, "A float to bfloat16 in one instruction"). A NaN becomes
+// the canonical one there, which no comparison of values sees (as with kiln_max's max.NaN).
 KD unsigned short kiln_f2bf(float f) {  // round to nearest even; NaN stays a quiet NaN
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   unsigned short h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;

@@ -52,8 +52,8 @@ struct CompileOptions {
   // A traced graph is cut (no guard: the next graph goes on) once it holds this many ops, so
   // that a host loop unrolled into the trace costs compile time in proportion to its length
   // (the optimizer's work grows faster than linearly in one graph's size: per op, a 16384-op
-  // graph cost 1.5x a 2048-op one, docs/perf.md). 0: never. Not under fullgraph.
-  // KILN_LOGS=perf_hints says where the long trace came from.
+  // graph cost 1.5x a 2048-op one; docs/perf-journal.md, "Compile time against trace length").
+  // 0: never. Not under fullgraph. KILN_LOGS=perf_hints says where the long trace came from.
   int max_graph_ops = 2048;
   // A name for messages and explain(); default "compiled function".
   std::string name;

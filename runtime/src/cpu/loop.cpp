@@ -57,7 +57,7 @@ void copy_bytes(void* dst, const void* src, size_t n) {
   // One thread copies a large buffer at about half the rate two reach (a 64 MiB copy on a
   // 2-core host: 7.2 against 2.9 ms), and what it writes then sits in its own core's caches:
   // a compiled in-place kernel over the 64 MiB right after the copy ran 2.7 ms against 1.6 after
-  // the split copy (docs/perf.md, session 14).
+  // the split copy (docs/perf-journal.md, "In-register tile transposes, a parallel eager copy").
   constexpr int64_t kLine = 64, kGrainLines = (int64_t(256) << 10) / kLine;
   const int64_t lines = (int64_t(n) + kLine - 1) / kLine;
   parallel_for(lines, kGrainLines, [&](int64_t b, int64_t e) {

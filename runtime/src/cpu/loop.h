@@ -17,13 +17,13 @@
 namespace kiln::cpu {
 
 inline constexpr int kMaxOperands = 5;
-// Below this many elements an op runs on one thread: the fork/join costs more than it saves.
-// 32768, or kPassiveGrainFactor times that under OMP_WAIT_POLICY=passive (env::omp_passive_wait),
-// where the other threads sleep between ops and waking one costs about 50 us. On 2 threads of
-// the Zen 5 host of session 31 under passive waits (docs/perf.md), threaded against one thread:
-// an add of 2^17 floats 40-50 us against 13, of 2^19 77-83 against 60, of 2^20 level (103-116
-// against 101-103), of 2^21 faster (191-219 against 274-313); exp of 2^19 88-92 against 82,
-// of 2^20 130-139 against 163-168; a full sum of 2^20 79-83 against 53, of 2^21 level.
+// Below this many elements an op runs on one thread: the fork/join costs more than it saves. 32768,
+// or kPassiveGrainFactor times that under OMP_WAIT_POLICY=passive (env::omp_passive_wait), where
+// the other threads sleep between ops and waking one costs about 50 us. On 2 threads of a Zen 5
+// host under passive waits (docs/perf-journal.md, "Eager threads under passive waits"), threaded
+// against one thread: an add of 2^17 floats 40-50 us against 13, of 2^19 77-83 against 60, of 2^20
+// level (103-116 against 101-103), of 2^21 faster (191-219 against 274-313); exp of 2^19 88-92
+// against 82, of 2^20 130-139 against 163-168; a full sum of 2^20 79-83 against 53, of 2^21 level.
 inline constexpr int64_t kParallelGrainActive = 32768;
 inline constexpr int64_t kPassiveGrainFactor = 16;
 int64_t parallel_grain();

@@ -13,7 +13,8 @@ using kiln::cpu::vec::VF;
 // The 8-lane forms run the 16-lane ones on the vector zero-extended, in registers. (They went
 // through memory by masked loads and stores before, which the core does not forward to a load:
 // softmax compiled over rows of 24, an 8-lane loop with three calls a row, ran 3.15 ms against
-// 0.97 in registers: docs/perf.md, session 36.)
+// 0.97 in registers: docs/perf-journal.md, "Compiled column reductions split along their rows",
+// its compiled softmax over short rows.)
 // (The maskz_ forms: gcc 12 warns on the plain insert and extract, which its headers write
 // with an undefined operand.)
 static inline __m512 widen8(__m256 x) {

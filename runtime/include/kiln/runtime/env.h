@@ -15,7 +15,8 @@ size_t cpu_cache_limit_bytes();
 // or a test can compare settings; a value out of range raises kiln::Error naming the variable.
 // KILN_CUDA_GRID_PER_SM: the most blocks per multiprocessor a grid-stride kernel is launched
 // with; 0 (the default): no cap, one block per step of work (a tile, a block's rows or
-// elements), which an H100 ran 1-12% faster than a cap of 8 (docs/perf.md, session 26).
+// elements), which an H100 ran 1-12% faster than a cap of 8 (docs/perf-journal.md, "The lease
+// plan on an H100, and what it found").
 int cuda_grid_per_sm();
 // KILN_CUDA_TILE: the side of the Tiled strategy's tiles, 32 (default) or 64.
 int cuda_tile();

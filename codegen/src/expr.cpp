@@ -24,11 +24,21 @@ struct EOpInfo {
   const char* math;
 };
 constexpr EOpInfo kEOps[] = {
-#define KILN_EOP(id, name, arity, math) {name, arity, math},
+#define KILN_EOP(id, name, arity, math, ...) {name, arity, math},
 #include "eops.def"
 #undef KILN_EOP
 };
 }  // namespace
+
+// The instruction that computes an op of the op table by itself, if one does.
+std::optional<EOp> lowers_to(OpId op) {
+  switch (op) {
+#define KILN_EOP(id, name, arity, math, ...) __VA_OPT__(case OpId::__VA_ARGS__: return EOp::id;)
+#include "eops.def"
+#undef KILN_EOP
+    default: return std::nullopt;
+  }
+}
 
 std::string_view eop_name(EOp op) { return kEOps[size_t(op)].name; }
 int eop_arity(EOp op) { return kEOps[size_t(op)].arity; }
@@ -194,7 +204,13 @@ class Builder {
       if (!fl) unsupported(n);
     };
     int v = -1;
-    switch (n.op) {
+    if (std::optional<EOp> e = lowers_to(n.op)) {
+      // an op one instruction computes (eops.def's op column)
+      if (ir::has_trait(n.op, ir::kFloatCompute) || ir::has_trait(n.op, ir::kFloatOnly)) float_only();
+      std::vector<int> args;
+      for (size_t i = 0; i < n.inputs.size(); ++i) args.push_back(in(n, i, t));
+      v = op(*e, t, std::move(args));
+    } else switch (n.op) {
       case OpId::Constant: {
         const Attr* a = n.attr("value");
         if (!a || !n.outputs[0]->type.sizes.empty()) unsupported(n, "tensor constant in a body");
@@ -205,25 +221,7 @@ class Builder {
       case OpId::Neg: v = r == DType::Bool ? (unsupported(n), -1) : u(EOp::Neg); break;
       case OpId::Abs: v = r == DType::Bool ? in(n, 0, t) : u(EOp::Abs); break;
       case OpId::Sign: v = r == DType::Bool ? in(n, 0, t) : u(EOp::Sign); break;
-      case OpId::Exp: float_only(); v = u(EOp::Exp); break;
-      case OpId::Exp2: float_only(); v = u(EOp::Exp2); break;
-      case OpId::Expm1: float_only(); v = u(EOp::Expm1); break;
-      case OpId::Log: float_only(); v = u(EOp::Log); break;
-      case OpId::Log2: float_only(); v = u(EOp::Log2); break;
-      case OpId::Log1p: float_only(); v = u(EOp::Log1p); break;
-      case OpId::Sqrt: float_only(); v = u(EOp::Sqrt); break;
       case OpId::Rsqrt: float_only(); v = op(EOp::Recip, t, {u(EOp::Sqrt)}); break;
-      case OpId::Reciprocal: float_only(); v = u(EOp::Recip); break;
-      case OpId::Sin: float_only(); v = u(EOp::Sin); break;
-      case OpId::Cos: float_only(); v = u(EOp::Cos); break;
-      case OpId::Tan: float_only(); v = u(EOp::Tan); break;
-      case OpId::Asin: float_only(); v = u(EOp::Asin); break;
-      case OpId::Acos: float_only(); v = u(EOp::Acos); break;
-      case OpId::Atan: float_only(); v = u(EOp::Atan); break;
-      case OpId::Sinh: float_only(); v = u(EOp::Sinh); break;
-      case OpId::Cosh: float_only(); v = u(EOp::Cosh); break;
-      case OpId::Tanh: float_only(); v = u(EOp::Tanh); break;
-      case OpId::Erf: float_only(); v = u(EOp::Erf); break;
       case OpId::Sigmoid: {
         float_only();
         int x = in(n, 0, t);
@@ -372,7 +370,17 @@ class Builder {
         break;
       }
       case OpId::Pow: v = pow(n, t); break;
-      case OpId::Atan2: float_only(); v = b(EOp::Atan2); break;
+      case OpId::LogAddExp: {
+        // max(a, b) + log1p(exp(-|a - b|)), and a where a == b is infinite (eager's logaddexp_s)
+        float_only();
+        int x = in(n, 0, t), y = in(n, 1, t);
+        int gap = op(EOp::Abs, t, {op(EOp::Sub, t, {x, y})});
+        int tail = op(EOp::Log1p, t, {op(EOp::Exp, t, {op(EOp::Neg, t, {gap})})});
+        int sum = op(EOp::Add, t, {op(EOp::Max, t, {x, y}), tail});
+        int same_inf = op(EOp::And, DType::Bool, {op(EOp::Eq, DType::Bool, {x, y}), op(EOp::IsInf, DType::Bool, {x})});
+        v = op(EOp::Select, t, {same_inf, x, sum});
+        break;
+      }
       case OpId::Maximum: v = r == DType::Bool ? logical(EOp::Or) : b(EOp::Max); break;
       case OpId::Minimum: v = r == DType::Bool ? logical(EOp::And) : b(EOp::Min); break;
       case OpId::Eq: v = cmp(EOp::Eq); break;

@@ -33,7 +33,7 @@ DType compute_dtype(DType storage);
 
 // The kernel instruction set (eops.def: each instruction's name, arity and math function).
 enum class EOp : uint8_t {
-#define KILN_EOP(id, name, arity, math) id,
+#define KILN_EOP(id, name, arity, math, ...) id,
 #include "eops.def"
 #undef KILN_EOP
 };
@@ -48,6 +48,9 @@ struct MathFn {
   int arity;
 };
 std::span<const MathFn> math_fns();
+// The instruction that computes op `op` of the op table by itself (eops.def's op column), if one
+// does: lower_kernel() lowers the op to it with no case of its own.
+std::optional<EOp> lowers_to(OpId op);
 
 // Max and Min propagate NaN, as the eager amax/amin do.
 enum class Reducer : uint8_t { Sum, Prod, Max, Min, Any, All };

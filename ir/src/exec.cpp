@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <unordered_set>
+#include <utility>
 
 #include "kiln/ir/infer.h"
 #include "kiln/runtime/factories.h"
@@ -154,6 +155,15 @@ Fn unary(F f) {
   return [f](const Step& s, Frame& fr) { put(s, fr, f(T(s, fr, 0))); };
 }
 
+// An op that its eager function runs from its N tensor operands alone.
+template <int N, typename F>
+Fn call(F f) {
+  static_assert(N > 0, "a variadic op needs its own case");
+  return [f](const Step& s, Frame& fr) {
+    [&]<size_t... I>(std::index_sequence<I...>) { put(s, fr, f(T(s, fr, I)...)); }(std::make_index_sequence<N>{});
+  };
+}
+
 // A binary op with tensor-tensor and tensor-number forms; `swap` handles a number first
 // (for commutative ops, or comparisons with the mirrored op).
 template <typename TT, typename TS, typename Swap>
@@ -180,21 +190,11 @@ Fn tensor_first(TT tt, TS ts, std::string_view name) {
 Fn make_step(const Node& n, Plan& plan) {
   Attrs a{n};
   switch (n.op) {
-#define KILN_UNARY_CASE(id, fn) \
-  case OpId::id: return unary([](const Tensor& x) { return fn(x); });
-    KILN_UNARY_CASE(Neg, neg) KILN_UNARY_CASE(Abs, abs) KILN_UNARY_CASE(Sign, sign)
-    KILN_UNARY_CASE(Exp, exp) KILN_UNARY_CASE(Exp2, exp2) KILN_UNARY_CASE(Expm1, expm1)
-    KILN_UNARY_CASE(Log, log) KILN_UNARY_CASE(Log2, log2) KILN_UNARY_CASE(Log1p, log1p)
-    KILN_UNARY_CASE(Sqrt, sqrt) KILN_UNARY_CASE(Rsqrt, rsqrt) KILN_UNARY_CASE(Reciprocal, reciprocal)
-    KILN_UNARY_CASE(Sin, sin) KILN_UNARY_CASE(Cos, cos) KILN_UNARY_CASE(Tan, tan)
-    KILN_UNARY_CASE(Asin, asin) KILN_UNARY_CASE(Acos, acos) KILN_UNARY_CASE(Atan, atan)
-    KILN_UNARY_CASE(Sinh, sinh) KILN_UNARY_CASE(Cosh, cosh) KILN_UNARY_CASE(Tanh, tanh)
-    KILN_UNARY_CASE(Sigmoid, sigmoid) KILN_UNARY_CASE(Relu, relu) KILN_UNARY_CASE(Silu, silu)
-    KILN_UNARY_CASE(Erf, erf) KILN_UNARY_CASE(Floor, floor) KILN_UNARY_CASE(Ceil, ceil)
-    KILN_UNARY_CASE(Round, round) KILN_UNARY_CASE(Trunc, trunc) KILN_UNARY_CASE(IsNan, isnan)
-    KILN_UNARY_CASE(IsInf, isinf) KILN_UNARY_CASE(IsFinite, isfinite)
-    KILN_UNARY_CASE(LogicalNot, logical_not) KILN_UNARY_CASE(BitwiseNot, bitwise_not)
-#undef KILN_UNARY_CASE
+    // The ops whose eager function runs them from their operands alone (ops.def's call column).
+#define KILN_OP(id, name, category, operands, traits, attributes, ...) \
+  __VA_OPT__(case OpId::id: return call<operands>([](const auto&... x) { return __VA_ARGS__(x...); });)
+#include "kiln/runtime/ops.def"
+#undef KILN_OP
     case OpId::Gelu: {
       std::string approx = a.as<std::string>("approximate");
       return unary([approx](const Tensor& x) { return gelu(x, approx); });
@@ -251,9 +251,6 @@ Fn make_step(const Node& n, Plan& plan) {
       return binary([](const Tensor& x, const Tensor& y) { return pow(x, y); },
                     [](const Tensor& x, const Scalar& y) { return pow(x, y); },
                     [](const Scalar& x, const Tensor& y) { return pow(x, y); }, "pow");
-    case OpId::Atan2: return [](const Step& s, Frame& fr) { put(s, fr, atan2(T(s, fr, 0), T(s, fr, 1))); };
-    case OpId::Maximum: return [](const Step& s, Frame& fr) { put(s, fr, maximum(T(s, fr, 0), T(s, fr, 1))); };
-    case OpId::Minimum: return [](const Step& s, Frame& fr) { put(s, fr, minimum(T(s, fr, 0), T(s, fr, 1))); };
 #define KILN_CMP_CASE(id, fn, mirror)                                                              \
   case OpId::id:                                                                                   \
     return binary([](const Tensor& x, const Tensor& y) { return fn(x, y); },                       \
@@ -264,9 +261,6 @@ Fn make_step(const Node& n, Plan& plan) {
     KILN_CMP_CASE(BitwiseAnd, bitwise_and, bitwise_and) KILN_CMP_CASE(BitwiseOr, bitwise_or, bitwise_or)
     KILN_CMP_CASE(BitwiseXor, bitwise_xor, bitwise_xor)
 #undef KILN_CMP_CASE
-    case OpId::LogicalAnd: return [](const Step& s, Frame& fr) { put(s, fr, logical_and(T(s, fr, 0), T(s, fr, 1))); };
-    case OpId::LogicalOr: return [](const Step& s, Frame& fr) { put(s, fr, logical_or(T(s, fr, 0), T(s, fr, 1))); };
-    case OpId::LogicalXor: return [](const Step& s, Frame& fr) { put(s, fr, logical_xor(T(s, fr, 0), T(s, fr, 1))); };
 
     case OpId::Where:
       return [](const Step& s, Frame& fr) {
@@ -425,9 +419,6 @@ Fn make_step(const Node& n, Plan& plan) {
     case OpId::Contiguous: return unary([](const Tensor& x) { return x.contiguous(); });
     case OpId::Clone: return unary([](const Tensor& x) { return x.clone(); });
     case OpId::Iota: return unary([](const Tensor& x) { return iota_value(x.sizes().vec(), x.device()); });
-    case OpId::Matmul: return [](const Step& s, Frame& fr) { put(s, fr, matmul(T(s, fr, 0), T(s, fr, 1))); };
-    case OpId::Mm: return [](const Step& s, Frame& fr) { put(s, fr, mm(T(s, fr, 0), T(s, fr, 1))); };
-    case OpId::Bmm: return [](const Step& s, Frame& fr) { put(s, fr, bmm(T(s, fr, 0), T(s, fr, 1))); };
     case OpId::Addmm: {
       Scalar beta = a.scalar("beta"), alpha = a.scalar("alpha");
       return [=](const Step& s, Frame& fr) { put(s, fr, addmm(T(s, fr, 0), T(s, fr, 1), T(s, fr, 2), beta, alpha)); };

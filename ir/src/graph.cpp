@@ -15,7 +15,8 @@ namespace kiln::ir {
 
 namespace {
 constexpr OpInfo kOps[] = {
-#define KILN_OP(id, name, category, operands, ...) {name, Category::category, operands, 0u __VA_OPT__(| __VA_ARGS__)},
+#define KILN_OP(id, name, category, operands, traits, attributes, ...) \
+  {name, Category::category, operands, 0u | (traits), attributes},
 #include "kiln/runtime/ops.def"
 #undef KILN_OP
 };

@@ -13,70 +13,66 @@
 #include <limits>
 #include <map>
 #include <span>
+#include <stdexcept>
+#include <vector>
 
 namespace kiln::ir {
 
 namespace infer_detail {
 
-// The attributes each op takes, transcribed from the comments of ops.def.
-std::span<const AttrSpec> attr_specs(OpId op) {
-  static constexpr AttrSpec constant[] = {{"data", kind::string}, {"value", kind::number}};
-  static constexpr AttrSpec gelu[] = {{"approximate", kind::string, "\"none\""}};
-  static constexpr AttrSpec nan_to_num[] = {{"nan", kind::real | kind::none, "none"}, {"neginf", kind::real | kind::none, "none"}, {"posinf", kind::real | kind::none, "none"}};
-  static constexpr AttrSpec cast[] = {{"dtype", kind::dtype}};
-  static constexpr AttrSpec value[] = {{"value", kind::number}};
-  static constexpr AttrSpec alpha[] = {{"alpha", kind::number, "1"}};
-  static constexpr AttrSpec div[] = {{"rounding_mode", kind::string | kind::none, "none"}};
-  static constexpr AttrSpec clamp[] = {{"has_max", kind::boolean, "false"}, {"has_min", kind::boolean, "false"}};
-  static constexpr AttrSpec reduce[] = {{"dims", kind::ints, "[]"}, {"keepdim", kind::boolean, "false"}};
-  static constexpr AttrSpec sum[] = {{"dims", kind::ints, "[]"}, {"dtype", kind::dtype | kind::none, "none"}, {"keepdim", kind::boolean, "false"}};
-  static constexpr AttrSpec dim_keepdim[] = {{"dim", kind::integer}, {"keepdim", kind::boolean, "false"}};
-  static constexpr AttrSpec arg[] = {{"dim", kind::integer | kind::none, "none"}, {"keepdim", kind::boolean, "false"}};
-  static constexpr AttrSpec norm[] = {{"dims", kind::ints, "[]"}, {"keepdim", kind::boolean, "false"}, {"p", kind::real, "2.0"}};
-  static constexpr AttrSpec var[] = {{"correction", kind::integer, "1"}, {"dims", kind::ints, "[]"}, {"keepdim", kind::boolean, "false"}};
-  static constexpr AttrSpec dim[] = {{"dim", kind::integer}};
-  static constexpr AttrSpec cat[] = {{"dim", kind::integer, "0"}};
-  static constexpr AttrSpec sizes[] = {{"sizes", kind::ints}};
-  static constexpr AttrSpec transpose[] = {{"dim0", kind::integer}, {"dim1", kind::integer}};
-  static constexpr AttrSpec dims[] = {{"dims", kind::ints}};
-  static constexpr AttrSpec squeeze[] = {{"dims", kind::ints, "[]"}};
-  static constexpr AttrSpec slice[] = {{"dim", kind::integer, "0"}, {"end", kind::integer}, {"start", kind::integer, "0"}, {"step", kind::integer, "1"}};
-  static constexpr AttrSpec select[] = {{"dim", kind::integer}, {"index", kind::integer}};
-  static constexpr AttrSpec diagonal[] = {{"dim1", kind::integer, "0"}, {"dim2", kind::integer, "1"}, {"offset", kind::integer, "0"}};
-  static constexpr AttrSpec as_strided[] = {{"offset", kind::integer, "0"}, {"sizes", kind::ints}, {"strides", kind::ints}};
-  static constexpr AttrSpec addmm[] = {{"alpha", kind::integer | kind::real, "1"}, {"beta", kind::integer | kind::real, "1"}};
-  static constexpr AttrSpec einsum[] = {{"equation", kind::string}};
-  switch (op) {
-    case OpId::Constant: return constant;
-    case OpId::Gelu: return gelu;
-    case OpId::NanToNum: return nan_to_num;
-    case OpId::Cast: return cast;
-    case OpId::Fill: case OpId::Addcmul: case OpId::MaskedFill: return value;
-    case OpId::Add: case OpId::Sub: return alpha;
-    case OpId::Div: return div;
-    case OpId::Clamp: return clamp;
-    case OpId::Sum: return sum;
-    case OpId::NanSum: case OpId::Mean: case OpId::Prod: case OpId::Amax: case OpId::Amin:
-    case OpId::Any: case OpId::All: case OpId::LogSumExp: return reduce;
-    case OpId::MaxDim: case OpId::MinDim: return dim_keepdim;
-    case OpId::Argmax: case OpId::Argmin: return arg;
-    case OpId::Norm: return norm;
-    case OpId::Var: case OpId::Std: return var;
-    case OpId::Softmax: case OpId::LogSoftmax: case OpId::Cumsum: return dim;
-    case OpId::View: case OpId::Expand: return sizes;
-    case OpId::Transpose: return transpose;
-    case OpId::Permute: return dims;
-    case OpId::Squeeze: return squeeze;
-    case OpId::Slice: return slice;
-    case OpId::Select: return select;
-    case OpId::Unsqueeze: case OpId::IndexSelect: case OpId::Gather: return dim;
-    case OpId::Cat: return cat;
-    case OpId::Diagonal: return diagonal;
-    case OpId::AsStrided: return as_strided;
-    case OpId::Addmm: return addmm;
-    case OpId::Einsum: return einsum;
-    default: return {};
+namespace {
+
+[[noreturn]] void bad_schema(OpId op, std::string_view why) {
+  throw std::logic_error(detail::cat("ops.def: the attribute schema of ", op_info(op).name, " ", why));
+}
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  return s;
+}
+
+// One op's schema text ("dims: ints = [], keepdim: bool = false") as its specs. The text is the
+// op table's, so a mistake in it is kiln's: it fails every use of the op, loudly.
+std::vector<AttrSpec> parse_schema(OpId op) {
+  std::vector<AttrSpec> specs;
+  std::string_view text = op_info(op).attributes;
+  while (!trim(text).empty()) {
+    size_t comma = text.find(',');
+    std::string_view item = trim(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
+    size_t colon = item.find(':');
+    if (colon == std::string_view::npos) bad_schema(op, "has an item without a kind");
+    AttrSpec spec{trim(item.substr(0, colon)), 0};
+    std::string_view kinds = item.substr(colon + 1);
+    if (size_t eq = kinds.find('='); eq != std::string_view::npos) {
+      spec.dflt = trim(kinds.substr(eq + 1));
+      kinds = kinds.substr(0, eq);
+    }
+    for (std::string_view k = trim(kinds); !k.empty();) {
+      size_t bar = k.find('|');
+      std::string_view one = trim(k.substr(0, bar));
+      auto it = std::find(std::begin(kKindNames), std::end(kKindNames), one);
+      if (it == std::end(kKindNames)) bad_schema(op, "names an unknown kind");
+      spec.kinds |= 1u << size_t(it - std::begin(kKindNames));
+      k = bar == std::string_view::npos ? std::string_view{} : k.substr(bar + 1);
+    }
+    if (spec.name.empty() || spec.kinds == 0) bad_schema(op, "has an item without a name or kind");
+    specs.push_back(spec);
   }
+  return specs;
+}
+
+}  // namespace
+
+// The attributes each op takes: the op table's schemas, parsed once.
+std::span<const AttrSpec> attr_specs(OpId op) {
+  static const std::vector<std::vector<AttrSpec>> table = [] {
+    std::vector<std::vector<AttrSpec>> t;
+    for (int o = 0; o < num_ops(); ++o) t.push_back(parse_schema(OpId(o)));
+    return t;
+  }();
+  return table.at(size_t(op));
 }
 
 }  // namespace infer_detail
@@ -132,22 +128,18 @@ Type unary(const Ctx& c) {
   auto no_bool = [&] {
     if (d == kBool) c.fail("\"", c.name, "\" not implemented for 'bool'");
   };
+  if (c.op == OpId::Gelu) {
+    std::string approx = c.req<std::string>("approximate");
+    if (approx != "none" && approx != "tanh")
+      c.fail("approximate argument must be either none or tanh, got '", approx, "'");
+  }
+  // float_unary: integers and bool compute in the default float dtype
+  if (has_trait(c.op, kFloatCompute)) return same(float_compute(d));
+  if (has_trait(c.op, kFloatOnly)) {
+    if (!is_floating(d)) c.fail("\"", c.name, "\" not implemented for '", name(d), "' (", x.str(), ")");
+    return same(d);
+  }
   switch (c.op) {
-    // float_unary: integers and bool compute in the default float dtype
-    case OpId::Exp: case OpId::Exp2: case OpId::Expm1: case OpId::Log: case OpId::Log2: case OpId::Log1p:
-    case OpId::Sqrt: case OpId::Rsqrt: case OpId::Reciprocal: case OpId::Sin: case OpId::Cos: case OpId::Tan:
-    case OpId::Asin: case OpId::Acos: case OpId::Atan: case OpId::Sinh: case OpId::Cosh: case OpId::Tanh:
-    case OpId::Sigmoid: case OpId::Erf:
-      return same(float_compute(d));
-    case OpId::Gelu: {
-      std::string approx = c.req<std::string>("approximate");
-      if (approx != "none" && approx != "tanh")
-        c.fail("approximate argument must be either none or tanh, got '", approx, "'");
-      [[fallthrough]];
-    }
-    case OpId::Silu:
-      if (!is_floating(d)) c.fail("\"", c.name, "\" not implemented for '", name(d), "' (", x.str(), ")");
-      return same(d);
     // same_unary: the dtype is kept
     case OpId::Neg:
       if (d == kBool) c.fail("Negation, the `-` operator, on a bool tensor is not supported (use logical_not)");
@@ -189,6 +181,12 @@ Type binary(const Ctx& c) {
   std::vector<Type> ts = numbers_or_tensors(c);
   const Type &a = ts[0], &b = ts[1];
   DType ct = result_type(ts);
+  if (has_trait(c.op, kFloatCompute)) return elementwise_out(c, float_compute(ct), ts);
+  if (has_trait(c.op, kFloatOnly)) {
+    if (!is_floating(ct))
+      c.fail("\"", c.name, "\" not implemented for '", name(ct), "' (", a.str(), ", ", b.str(), ")");
+    return elementwise_out(c, ct, ts);
+  }
   switch (c.op) {
     case OpId::Add: case OpId::Sub: {
       if (c.op == OpId::Sub && (a.dtype == kBool || b.dtype == kBool))
@@ -213,8 +211,6 @@ Type binary(const Ctx& c) {
     case OpId::Remainder: case OpId::Fmod: case OpId::Pow:
       if (ct == kBool) c.fail("\"", c.name, "\" not implemented for 'bool'");
       return elementwise_out(c, ct, ts);
-    case OpId::Atan2:
-      return elementwise_out(c, float_compute(ct), ts);
     case OpId::Eq: case OpId::Ne: case OpId::Lt: case OpId::Le: case OpId::Gt: case OpId::Ge:
     case OpId::LogicalAnd: case OpId::LogicalOr: case OpId::LogicalXor:
       return elementwise_out(c, kBool, ts);

@@ -217,11 +217,11 @@ constexpr double kSqrt2OverPi = 0.79788456080286535588;
 // Zen 5 core, SLEEF's vector forms in cache), to the nearest power of two: a thread then waits
 // for 2^15 / cost elements (cpu::parallel_grain) before a second joins in. Two threads win once
 // one would take about 6 us (the fork and join cost about 3): at 2^14 elements atan2 took 14.9
-// us on one thread and 8.7 on two, at 2^15 exp 5.4 on one (docs/perf.md, session 32). Ops not
-// named here cost 1.
+// us on one thread and 8.7 on two, at 2^15 exp 5.4 on one (docs/perf-journal.md, "costly eager
+// ops on two threads sooner"). Ops not named here cost 1.
 struct Cost {
   static constexpr int kLog = 2, kTrig = 2, kErf = 2, kTanh = 2, kInverseTrig = 4, kTan = 4, kHyperbolic = 4,
-                       kExpm1 = 4, kAtan2 = 4, kGeluTanh = 2, kPow = 8;
+                       kExpm1 = 4, kAtan2 = 4, kGeluTanh = 2, kPow = 8, kHypot = 2, kLogAddExp = 4;
 };
 
 // out = f(a, b) over float32 or float64 with a vector form of f (vf: float lanes, vd: double
@@ -875,6 +875,41 @@ Tensor atan2(const Tensor& a, const Tensor& b) {
   KILN_TRACE(Atan2, (a, b), (), atan2(a, b))
   return float_binary("atan2", a, b, [](auto x, auto y) { return std::atan2(x, y); },
                       KILN_VF2(KILN_SLEEF_F(atan2)(x, y)), KILN_VD2(KILN_SLEEF_D(atan2)(x, y)), Cost::kAtan2);
+}
+// Binary ops PyTorch defines on floating dtypes only (no integer kernel): the promoted dtype
+// must be floating, and is the result's.
+static void float_only(std::string_view op, const Tensor& a, const Tensor& b) {
+  DType ct = result_type({Arg(a), Arg(b)});
+  KILN_CHECK(is_floating(ct), op, "\"", op, "\" not implemented for '", name(ct), "'");
+}
+Tensor hypot(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(Hypot, (a, b), (), hypot(a, b))
+  float_only("hypot", a, b);
+  return float_binary("hypot", a, b, [](auto x, auto y) { return std::hypot(x, y); },
+                      KILN_VF2(KILN_SLEEF_F05(hypot)(x, y)), KILN_VD2(KILN_SLEEF_D05(hypot)(x, y)), Cost::kHypot);
+}
+// log(exp(a) + exp(b)) without overflow: max(a, b) + log1p(exp(-|a - b|)), and a itself where
+// a == b is infinite (the formula's a - b would be NaN there), as PyTorch computes it.
+template <typename M>
+M logaddexp_s(M x, M y) {
+  if (std::isinf(x) && x == y) return x;
+  M m = std::isnan(x) || std::isnan(y) ? std::numeric_limits<M>::quiet_NaN() : std::max(x, y);
+  return m + std::log1p(std::exp(-std::abs(x - y)));
+}
+Tensor logaddexp(const Tensor& a, const Tensor& b) {
+  KILN_TRACE(LogAddExp, (a, b), (), logaddexp(a, b))
+  float_only("logaddexp", a, b);
+#if KILN_HAVE_VEC
+  auto vf = [](cpu::vec::VF x, cpu::vec::VF y) {
+    using namespace cpu::vec;
+    VF r = maxf(x, y) + KILN_SLEEF_F(log1p)(expf(-absf(x - y)));
+    return where(mand(eq(x, y), eq(absf(x), setf(std::numeric_limits<float>::infinity()))), x, r);
+  };
+#else
+  auto vf = nullptr;
+#endif
+  return float_binary("logaddexp", a, b, [](auto x, auto y) { return logaddexp_s(x, y); }, vf, nullptr,
+                      Cost::kLogAddExp);
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
   KILN_TRACE(Maximum, (a, b), (), maximum(a, b))

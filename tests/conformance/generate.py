@@ -1503,6 +1503,26 @@ KNOWN_DIVERGENCES = [
 ]
 
 
+def gen_added():
+    """Ops added after the generator's first sections: their cases come last, so that their
+    random draws leave every earlier case as it was."""
+    inf, nan = math.inf, math.nan
+    binary_common("hypot", "kiln::hypot(a, b)", "kiln::hypot(a, b)", torch.hypot, scalars=False)
+    case("hypot", "kiln::hypot(a, b)", [In("float64", [8], values=[inf, -inf, nan, nan, 0.0, -0.0, 3e300, 1e-310]),
+         In("float64", [8], values=[nan, 1.0, inf, 1.0, -0.0, -0.0, 4e300, 1e-310])], torch.hypot,
+         tag="infinities, NaN, zeros, overflow and denormals")
+    case("hypot", "kiln::hypot(a, b)", [In("float32", [4], values=[3e38, -2e38, 1e-40, inf]),
+         In("float32", [4], values=[3e38, 1e38, -1e-40, nan])], torch.hypot, tag="float32 overflow and denormals")
+    binary_common("logaddexp", "kiln::logaddexp(a, b)", "kiln::logaddexp(a, b)", torch.logaddexp, scalars=False,
+                  dom_a=(-20, 20), dom_b=(-20, 20))
+    case("logaddexp", "kiln::logaddexp(a, b)",
+         [In("float64", [9], values=[inf, -inf, inf, -inf, nan, 1.0, 700.0, -800.0, 0.0]),
+          In("float64", [9], values=[inf, -inf, -inf, 5.0, 1.0, nan, 700.0, -800.0, -0.0])], torch.logaddexp,
+         tag="infinities, NaN, large and equal values")
+    case("logaddexp", "kiln::logaddexp(a, b)", [In("float32", [5], values=[inf, -inf, 80.0, -100.0, 1e-30]),
+         In("float32", [5], values=[inf, -inf, 90.0, -100.0, -1e-30])], torch.logaddexp, tag="float32 edges")
+
+
 def main():
     gen_unary()
     gen_binary()
@@ -1512,6 +1532,7 @@ def main():
     gen_join()
     gen_inplace()
     gen_views()
+    gen_added()
     for c in CASES:
         if "known_divergence" in c:
             continue

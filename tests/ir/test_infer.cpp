@@ -93,6 +93,10 @@ TEST(IrInfer, PromotionMatchesEager) {
   expect_eager(OpId::Pow, {i32, Scalar(2.0)}, {}, [&] { return one(pow(i32, Scalar(2.0))); });
   expect_eager(OpId::Pow, {Scalar(2), i8}, {}, [&] { return one(pow(Scalar(2), i8)); });
   expect_eager(OpId::Atan2, {i32, i8}, {}, [&] { return one(atan2(i32, i8)); });
+  expect_eager(OpId::Hypot, {h, bf}, {}, [&] { return one(hypot(h, bf)); });
+  expect_eager(OpId::LogAddExp, {i8, h}, {}, [&] { return one(logaddexp(i8, h)); });
+  expect_both_fail(OpId::Hypot, {i32, i8}, {}, [&] { hypot(i32, i8); }, "not implemented for 'int32'");
+  expect_both_fail(OpId::LogAddExp, {i8, i8}, {}, [&] { logaddexp(i8, i8); }, "not implemented for 'int8'");
   expect_eager(OpId::Maximum, {i8, h}, {}, [&] { return one(maximum(i8, h)); });
   expect_eager(OpId::LogicalXor, {i8, h}, {}, [&] { return one(logical_xor(i8, h)); });
   expect_eager(OpId::Sqrt, {i32}, {}, [&] { return one(kiln::sqrt(i32)); });

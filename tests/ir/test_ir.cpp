@@ -182,6 +182,62 @@ TEST(IrOpTable, TraitsFitTheirCategories) {
   EXPECT_FALSE(has_trait(OpId::Add, kCostly) || has_trait(OpId::Sum, kRowOp) || has_trait(OpId::Cat, kTakesEpilogue));
 }
 
+// The float traits give an elementwise op's result dtype: integers compute in float32 under
+// kFloatCompute and are refused under kFloatOnly; no op has both.
+TEST(IrOpTable, FloatTraitsGiveTheResultDtype) {
+  int traited = 0;
+  for (int i = 0; i < num_ops(); ++i) {
+    const OpId op = OpId(i);
+    bool fc = has_trait(op, kFloatCompute), fo = has_trait(op, kFloatOnly);
+    if (!fc && !fo) continue;
+    SCOPED_TRACE(std::string(op_info(op).name));
+    ++traited;
+    EXPECT_FALSE(fc && fo);
+    EXPECT_EQ(op_info(op).category, Category::Elementwise);
+    const int n = op_info(op).operands;
+    ASSERT_TRUE(n == 1 || n == 2);
+    std::vector<Attr> attrs;
+    if (op == OpId::Gelu) attrs.push_back({"approximate", AttrValue(std::string("none"))});
+    std::vector<Type> ints(size_t(n), Type::contiguous(kInt32, {2, 3}));
+    std::vector<Type> halves(size_t(n), Type::contiguous(kFloat16, {2, 3}));
+    if (fc) EXPECT_EQ(infer_types(op, ints, attrs)[0].dtype, kFloat32);
+    else EXPECT_THROW(infer_types(op, ints, attrs), Error);
+    EXPECT_EQ(infer_types(op, halves, attrs)[0].dtype, kFloat16);
+  }
+  EXPECT_GT(traited, 20);
+}
+
+// The schema column of ops.def gives each attribute its default once (ir::attr_default): PyTorch's
+// defaults where an attribute has one, none where it is required. Reading any op's schema parses
+// every op's, so a schema text the parser cannot read fails here, not at a user's first call.
+TEST(IrOpTable, AttributeSchemasGiveTheirDefaults) {
+  for (int i = 0; i < num_ops(); ++i) EXPECT_EQ(attr_default(OpId(i), "no_such_attribute"), nullptr);
+  auto dflt = [](OpId op, std::string_view name) {
+    const AttrValue* v = attr_default(op, name);
+    return v ? attr_str(*v) : std::string("(required)");
+  };
+  EXPECT_EQ(dflt(OpId::Add, "alpha"), "1");
+  EXPECT_EQ(dflt(OpId::Sum, "dims"), "[]");
+  EXPECT_EQ(dflt(OpId::Sum, "keepdim"), "false");
+  EXPECT_EQ(dflt(OpId::Sum, "dtype"), "none");
+  EXPECT_EQ(dflt(OpId::Norm, "p"), "2.0");
+  EXPECT_EQ(dflt(OpId::Var, "correction"), "1");
+  EXPECT_EQ(dflt(OpId::Gelu, "approximate"), "\"none\"");
+  EXPECT_EQ(dflt(OpId::Slice, "step"), "1");
+  EXPECT_EQ(dflt(OpId::Slice, "end"), "(required)");
+  EXPECT_EQ(dflt(OpId::Softmax, "dim"), "(required)");
+  EXPECT_EQ(dflt(OpId::Argmax, "dim"), "none");
+  // an attribute the schema does not name is refused, naming the ones it does
+  try {
+    infer_types(OpId::Slice, {Type::contiguous(kFloat32, {4})}, {{"stop", int64_t(2)}});
+    ADD_FAILURE() << "an unknown attribute was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("slice takes dim, end, start, step"), std::string::npos) << e.what();
+  }
+  // and one of a kind it does not allow
+  EXPECT_THROW(infer_types(OpId::Softmax, {Type::contiguous(kFloat32, {4})}, {{"dim", 1.5}}), Error);
+}
+
 TEST(IrText, EveryOpRoundTripsThroughTextAndJson) {
   for (int i = 0; i < num_ops(); ++i) {
     for (int variant = 0; variant < (OpId(i) == OpId::Constant ? 2 : 1); ++variant) {

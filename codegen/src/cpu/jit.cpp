@@ -40,12 +40,18 @@ std::string error_text(llvm::Error e) { return llvm::toString(std::move(e)); }
 // ...: the eager ops' functions): exp 1.3, erf 5.5 and tanh 3.4 times faster than SLEEF's, all
 // within 1 ulp; fmod exact, where SLEEF 3.5.1's returns NaN for very large quotients (x = 2^110,
 // y = 2^-95), so fmod has no SLEEF form here and float64 fmod stays the C library's.
+// SLEEF's accuracy classes kiln takes, best first where SLEEF offers a function in several:
+// 1 ulp, else 0.5 (hypot: SLEEF has no 1-ulp form of it).
+constexpr const char* kSleefUlps[] = {"_u10", "_u05"};
+
 // scalar_symbol: the name kernels call.
 std::string scalar_symbol(const char* base, bool f32) {
   std::string own = "kiln_" + std::string(base) + (f32 ? "f" : "d");  // (runtime/src/cpu/vec.cpp)
   if (dlsym(RTLD_DEFAULT, own.c_str())) return own;
-  std::string sleef = "Sleef_" + std::string(base) + (f32 ? "f" : "") + "_u10";
-  if (dlsym(RTLD_DEFAULT, sleef.c_str())) return sleef;
+  for (const char* ulp : kSleefUlps) {
+    std::string sleef = "Sleef_" + std::string(base) + (f32 ? "f" : "") + ulp;
+    if (dlsym(RTLD_DEFAULT, sleef.c_str())) return sleef;
+  }
   return std::string(base) + (f32 ? "f" : "");
 }
 
@@ -90,7 +96,11 @@ struct Jit::Impl {
       for (const MathFn& fn : math_fns()) {
         for (bool f32 : {true, false}) {
           int lanes = f32 ? isa.f32_lanes : isa.f32_lanes / 2;
-          std::string vec = "Sleef_" + std::string(fn.name) + (f32 ? "f" : "d") + std::to_string(lanes) + "_u10" + isa.suffix;
+          std::string vec;
+          for (const char* ulp : kSleefUlps) {
+            vec = "Sleef_" + std::string(fn.name) + (f32 ? "f" : "d") + std::to_string(lanes) + ulp + isa.suffix;
+            if (dlsym(RTLD_DEFAULT, vec.c_str())) break;
+          }
           // kiln's own vector form where the runtime has one for these lanes (runtime/src/cpu/vec.cpp)
           const std::string own = "kiln_" + std::string(fn.name) + (f32 ? "f" : "d") + std::to_string(lanes);
           if (dlsym(RTLD_DEFAULT, own.c_str())) vec = own, vec_summary += own + " ";

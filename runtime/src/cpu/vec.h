@@ -30,6 +30,8 @@ inline VF setf(float x) { return _mm512_set1_ps(x); }
 inline VD setd(double x) { return _mm512_set1_pd(x); }
 #define KILN_SLEEF_F(fn) Sleef_##fn##f16_u10
 #define KILN_SLEEF_D(fn) Sleef_##fn##d8_u10
+#define KILN_SLEEF_F05(fn) Sleef_##fn##f16_u05  // (functions SLEEF has in 0.5 ulp only: hypot)
+#define KILN_SLEEF_D05(fn) Sleef_##fn##d8_u05
 inline VF fmaf(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 inline VF absf(VF x) { return _mm512_abs_ps(x); }
 inline VF minf(VF a, VF b) { return _mm512_maskz_min_ps(0xffff, a, b); }  // (gcc 12 warns on _mm512_min_ps)
@@ -124,6 +126,8 @@ inline VF setf(float x) { return _mm256_set1_ps(x); }
 inline VD setd(double x) { return _mm256_set1_pd(x); }
 #define KILN_SLEEF_F(fn) Sleef_##fn##f8_u10
 #define KILN_SLEEF_D(fn) Sleef_##fn##d4_u10
+#define KILN_SLEEF_F05(fn) Sleef_##fn##f8_u05
+#define KILN_SLEEF_D05(fn) Sleef_##fn##d4_u05
 #if defined(__FMA__)
 inline VF fmaf(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
 #else

@@ -38,13 +38,21 @@ using kiln::AttrValue;
 using kiln::Attr;
 enum class Category : uint8_t { Elementwise, Reduction, View, Opaque, Control };
 
-// An op's traits (the op table's last column, kiln/runtime/ops.def, which says what each means).
-enum OpTrait : uint32_t { kCostly = 1u << 0, kRowOp = 1u << 1, kTakesEpilogue = 1u << 2 };
+// An op's traits (the op table's traits column, kiln/runtime/ops.def, which says what each means).
+enum OpTrait : uint32_t {
+  kCostly = 1u << 0,
+  kRowOp = 1u << 1,
+  kTakesEpilogue = 1u << 2,
+  kFloatCompute = 1u << 3,
+  kFloatOnly = 1u << 4,
+};
+// An op's row of the op table.
 struct OpInfo {
   std::string_view name;
   Category category;
   int operands;  // -1: variadic
   uint32_t traits = 0;
+  std::string_view attributes;  // the attribute schema's text (infer.cpp reads it)
 };
 const OpInfo& op_info(OpId op);
 inline bool has_trait(OpId op, OpTrait t) { return (op_info(op).traits & t) != 0; }

@@ -58,6 +58,8 @@ Tensor pow(const Tensor& a, const Tensor& b);
 Tensor pow(const Tensor& a, const Scalar& b);
 Tensor pow(const Scalar& a, const Tensor& b);
 Tensor atan2(const Tensor& a, const Tensor& b);
+Tensor hypot(const Tensor& a, const Tensor& b);      // floating dtypes only
+Tensor logaddexp(const Tensor& a, const Tensor& b);  // log(exp(a) + exp(b)), floating dtypes only
 Tensor maximum(const Tensor& a, const Tensor& b);  // NaN propagates
 Tensor minimum(const Tensor& a, const Tensor& b);
 #define KILN_CMP_FN(name)                            \

@@ -664,6 +664,9 @@ class Builder {
       }
       case OpId::Amax: return r == DType::Bool ? reduce(Reducer::Any, DType::Bool, x) : reduce(Reducer::Max, t, x);
       case OpId::Amin: return r == DType::Bool ? reduce(Reducer::All, DType::Bool, x) : reduce(Reducer::Min, t, x);
+      case OpId::Aminmax:  // both in one pass over the row
+        value_[n.outputs[1]] = r == DType::Bool ? reduce(Reducer::Any, DType::Bool, x) : reduce(Reducer::Max, t, x);
+        return r == DType::Bool ? reduce(Reducer::All, DType::Bool, x) : reduce(Reducer::Min, t, x);
       case OpId::Any: return reduce(Reducer::Any, DType::Bool, x);
       case OpId::All: return reduce(Reducer::All, DType::Bool, x);
       case OpId::Norm: {

@@ -338,6 +338,19 @@ Fn make_step(const Node& n, Plan& plan) {
       bool is_std = n.op == OpId::Std;
       return unary([=](const Tensor& x) { return is_std ? kiln::std(x, dims, c, keep) : var(x, dims, c, keep); });
     }
+    case OpId::Aminmax: {
+      IntList dims = a.ints("dims");
+      bool keep = a.b("keepdim");
+      return [=](const Step& s, Frame& fr) {
+        const Tensor& x = T(s, fr, 0);
+        // The API names one dim or none; a graph the passes rewrote may list several (what
+        // aminmax computes: amin and amax over them).
+        auto [lo, hi] = dims.size() <= 1 ? aminmax(x, dims.empty() ? std::nullopt : std::optional<int64_t>(dims[0]), keep)
+                                         : std::tuple<Tensor, Tensor>{amin(x, dims, keep), amax(x, dims, keep)};
+        put(s, fr, lo, 0);
+        put(s, fr, hi, 1);
+      };
+    }
     case OpId::MaxDim:
     case OpId::MinDim: {
       int64_t dim = a.i("dim");

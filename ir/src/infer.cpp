@@ -345,6 +345,11 @@ std::vector<Type> reduction(const Ctx& c) {
     case OpId::Amax: case OpId::Amin:
       check_nonempty(c, x, dims);
       return {reduced(c, x, x.dtype)};
+    case OpId::Aminmax: {  // (the API names one dim or none; the passes may list every dim)
+      check_nonempty(c, x, dims);
+      Type out = reduced(c, x, x.dtype);
+      return {out, out};
+    }
     case OpId::Any: case OpId::All:
       return {reduced(c, x, x.dtype == kUInt8 ? kUInt8 : kBool)};  // uint8 in, uint8 out, as PyTorch
     case OpId::Norm: {

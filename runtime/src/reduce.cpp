@@ -227,6 +227,24 @@ Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim) {
   check_nonempty("amin", x, dims);
   return reduce<MinOp>("amin", x, dims, keepdim, x.dtype());
 }
+std::tuple<Tensor, Tensor> aminmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (trace::Recorder* r = trace::active()) [[unlikely]] {
+    Tensor out[2];
+    {
+      trace::Pause p;
+      std::tie(out[0], out[1]) = aminmax(x, dim, keepdim);
+    }
+    trace::Operand in[] = {x};
+    r->record(OpId::Aminmax, in, {{"dims", dim ? IntList{*dim} : IntList{}}, {"keepdim", keepdim}}, out);
+    return {out[0], out[1]};
+  }
+  KILN_CHECK(x.numel() > 0 || dim, "aminmax", "aminmax(): cannot compute aminmax over an empty dimension as the "
+             "operation has no identity.");
+  // amin's pass and amax's (each on the tensor's device); a compiled aminmax is one kernel
+  // reading x once.
+  std::vector<int64_t> dims = dim ? std::vector<int64_t>{*dim} : std::vector<int64_t>{};
+  return {amin(x, dims, keepdim), amax(x, dims, keepdim)};
+}
 Tensor max(const Tensor& x) {
   KILN_TRACE(Amax, (x), ({"dims", IntList{}}, {"keepdim", false}), max(x))
   check_nonempty("max", x, {});

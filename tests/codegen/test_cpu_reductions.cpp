@@ -1,4 +1,4 @@
-// The CPU backend against eager, reductions: sum, nansum, mean, prod, amax, amin, any, all,
+// The CPU backend against eager, reductions: sum, nansum, mean, prod, amax, amin, aminmax, any, all,
 // norm (p = 1, 2, inf), var and std (correction 0 and 1), logsumexp, the index reductions
 // argmax, argmin and max/min with a dim (values and indices), and the row-wise softmax,
 // log_softmax and cumsum, over the last dim, over dim 0 and over all dims, keepdim true and
@@ -104,6 +104,10 @@ const std::vector<ReduceCase>& reduce_cases() {
       {"min_dim", Values::Any, nullptr, false, true, true, [](const Tensor& x, D d) {
          auto [v, i] = x.min(d.dims.at(0), d.keepdim);
          return V{v, i};
+       }},
+      {"aminmax", Values::Any, nullptr, false, false, false, [](const Tensor& x, D d) {
+         auto [lo, hi] = aminmax(x, dim_or_all(d), d.keepdim);  // (a dims list: its first)
+         return V{lo, hi};
        }},
   };
   return c;

@@ -1500,6 +1500,10 @@ KNOWN_DIVERGENCES = [
     (lambda c: c["op"] in ("clamp", "clamp_") and _has_nan_scalar(c),
      "a NaN scalar bound: torch 1.13's scalar clamp kernel computes std::max(x, nan) = x and ignores it; "
      "kiln propagates the NaN bound, as PyTorch does for tensor bounds (design choice, not changed)"),
+    (lambda c: c["op"] == "aminmax" and c["attrs"].get("keepdim") and c["attrs"].get("dim") is not None
+     and not c["args"][0]["sizes"],
+     "torch 1.13's aminmax of a 0-d tensor along dim 0 with keepdim returns shape [1] (resizing its output, "
+     "with a warning); kiln returns 0-d, as amin and amax do and as PyTorch 2.x's aminmax does"),
 ]
 
 
@@ -1521,6 +1525,31 @@ def gen_added():
          tag="infinities, NaN, large and equal values")
     case("logaddexp", "kiln::logaddexp(a, b)", [In("float32", [5], values=[inf, -inf, 80.0, -100.0, 1e-30]),
          In("float32", [5], values=[inf, -inf, 90.0, -100.0, -1e-30])], torch.logaddexp, tag="float32 edges")
+
+    # aminmax: (amin, amax) along one dim, or over every element
+    ct = "kiln::aminmax(x, dim, keepdim) -> (min, max)"
+
+    def mm(dim, keepdim):
+        if dim is None:
+            return lambda x: tuple(torch.aminmax(x, keepdim=keepdim))
+        return lambda x: tuple(torch.aminmax(x, dim=dim, keepdim=keepdim))
+    for dt in ALL:
+        case("aminmax", ct, [In(dt, [3, 4])], mm(None, False), {"dim": None, "keepdim": False}, tag="all")
+        case("aminmax", ct, [In(dt, [3, 4])], mm(1, False), {"dim": 1, "keepdim": False})
+    for dt, sizes, d, kd, lay, tag in [
+            ("float32", [2, 3, 4], 0, True, "c", "keepdim"), ("float64", [3, 4], 0, False, "t", "transposed"),
+            ("float32", [2, 3, 4], -1, True, "rev", "permuted"), ("int32", [3, 4], None, True, "c", "all keepdim"),
+            ("float32", [], None, False, "c", "0-d"), ("int64", [], 0, True, "c", "0-d dim 0"),
+            ("float32", [0, 3], 1, False, "c", "empty kept dim"), ("float32", [0, 3], 0, False, "c", "empty dim"),
+            ("float32", [0, 3], None, False, "c", "empty all"), ("float32", [2, 3], 2, False, "c", "dim out of range"),
+            ("float32", [70, 3], 0, False, "c", "long column"), ("float64", [3, 70], 1, False, "c", "long row"),
+            ("float32", [4, 3], 0, False, "e", "expanded"), ("bfloat16", [3, 5], 1, False, "s", "sliced")]:
+        case("aminmax", ct, [In(dt, sizes, lay)], mm(d, kd), {"dim": d, "keepdim": kd}, tag=tag)
+    for dt in FLOATS:
+        case("aminmax", ct, [In(dt, [3, 4], specials=True)], mm(1, False), {"dim": 1, "keepdim": False},
+             tag="specials")
+    case("aminmax", ct, [In("float32", [5], values=[1.0, nan, 3.0, -inf, inf])], mm(None, False),
+         {"dim": None, "keepdim": False}, tag="all nan")
 
 
 def main():

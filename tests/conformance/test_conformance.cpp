@@ -286,6 +286,10 @@ const std::map<std::string, Fn>& dispatch() {
       auto [v, i] = kiln::min(c.T(0), c.i("dim"), c.b("keepdim"));
       return {v, i};
     };
+    m["aminmax"] = [](Ctx& c) -> Outs {
+      auto [lo, hi] = kiln::aminmax(c.T(0), c.opt_i("dim"), c.b("keepdim"));
+      return {lo, hi};
+    };
     m["argmax"] = [](Ctx& c) { return one(kiln::argmax(c.T(0), c.opt_i("dim"), c.b("keepdim"))); };
     m["argmin"] = [](Ctx& c) { return one(kiln::argmin(c.T(0), c.opt_i("dim"), c.b("keepdim"))); };
     m["softmax"] = [](Ctx& c) { return one(kiln::softmax(c.T(0), c.i("dim"))); };
@@ -392,7 +396,7 @@ const std::set<std::string>& exact_ops() {
       "neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite",
       "nan_to_num", "logical_not", "bitwise_not", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
       "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
-      "where", "clamp", "masked_fill", "amax", "amin", "max", "min", "argmax", "argmin", "any", "all",
+      "where", "clamp", "masked_fill", "amax", "amin", "aminmax", "max", "min", "argmax", "argmin", "any", "all",
       "cat", "stack", "split", "chunk", "index_select", "gather", "relu_", "clamp_", "fill_", "zero_",
       "copy_", "view", "reshape", "transpose", "permute", "narrow", "select", "slice", "expand",
       "squeeze", "unsqueeze", "flatten", "diagonal"};

@@ -152,6 +152,14 @@ TEST(IrInfer, ReductionsMatchEager) {
     auto [v, i] = min(make(kInt8, {}), -1);
     return std::vector<Tensor>{v, i};
   });
+  expect_eager(OpId::Aminmax, {f}, {{"dims", IntList{1}}, {"keepdim", true}}, [&] {
+    auto [lo, hi] = aminmax(f, 1, true);
+    return std::vector<Tensor>{lo, hi};
+  });
+  expect_eager(OpId::Aminmax, {make(kBool, {4})}, {}, [&] {
+    auto [lo, hi] = aminmax(make(kBool, {4}));
+    return std::vector<Tensor>{lo, hi};
+  });
   expect_eager(OpId::Argmax, {f}, {{"keepdim", true}}, [&] { return one(argmax(f, std::nullopt, true)); });
   expect_eager(OpId::Argmin, {d}, {{"dim", int64_t(2)}}, [&] { return one(argmin(d, 2)); });
   expect_eager(OpId::Softmax, {f}, {{"dim", int64_t(0)}}, [&] { return one(softmax(f, 0)); });
@@ -160,6 +168,7 @@ TEST(IrInfer, ReductionsMatchEager) {
   expect_eager(OpId::Amax, {e}, {{"dims", IntList{1}}}, [&] { return one(amax(e, {1})); });
   expect_both_fail(OpId::Amax, {e}, {}, [&] { amax(e); }, "numel() == 0");
   expect_both_fail(OpId::Mean, {i32}, {}, [&] { mean(i32); }, "Got: int32");
+  expect_both_fail(OpId::Aminmax, {e}, {}, [&] { aminmax(e); }, "numel() == 0");
   expect_both_fail(OpId::Sum, {i32}, {{"dims", IntList{1, -1}}}, [&] { sum(i32, {1, -1}); }, "appears multiple times");
   expect_both_fail(OpId::Sum, {i32}, {{"dims", IntList{2}}}, [&] { sum(i32, {2}); }, "Dimension out of range");
 }

@@ -44,6 +44,17 @@ const std::vector<Program>& programs() {
        [] { return std::vector<Tensor>{rand({16384}) + 0.5}; }, [](const Tensor& x) { return x.tan() + 1; }},
       {"atan2_16k", "atan2(x, x * 0.5 + 1) + 1, x f32[16384]", [] { return std::vector<Tensor>{rand({16384}) + 0.5}; },
        [](const Tensor& x) { return atan2(x, x * 0.5 + 1) + 1; }},
+      {"hypot_1m", "hypot(x, x * 0.5 + 1) + 1, x f32[1M]", [] { return std::vector<Tensor>{randn({1 << 20})}; },
+       [](const Tensor& x) { return hypot(x, x * 0.5 + 1) + 1; }},
+      {"logaddexp_1m", "logaddexp(x, -x) - |x| (softplus-like), x f32[1M]",
+       [] { return std::vector<Tensor>{randn({1 << 20}) * 10}; },
+       [](const Tensor& x) { return logaddexp(x, -x) - x.abs(); }},
+      {"minmax_scale", "each row scaled to [0, 1] by its aminmax, x f32[4096, 1024]",
+       [] { return std::vector<Tensor>{randn({4096, 1024})}; },
+       [](const Tensor& x) {
+         auto [lo, hi] = aminmax(x, 1, true);
+         return (x - lo) / (hi - lo);
+       }},
       {"sinusoidal_pe", "x + sinusoidal positions (arange, exp, sin, cos, cat), x f32[4096, 512]",
        [] { return std::vector<Tensor>{randn({4096, 512})}; },
        [](const Tensor& x) {

@@ -13,6 +13,11 @@ import time
 import torch
 
 
+def minmax_scale(x):
+    lo, hi = torch.aminmax(x, dim=1, keepdim=True)
+    return (x - lo) / (hi - lo)
+
+
 def sinusoidal_pe(x):
     t, d = x.shape
     pos = torch.arange(0, t, 1, dtype=torch.float32).unsqueeze(1)
@@ -28,6 +33,9 @@ PROGRAMS = {
     "eye_mask": (lambda: torch.randn(2048, 2048), lambda x: x * torch.eye(x.size(0), x.size(1)) + x.t()),
     "tan_16k": (lambda: torch.rand(16384) + 0.5, lambda x: x.tan() + 1),
     "atan2_16k": (lambda: torch.rand(16384) + 0.5, lambda x: torch.atan2(x, x * 0.5 + 1) + 1),
+    "hypot_1m": (lambda: torch.randn(1 << 20), lambda x: torch.hypot(x, x * 0.5 + 1) + 1),
+    "logaddexp_1m": (lambda: torch.randn(1 << 20) * 10, lambda x: torch.logaddexp(x, -x) - x.abs()),
+    "minmax_scale": (lambda: torch.randn(4096, 1024), minmax_scale),
     "sinusoidal_pe": (lambda: torch.randn(4096, 512), sinusoidal_pe),
 }
 

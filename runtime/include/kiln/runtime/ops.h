@@ -92,6 +92,8 @@ Tensor mean(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
 Tensor prod(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
 Tensor amax(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
 Tensor amin(const Tensor& x, IntArrayRef dims = {}, bool keepdim = false);
+// (amin, amax) along `dim`, or over every element where there is none (PyTorch's aminmax).
+std::tuple<Tensor, Tensor> aminmax(const Tensor& x, std::optional<int64_t> dim = std::nullopt, bool keepdim = false);
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim = false);

@@ -141,12 +141,12 @@ std::string signature_text(std::span<const CallArg> args) {
 namespace {
 
 
-// The graphs along a trace's first path with their sizes erased (erase_shapes): equal for two
-// traces at different sizes exactly when no attribute or constant depends on the sizes.
+// The graphs along a trace's first path with their sizes erased (ir::structure_key): equal for
+// two traces at different sizes exactly when no attribute or constant depends on the sizes.
 std::string chain_erased(const TreeNode& root) {
   std::string out;
   for (const TreeNode* n = &root; n; n = n->children.empty() ? nullptr : n->children[0].second.get())
-    out += erase_shapes(ir::print(n->graph)) + "|" + std::to_string(int(n->exit)) + "\n";
+    out += ir::structure_key(n->graph, /*erase_sizes=*/true) + char(n->exit);
   return out;
 }
 

@@ -199,7 +199,8 @@ struct TreeNode {
       return false;
     for (size_t i = 0; i < size_guards.size(); ++i)
       if (!size_guards[i].same(other.size_guards[i])) return false;
-    return true;
+    // (equal hashes, then the graphs themselves: a hash collision must not merge two programs)
+    return ir::structure_key(graph, generic) == ir::structure_key(other.graph, generic);
   }
   bool has_size_guards() const { return !symbols.empty() || !size_guards.empty() || !opaque.empty(); }
   // Sets guarded_below on this node, the nodes below it and its alternatives; returns this
@@ -215,12 +216,6 @@ struct TreeNode {
 
 // A size guard as text: "argument 0 size(0) >= 101".
 std::string describe_guard(const SizeGuard& g);
-// A graph's text with every type's sizes and strides erased (f32[?]): equal for two traces at
-// different sizes exactly when no attribute or constant depends on the sizes.
-std::string erase_shapes(const std::string& text);
-// FNV-1a of a text (stable across runs, unlike std::hash).
-uint64_t stable_hash(const std::string& text);
-
 // The canonical bytes of a host value read from `t` (the guard key).
 std::string guard_key(Exit exit, trace::HostAccess access, const Tensor& t);
 // A readable form of a guard key ("true", "3.5", "sizes [4, 1]", "12 values").

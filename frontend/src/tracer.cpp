@@ -342,44 +342,11 @@ std::unique_ptr<TreeNode> Tracer::finish(const std::vector<Tensor>& outputs) {
     if (k < returned) tail_->returns.push_back({Ref::Space::Value, tail_->outputs.back()});
   }
   for (TreeNode* n = head_.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
-    const std::string text = ir::print(n->graph);
-    n->hash = ir::hash_text(text);
-    n->erased_hash = stable_hash(erase_shapes(text));
+    n->hash = ir::hash(n->graph);
+    n->erased_hash = ir::hash(n->graph, /*erase_sizes=*/true);
     if (!n->empty) n->exe = std::make_unique<ir::Executable>(n->graph);
   }
   return std::move(head_);
-}
-
-// ---- identity of traced graphs ----
-
-std::string erase_shapes(const std::string& text) {
-  std::string s;
-  s.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    // a type is a short dtype name followed by [sizes]{strides}
-    if (text[i] == '[' && i > 0 && std::isalnum(static_cast<unsigned char>(text[i - 1]))) {
-      size_t close = text.find(']', i);
-      if (close != std::string::npos && close + 1 < text.size() && text[close + 1] == '{') {
-        size_t brace = text.find('}', close);
-        if (brace != std::string::npos) {
-          s += "[?]";
-          i = brace;
-          continue;
-        }
-      }
-    }
-    s += text[i];
-  }
-  return s;
-}
-
-uint64_t stable_hash(const std::string& text) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 // ---- sizes read by the user's code ----

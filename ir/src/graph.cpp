@@ -447,16 +447,6 @@ std::optional<std::string> hex_to_bytes(std::string_view hex) {
   return out;
 }
 
-uint64_t hash(const Graph& g) { return hash_text(print(g)); }
-
-uint64_t hash_text(std::string_view text) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 Graph copy(const Graph& g) {
   Graph out(g.name());

@@ -238,6 +238,46 @@ TEST(IrOpTable, AttributeSchemasGiveTheirDefaults) {
   EXPECT_THROW(infer_types(OpId::Softmax, {Type::contiguous(kFloat32, {4})}, {{"dim", 1.5}}), Error);
 }
 
+// Structural identity: a graph's key says what its text says (equal texts, equal keys; any
+// difference in a name, op, operand, attribute, type or output, a different key), and with its
+// sizes erased, two graphs that differ only in their types' sizes and strides share a key.
+TEST(IrIdentity, KeysFollowTheTextAndEraseSizes) {
+  const std::string base =
+      "graph @g(%x: f32[4,3]{3,1}, %y: f32[3]{1}) {\n"
+      "  %0 = add(%x, %y) {alpha=2} : f32[4,3]{3,1}\n"
+      "  %1 = sum(%0) {dims=[1], keepdim=false} : f32[4]{1}\n"
+      "  return %1, %0\n"
+      "}\n";
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = base;
+    for (size_t at = t.find(from); at != std::string::npos; at = t.find(from, at + to.size())) t.replace(at, from.size(), to);
+    return parse(t);
+  };
+  const Graph g = parse(base);
+  EXPECT_EQ(structure_key(copy(g)), structure_key(g));
+  EXPECT_EQ(structure_key(parse(print(g))), structure_key(g));
+  EXPECT_EQ(hash(parse(print(g))), hash(g));
+  // other sizes throughout: a different key, the same erased one
+  Graph resized = parse(
+      "graph @g(%x: f32[8,5]{5,1}, %y: f32[5]{1}) {\n"
+      "  %0 = add(%x, %y) {alpha=2} : f32[8,5]{5,1}\n"
+      "  %1 = sum(%0) {dims=[1], keepdim=false} : f32[8]{1}\n"
+      "  return %1, %0\n"
+      "}\n");
+  EXPECT_NE(structure_key(resized), structure_key(g));
+  EXPECT_EQ(structure_key(resized, true), structure_key(g, true));
+  EXPECT_EQ(hash(resized, true), hash(g, true));
+  // every other difference shows, erased or not
+  for (const Graph& other : {with("alpha=2", "alpha=3"), with("alpha=2", "alpha=2.0"), with("dims=[1]", "dims=[0]"),
+                             with("add(%x, %y)", "sub(%x, %y)"), with("@g", "@h"), with("%y", "%z"),
+                             with("return %1, %0", "return %0, %1")}) {
+    SCOPED_TRACE(print(other));
+    EXPECT_NE(structure_key(other), structure_key(g));
+    EXPECT_NE(structure_key(other, true), structure_key(g, true));
+    EXPECT_NE(hash(other), hash(g));
+  }
+}
+
 TEST(IrText, EveryOpRoundTripsThroughTextAndJson) {
   for (int i = 0; i < num_ops(); ++i) {
     for (int variant = 0; variant < (OpId(i) == OpId::Constant ? 2 : 1); ++variant) {

@@ -12,8 +12,8 @@
 // number rather than like a tensor (x_int8 + 1000 stays int8).
 //
 // The text form (print/parse) and the JSON form (to_json/from_json) round-trip exactly; the
-// graph hash is a stable 64-bit FNV-1a of the canonical text, so equal graphs hash equal on
-// every machine and build.
+// graph hash is a stable 64-bit FNV-1a of the graph's structure (structure_key), so equal
+// graphs hash equal on every machine and build.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -184,8 +184,15 @@ Graph from_json(std::string_view json_text);
 // "graphs" (dump-ir on a workload, or on a file of several graphs). Errors as from_json's; an
 // error in one of several graphs names it ("graph 2: ...").
 std::vector<Graph> graphs_from_json(std::string_view json_text);
-uint64_t hash(const Graph& g);
-// hash(g) of a graph whose text, print(g), is at hand.
+// Structural identity (identity.cpp): everything print(g) says about g (names of the graph and
+// its inputs, each node's op, operands, attributes and output types, regions, outputs), as
+// compact bytes; with `erase_sizes`, every type's sizes and strides left out (two traces of the
+// same program at other sizes then have one key, unless an attribute or a constant depends on
+// the sizes). Equal keys: print() would print the same text (sizes aside). hash() is the key's
+// stable 64-bit FNV-1a, equal on every machine and build.
+std::string structure_key(const Graph& g, bool erase_sizes = false);
+uint64_t hash(const Graph& g, bool erase_sizes = false);
+// FNV-1a of any bytes (hash(g) is that of structure_key(g)).
 uint64_t hash_text(std::string_view text);
 // A copy of g, regions included: the same names, types, attributes, source locations and value
 // ids, so print(copy(g)) == print(g).

@@ -547,27 +547,27 @@ class Fuser {
 
 }  // namespace
 
-bool fuse(Module& m, bool fusion) {
+int fuse(Module& m, bool fusion) {
   Analysis a(m.graph);
   auto groups = Fuser(a, false).run(fusion);
   if (!groups) groups = Fuser(a, true).run(fusion);
   KILN_CHECK(groups, "passes", "fuse: internal error: the kernel order has a cycle");
   auto program = std::make_shared<KernelProgram>(lower(m.graph, *groups, LayoutPolicy{}));
-  bool changed = !m.program || !m.report_changes || print(*m.program) != print(*program);
+  const int rewrites = m.program ? differences(*m.program, *program) : int(program->kernels.size()) + 1;
   m.program = std::move(program);
-  return changed;
+  return rewrites;
 }
 
-bool layout(Module& m) {
+int layout(Module& m) {
   KILN_CHECK(m.program, "passes", "layout: no kernel program");
   std::vector<std::vector<int>> groups;
   for (const Kernel& k : m.program->kernels) groups.push_back(k.nodes);
   LayoutPolicy all{true, true, true};
   auto program = std::make_shared<KernelProgram>(lower(m.graph, groups, all));
   if (m.program->planned) plan_memory_of(*program);
-  bool changed = !m.report_changes || print(*m.program) != print(*program);
+  const int rewrites = differences(*m.program, *program);
   m.program = std::move(program);
-  return changed;
+  return rewrites;
 }
 
 }  // namespace kiln::passes

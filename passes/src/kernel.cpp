@@ -80,6 +80,36 @@ std::string access_str(const Access& a) {
 
 }  // namespace
 
+namespace {
+
+bool same_buffer(const Buffer& a, const Buffer& b) {
+  // (a constant's data is the graph value it holds: the kernel passes never change the graph)
+  return a.id == b.id && a.kind == b.kind && a.dtype == b.dtype && a.numel == b.numel && a.input == b.input &&
+         a.value == b.value && a.constant.defined() == b.constant.defined() && a.iota == b.iota &&
+         a.sizes == b.sizes && a.strides == b.strides && a.arena_offset == b.arena_offset;
+}
+
+bool same_kernel(const Kernel& a, const Kernel& b) {
+  return a.kind == b.kind && a.loops == b.loops && a.reduce_from == b.reduce_from && a.loads == b.loads &&
+         a.stores == b.stores && a.nodes == b.nodes && a.bytes_read == b.bytes_read &&
+         a.bytes_written == b.bytes_written && ir::structure_key(a.body) == ir::structure_key(b.body);
+}
+
+template <typename T, typename Same>
+int unlike(const std::vector<T>& a, const std::vector<T>& b, Same same) {
+  int n = int(std::max(a.size(), b.size()) - std::min(a.size(), b.size()));
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) n += !same(a[i], b[i]);
+  return n;
+}
+
+}  // namespace
+
+int differences(const KernelProgram& a, const KernelProgram& b) {
+  const bool totals = a.outputs == b.outputs && a.arena_bytes == b.arena_bytes && a.peak_bytes == b.peak_bytes &&
+                      a.planned == b.planned && a.laid_out == b.laid_out;
+  return unlike(a.kernels, b.kernels, same_kernel) + unlike(a.buffers, b.buffers, same_buffer) + !totals;
+}
+
 std::string print(const KernelProgram& p) {
   std::ostringstream os;
   os << "kernels " << p.kernels.size() << " {  // " << p.buffers.size() << " buffers, arena "

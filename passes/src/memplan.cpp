@@ -233,15 +233,18 @@ void plan_memory_of(KernelProgram& p) {
   compute_peak(p, life);
 }
 
-bool plan_memory(Module& m) {
+int plan_memory(Module& m) {
   KILN_CHECK(m.program, "passes", "memplan: no kernel program");
-  if (!m.report_changes) {
-    plan_memory_of(*m.program);
-    return true;
-  }
-  std::string before = print(*m.program);
-  plan_memory_of(*m.program);
-  return print(*m.program) != before;
+  // (the plan moves buffers in the arena and sets the program's totals: nothing else)
+  KernelProgram& p = *m.program;
+  std::vector<int64_t> offsets;
+  for (const Buffer& b : p.buffers) offsets.push_back(b.arena_offset);
+  const int64_t arena = p.arena_bytes, peak = p.peak_bytes;
+  const bool planned = p.planned;
+  plan_memory_of(p);
+  int moved = 0;
+  for (size_t i = 0; i < p.buffers.size(); ++i) moved += p.buffers[i].arena_offset != offsets[i];
+  return moved + (arena != p.arena_bytes || peak != p.peak_bytes || planned != p.planned);
 }
 
 }  // namespace kiln::passes

@@ -21,7 +21,7 @@ ir::Graph clone(const ir::Graph& g) { return ir::copy(g); }
 namespace {
 
 // Wraps a graph pass; graph passes never see a kernel program (run_pipeline refuses that order).
-std::function<bool(Module&)> on_graph(bool (*f)(ir::Graph&)) {
+std::function<int(Module&)> on_graph(int (*f)(ir::Graph&)) {
   return [f](Module& m) { return f(m.graph); };
 }
 
@@ -96,8 +96,9 @@ std::string PipelineReport::timing_table() const {
   os << "  pass timing (total " << total << " ms)\n";
   char line[160];
   for (const auto& r : runs) {
+    std::string what = r.rewrites ? std::to_string(r.rewrites) + (r.rewrites == 1 ? " rewrite" : " rewrites") : "(unchanged)";
     std::snprintf(line, sizeof line, "  %9.3f ms  %5.1f%%  %-10s %s\n", r.ms, total > 0 ? 100.0 * r.ms / total : 0.0,
-                  r.name.c_str(), r.changed ? "" : "(unchanged)");
+                  r.name.c_str(), what.c_str());
     os << line;
   }
   return os.str();
@@ -127,12 +128,12 @@ PipelineReport run_pipeline(Module& m, const PipelineOptions& opts) {
     // unfused program: one kernel per node.
     if (p->stage == Stage::Kernels && !m.program && p->name != "fuse") fuse(m, false);
     auto t0 = std::chrono::steady_clock::now();
-    bool changed = p->run(m);
+    const int rewrites = p->run(m);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    report.runs.push_back({p->name, changed, ms});
+    report.runs.push_back({p->name, rewrites, ms});
     if (opts.verify_each) verify_module(m, p->name);
     if (opts.print_after_all || contains(opts.print_after, p->name)) {
-      if (changed)
+      if (rewrites)
         log << "// -----// IR after " << p->name << " //----- //\n" << print(m) << "\n";
       else
         log << "// -----// IR after " << p->name << ": unchanged //----- //\n";
@@ -144,7 +145,6 @@ PipelineReport run_pipeline(Module& m, const PipelineOptions& opts) {
 
 Module optimize(const ir::Graph& g, const PipelineOptions& opts) {
   Module m(clone(g));
-  m.report_changes = opts.print_after_all || !opts.print_after.empty() || opts.time_passes;
   run_pipeline(m, opts);
   if (!m.program) fuse(m, false);
   return m;

@@ -70,6 +70,38 @@ TEST(CanonDce, UnchangedGraphIsLeftAlone) {
              false);
 }
 
+// Each pass counts its rewrites (PassRun::rewrites, --time-passes): dce the nodes it drops, cse
+// those it merges; a kernel pass the kernels and buffers in which the program changed, none
+// when it rebuilds what is there.
+TEST(PassRewrites, EachPassCountsWhatItRewrote) {
+  Module m(ir::parse("graph @g(%x: f32[4]{1}) {\n"
+                     "  %0 = constant() {value=2} : i64[]{} wrapped\n"
+                     "  %1 = mul(%x, %0) : f32[4]{1}\n"
+                     "  %2 = exp(%1) : f32[4]{1}\n"
+                     "  %3 = neg(%x) : f32[4]{1}\n"
+                     "  %4 = neg(%x) : f32[4]{1}\n"
+                     "  %5 = add(%3, %4) {alpha=1} : f32[4]{1}\n"
+                     "  return %5\n"
+                     "}\n"));
+  PipelineOptions opts;
+  opts.passes = {"dce", "cse", "cse", "fuse", "fuse", "layout", "layout", "memplan", "memplan"};
+  PipelineReport r = run_pipeline(m, opts);
+  ASSERT_EQ(r.runs.size(), 9u);
+  EXPECT_EQ(r.runs[0].rewrites, 3);  // the constant, mul and exp
+  EXPECT_EQ(r.runs[1].rewrites, 1);  // the second neg
+  EXPECT_EQ(r.runs[2].rewrites, 0);
+  EXPECT_GT(r.runs[3].rewrites, 0);  // a program where there was none
+  EXPECT_EQ(r.runs[4].rewrites, 0);  // the same program again
+  EXPECT_GT(r.runs[5].rewrites, 0);  // laid out (the program says so)
+  EXPECT_EQ(r.runs[6].rewrites, 0);
+  EXPECT_GT(r.runs[7].rewrites, 0);  // planned
+  EXPECT_EQ(r.runs[8].rewrites, 0);
+  const std::string table = r.timing_table();
+  EXPECT_NE(table.find("dce        3 rewrites"), std::string::npos) << table;
+  EXPECT_NE(table.find("cse        1 rewrite\n"), std::string::npos) << table;
+  EXPECT_NE(table.find("(unchanged)"), std::string::npos) << table;
+}
+
 // ---- cse ----
 
 TEST(CanonCse, MergesEqualNodesAndConstants) {

@@ -35,7 +35,7 @@ std::string key_of(const ir::Node& n, const std::vector<ir::Value*>& operands, c
 
 }  // namespace
 
-bool common_subexpr(ir::Graph& g) {
+int common_subexpr(ir::Graph& g) {
   canon::MemoryInfo mem(g);
   canon::Rebuilder rb(g);
   std::unordered_map<std::string, const ir::Node*> seen;
@@ -45,7 +45,7 @@ bool common_subexpr(ir::Graph& g) {
       if (mem.has_output(mem.cls(v))) return true;
     return false;
   };
-  bool changed = false;
+  int merged = 0;
   for (const auto& np : g.nodes()) {
     const ir::Node& n = *np;
     bool view = canon::is_view(n);
@@ -60,16 +60,16 @@ bool common_subexpr(ir::Graph& g) {
       bool both_returned = !view && returned(n) && returned(m);
       if (!fresh && !both_returned) {
         for (size_t k = 0; k < n.outputs.size(); ++k) rb.replace(n.outputs[k], rb(m.outputs[k]));
-        changed = true;
+        ++merged;
         continue;
       }
     }
     rb.keep(n);
     for (int c : mem.writes_of(n)) ++writes_seen[size_t(c)];
   }
-  if (!changed) return false;
+  if (!merged) return 0;
   g = rb.finish();
-  return true;
+  return merged;
 }
 
 }  // namespace kiln::passes

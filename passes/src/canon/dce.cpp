@@ -43,17 +43,17 @@ std::vector<bool> canon::live_nodes(const ir::Graph& g, const MemoryInfo& mem) {
   return live;
 }
 
-bool dead_code(ir::Graph& g) {
+int dead_code(ir::Graph& g) {
   canon::MemoryInfo mem(g);
   const auto& nodes = g.nodes();
   const std::vector<bool> live = canon::live_nodes(g, mem);
-  const bool any_dead = std::find(live.begin(), live.end(), false) != live.end();
-  if (!any_dead) return false;
+  const int dead = int(std::count(live.begin(), live.end(), false));
+  if (!dead) return 0;
   canon::Rebuilder rb(g);
   for (size_t i = 0; i < nodes.size(); ++i)
     if (live[i]) rb.keep(*nodes[i]);
   g = rb.finish();
-  return true;
+  return dead;
 }
 
 }  // namespace kiln::passes

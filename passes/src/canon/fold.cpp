@@ -69,10 +69,10 @@ std::optional<std::vector<Tensor>> evaluate(const ir::Node& n, const std::vector
 
 }  // namespace
 
-bool fold_constants(ir::Graph& g) {
+int fold_constants(ir::Graph& g) {
   canon::MemoryInfo mem(g);
   canon::Rebuilder rb(g);
-  bool changed = false;
+  int folded = 0;
   for (const auto& np : g.nodes()) {
     const ir::Node& n = *np;
     bool ok = n.op != OpId::Constant && n.op != OpId::Copy && n.op != OpId::Cond && n.regions.empty() &&
@@ -92,11 +92,11 @@ bool fold_constants(ir::Graph& g) {
       continue;
     }
     for (size_t k = 0; k < n.outputs.size(); ++k) rb.replace(n.outputs[k], rb.data((*result)[k], n.outputs[k]->type));
-    changed = true;
+    ++folded;
   }
-  if (!changed) return false;
+  if (!folded) return 0;
   g = rb.finish();
-  return true;
+  return folded;
 }
 
 }  // namespace kiln::passes

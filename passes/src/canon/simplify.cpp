@@ -48,7 +48,7 @@ class Walk {
   }
 
   bool can_forward(const ir::Node& n, const Replacement& r);
-  bool run(const ir::Graph& g);
+  int run(const ir::Graph& g);  // the rules fired
 
   // select(v, dim, index) of a new-graph value, appended once per walk: a select pushed past an
   // elementwise op that reads one value twice (x * x) then stays one select, not two per level.
@@ -517,8 +517,8 @@ const Rule kRules[] = {
     {"squeeze-past-elementwise", squeeze_past_elementwise},
 };
 
-bool Walk::run(const ir::Graph& g) {
-  bool changed = false;
+int Walk::run(const ir::Graph& g) {
+  int fired = 0;
   // Rules rewrite only what is used: a dead node (one a rule replaced earlier, which dce drops
   // later) is kept as it is, so that no walk keeps rewriting the leftovers of the last.
   const std::vector<bool> live = canon::live_nodes(g, mem);
@@ -542,15 +542,15 @@ bool Walk::run(const ir::Graph& g) {
       rb.keep(n);
       continue;
     }
-    changed = true;
+    ++fired;
   }
-  return changed;
+  return fired;
 }
 
 }  // namespace
 
-bool simplify(ir::Graph& g) {
-  bool changed = false;
+int simplify(ir::Graph& g) {
+  int rewrites = 0;
   // Each walk fires at least one rule and no rule undoes another; the bound is a safety net.
   // Between walks, equal nodes are merged (cse): a select pushed past a value that several
   // others read reaches it once per reader, one walk each, and the copies it makes there would
@@ -558,12 +558,12 @@ bool simplify(ir::Graph& g) {
   // graph grew to 6800 nodes, tests/passes/golden/simplify_shared_selects.ir).
   for (int i = 0; i < 64; ++i) {
     Walk w(g);
-    if (!w.run(g)) break;
+    const int fired = w.run(g);
+    if (!fired) break;
     g = w.rb.finish();
-    common_subexpr(g);
-    changed = true;
+    rewrites += fired + common_subexpr(g);
   }
-  return changed;
+  return rewrites;
 }
 
 }  // namespace kiln::passes

@@ -38,10 +38,10 @@ const ir::Value* forwarded_source(const ir::Value* v, int at, const canon::Memor
   return s;
 }
 
-bool forward_reads(ir::Graph& g) {
+int forward_reads(ir::Graph& g) {
   canon::MemoryInfo mem(g);
   canon::Rebuilder rb(g);
-  bool changed = false;
+  int forwarded = 0;
   for (const auto& np : g.nodes()) {
     const ir::Node& n = *np;
     if (!reads_only(n)) {
@@ -51,7 +51,6 @@ bool forward_reads(ir::Graph& g) {
     std::vector<ir::Value*> ins = rb.operands(n);
     std::vector<ir::Type> want;
     for (const ir::Value* v : n.outputs) want.push_back(v->type);
-    bool any = false;
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const ir::Value* s = forwarded_source(n.inputs[k], mem.pos(&n), mem);
       if (!s) continue;
@@ -59,21 +58,20 @@ bool forward_reads(ir::Graph& g) {
       trial[k] = rb(s);
       if (canon::try_infer(n.op, canon::types_of(trial), n.attrs) == want) {
         ins = trial;
-        any = true;
+        ++forwarded;
       }
     }
     rb.keep(n, ins);
-    changed = changed || any;
   }
-  if (!changed) return false;
+  if (!forwarded) return 0;
   g = rb.finish();
-  return true;
+  return forwarded;
 }
 
-bool drop_dead_writes(ir::Graph& g) {
+int drop_dead_writes(ir::Graph& g) {
   canon::MemoryInfo mem(g);
   std::vector<bool> dead(g.nodes().size(), false);
-  bool any = false;
+  int dropped = 0;
   for (const auto& np : g.nodes()) {
     const ir::Node& second = *np;
     if (second.op != OpId::Copy) continue;
@@ -83,9 +81,9 @@ bool drop_dead_writes(ir::Graph& g) {
     if (first->inputs[0]->type != c1->type) continue;  // the second copy keeps its destination type
     if (mem.read_between(mem.cls(c1), mem.pos(first), mem.pos(&second))) continue;
     dead[size_t(mem.pos(first))] = true;
-    any = true;
+    ++dropped;
   }
-  if (!any) return false;
+  if (!dropped) return 0;
   canon::Rebuilder rb(g);
   for (const auto& np : g.nodes()) {
     if (dead[size_t(mem.pos(np.get()))])
@@ -94,19 +92,19 @@ bool drop_dead_writes(ir::Graph& g) {
       rb.keep(*np);
   }
   g = rb.finish();
-  return true;
+  return dropped;
 }
 
 }  // namespace
 
-bool forward_writes(ir::Graph& g) {
-  bool changed = false;
-  for (bool again = true; again;) {
+int forward_writes(ir::Graph& g) {
+  int rewrites = 0;
+  for (int again = 1; again;) {
     again = forward_reads(g);
-    again = drop_dead_writes(g) || again;
-    changed = changed || again;
+    again += drop_dead_writes(g);
+    rewrites += again;
   }
-  return changed;
+  return rewrites;
 }
 
 }  // namespace kiln::passes

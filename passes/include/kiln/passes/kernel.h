@@ -111,6 +111,12 @@ struct KernelProgram {
 
 // The program as text (what dump-ir prints after the kernel passes).
 std::string print(const KernelProgram& p);
+// In how many places two programs differ: each kernel (its kind, loops, accesses, body, nodes,
+// traffic) and each buffer (kind, dtype, size, layout, arena offset, the graph value it holds)
+// that is not the same in both, or is in one only, and the program's outputs and totals (arena,
+// peak, whether laid out and planned) as one more. 0: print(a) == print(b). A kernel pass
+// reports the rewrites it made this way, without printing.
+int differences(const KernelProgram& a, const KernelProgram& b);
 // A reduction kernel whose outermost loop is short (2 to `max_copies` elements, not reduced,
 // followed by at least one more outer loop) with that loop unrolled into its body: the loop is
 // gone, each load and store that moves along it comes once per copy (its offset moved on by the

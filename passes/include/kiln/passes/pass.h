@@ -6,8 +6,9 @@
 // rewrite the graph; kernel passes (fuse, layout, memplan) build and refine the kernel program.
 // A graph pass never runs after the kernel program exists: the pipeline refuses that order.
 //
-// Every pass says whether it changed anything, so `--print-after` can say "unchanged" and tests
-// can check idempotence (a second run of any pass changes nothing). With `verify_each` the
+// Every pass counts the rewrites it made (nodes dropped, merged or folded, rules fired, kernels
+// and buffers changed), so `--print-after` can say "unchanged", `--time-passes` lists the
+// counts, and tests can check idempotence (a second run of any pass makes none). With `verify_each` the
 // graph verifier (ir::verify) and the kernel-program verifier run after every pass and a
 // failure names the pass that broke the module.
 #pragma once
@@ -27,10 +28,6 @@ struct KernelProgram;
 struct Module {
   ir::Graph graph;
   std::shared_ptr<KernelProgram> program;  // null until a kernel pass has run
-  // Whether the kernel passes work out if they changed the program (by comparing it printed,
-  // before and after: a cost that grows with the program). Off, they say "changed". optimize()
-  // turns it off unless the pipeline's options print or time the passes.
-  bool report_changes = true;
 
   explicit Module(ir::Graph g);
   Module(Module&&) noexcept;
@@ -44,7 +41,7 @@ struct PassInfo {
   std::string name;
   std::string summary;  // one line, for --list-passes and docs/passes.md
   Stage stage;
-  std::function<bool(Module&)> run;  // returns whether it changed the module
+  std::function<int(Module&)> run;  // returns the number of rewrites it made (0: unchanged)
 };
 
 // Every registered pass, in the order of the default pipeline's first use. Built-in passes are
@@ -71,8 +68,9 @@ struct PipelineOptions {
 
 struct PassRun {
   std::string name;
-  bool changed = false;
+  int rewrites = 0;
   double ms = 0;
+  bool changed() const { return rewrites > 0; }
 };
 struct PipelineReport {
   std::vector<PassRun> runs;

@@ -4,7 +4,7 @@
 #include <unordered_map>
 
 #include "engine.h"
-#include "kiln/codegen/cuda.h"
+#include "kiln/codegen/backend.h"
 #include "kiln/ir/infer.h"
 #include "kiln/passes/kernel.h"
 #include "kiln/passes/pass.h"
@@ -14,32 +14,10 @@ namespace kiln::detail {
 
 namespace {
 
-// The device a graph's tensors live on: a GPU when any input or constant is there (one op
-// never mixes devices; a graph that does is refused by the CUDA backend's runner and runs on the
-// reference executor), else the cpu.
-Device graph_device(const ir::Graph& g) {
-  for (const ir::Value* v : g.inputs())
-    if (!v->type.is_scalar() && v->type.device.is_cuda()) return v->type.device;
-  for (const auto& n : g.nodes())
-    for (const ir::Value* v : n->outputs)
-      if (!v->type.is_scalar() && v->type.device.is_cuda()) return v->type.device;
-  return Device::cpu();
-}
+using codegen::graph_device;
 
-codegen::CudaCompileOptions cuda_options(const CompileOptions& opts) {
-  codegen::CudaCompileOptions o;
-  o.graphs = opts.mode == CompileOptions::Mode::ReduceOverhead;
-  return o;
-}
-
-// Optimizes a graph and compiles its kernel program for its device (throws on failure).
-std::shared_ptr<codegen::CompiledProgram> compile_graph(const ir::Graph& g, const CompileOptions& opts) {
-  passes::Module m = passes::optimize(g);
-  std::vector<ir::Type> types;
-  for (const ir::Value* v : g.inputs()) types.push_back(v->type);
-  const Device dev = graph_device(g);
-  return dev.is_cuda() ? codegen::compile_cuda(m.program, std::move(types), dev, cuda_options(opts))
-                       : codegen::compile_cpu(m.program, std::move(types));
+codegen::BackendOptions backend_options(const CompileOptions& opts) {
+  return {.graphs = opts.mode == CompileOptions::Mode::ReduceOverhead};
 }
 
 // A traced graph's name in the kernel profile (kiln/runtime/profile.h): the function's name, the
@@ -168,17 +146,10 @@ std::shared_ptr<codegen::CompiledProgram> program_of(const TreeNode& n, Variant&
   v.built = true;
   if (!v.graph) return nullptr;
   try {
-    passes::Module m = passes::optimize(*v.graph);
-    std::vector<ir::Type> types;
-    for (const ir::Value* in : v.graph->inputs()) types.push_back(in->type);
-    const Device dev = graph_device(*v.graph);
     size_t graphs = 0;
     for (const auto& [k, other] : n.variants) graphs += other->program && other->program->replays();
-    v.program = dev.is_cuda()
-                    ? codegen::compile_cuda(m.program, std::move(types), dev,
-                                            {.graphs = n.variant_graphs && graphs < TreeNode::kMaxGraphVariants,
-                                             .generic = true})
-                    : codegen::compile_cpu(m.program, std::move(types), {.generic = true});
+    v.program = codegen::compile_graph(
+        *v.graph, {.generic = true, .graphs = n.variant_graphs && graphs < TreeNode::kMaxGraphVariants});
     v.program->set_label(n.label + " (size variant)");
   } catch (const Error&) {
     v.program.reset();
@@ -200,10 +171,10 @@ void compile_node(TreeNode& n, const CompileOptions& opts) {
   }
   try {
     const Device dev = graph_device(n.graph);
-    n.compiled = compile_graph(n.graph, opts);
+    n.compiled = codegen::compile_graph(n.graph, backend_options(opts));
     n.label = node_label(opts, n);
     n.compiled->set_label(n.label);
-    n.variant_graphs = dev.is_cuda() && cuda_options(opts).graphs;
+    n.variant_graphs = dev.is_cuda() && backend_options(opts).graphs;
     const codegen::CompileStats& st = n.compiled->stats();
     n.backend_note = dev.str() + ": " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
                      " kernels compiled (" + std::to_string(st.memory_hits) + " from memory, " +
@@ -227,7 +198,7 @@ void compile_node(TreeNode& n, const CompileOptions& opts) {
 
 std::shared_ptr<codegen::CompiledProgram> compile_speculation(const TreeNode& n, const ir::Graph& g,
                                                               const CompileOptions& opts) {
-  auto c = compile_graph(g, opts);
+  auto c = codegen::compile_graph(g, backend_options(opts));
   c->set_label(node_label(opts, n) + " speculating " + graph_tag(*n.children[0].second));
   return c;
 }

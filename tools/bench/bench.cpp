@@ -4,6 +4,7 @@
 // the compulsory memory traffic against a STREAM copy measured in the same run, and the cold and
 // warm compile time measured in child processes. A table, JSON records (--json) and an SVG chart
 // (--svg). docs/bench.md describes every option and the JSON schema.
+#include <kiln/codegen/backend.h>
 #include <kiln/codegen/cpu.h>
 #include <kiln/codegen/program.h>
 #include <kiln/ir/exec.h>
@@ -339,7 +340,7 @@ WorkloadResult run_ir_file(const std::string& path, const Options& o) {
   if (codegen) {
     std::vector<ir::Type> types;
     for (const ir::Value* v : g.inputs()) types.push_back(v->type);
-    compiled = codegen::compile_cpu(m.program, std::move(types));
+    compiled = codegen::compile_program(m.program, std::move(types), Device::cpu());
   } else {
     interpreted.emplace(*m.program);
   }

@@ -1,5 +1,6 @@
 // dump-ir --run: random inputs for a graph, and the kernel program checked against the reference
 // executor output by output.
+#include <kiln/codegen/backend.h>
 #include <kiln/codegen/cpu.h>
 #include <kiln/codegen/program.h>
 #include <kiln/passes/kernel.h>
@@ -158,7 +159,7 @@ std::vector<Tensor> run_and_check(const passes::Module& m, const ir::Graph& refe
   if (codegen::has_cpu_codegen() && m.program->laid_out && m.program->planned) {
     std::vector<ir::Type> types;
     for (const ir::Value* v : reference.inputs()) types.push_back(v->type);
-    std::shared_ptr<codegen::CompiledProgram> compiled = codegen::compile_cpu(m.program, std::move(types));
+    std::shared_ptr<codegen::CompiledProgram> compiled = codegen::compile_program(m.program, std::move(types), Device::cpu());
     std::vector<ir::Slot> compiled_in = make_inputs();
     check_all(compiled->run(std::span<const ir::Slot>(compiled_in)), "compiled ");
   }

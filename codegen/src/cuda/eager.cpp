@@ -14,6 +14,7 @@
 
 #include "eager.h"
 #include "library.h"
+#include "kiln/codegen/backend.h"
 #include "kiln/codegen/cuda.h"
 #include "kiln/ir/infer.h"
 #include "kiln/passes/pass.h"
@@ -78,22 +79,15 @@ ir::Type result_type(OpId op, const std::vector<ir::Type>& types, const std::vec
 }
 
 std::shared_ptr<CompiledProgram> build(OpId op, std::span<const trace::Operand> in, const std::vector<Attr>& attrs) {
-  Device dev = Device::cpu();
-  for (const trace::Operand& x : in)
-    if (x.tensor && !x.tensor->device().is_cpu()) {
-      dev = x.tensor->device();
-      break;
-    }
   ir::Graph g("eager");
   std::vector<ir::Value*> values;
   std::vector<ir::Type> types = operand_types(in);
   for (size_t i = 0; i < types.size(); ++i) values.push_back(g.add_input("x" + std::to_string(i), types[i]));
   ir::Node* n = g.add_node(op, values, attrs, {result_type(op, types, attrs)});
   g.set_outputs({n->outputs[0]});
-  passes::Module m = passes::optimize(g);
-  // (size-generic kernels: a new size of an op seen before loads the kernel it already has)
-  auto compiled = compile_cuda(std::shared_ptr<const passes::KernelProgram>(std::move(m.program)), std::move(types),
-                               dev, {.generic = true});
+  // On the device of its GPU operands (codegen::graph_device), with size-generic kernels: a new
+  // size of an op seen before loads the kernel it already has.
+  auto compiled = compile_graph(g, {.generic = true});
   compiled->set_label(std::string("eager ") + std::string(ir::op_info(op).name));
   return compiled;
 }

@@ -2,10 +2,10 @@
 //
 // Each case mirrors an eager function of runtime/src, named in its comment, including the
 // errors that function raises from shapes and dtypes alone (errors that depend on the data,
-// such as an index out of range, cannot be seen here). The runtime's shape helpers
-// (runtime/src/shape.h) are internal to the runtime, so the few pieces needed are restated
-// here over plain size/stride vectors, with overflow checks: a type from text can claim any
-// sizes, and inference must reject them, never wrap around.
+// such as an index out of range, cannot be seen here). PyTorch's rules that both sides apply
+// (type promotion, broadcasting, dims, view strides, sizes: kiln/runtime/rules.h) are called,
+// not restated, with inference's errors; each is overflow-checked: a type from text can claim
+// any sizes, and inference must reject them, never wrap around.
 #include "infer_context.h"
 
 #include <algorithm>
@@ -272,16 +272,8 @@ Type ternary(const Ctx& c) {
 
 // ---------------------------------------------------------------- reductions (reduce.cpp)
 
-// shape::reduce_mask: wrapped, duplicate-checked dims; empty means every dim.
 std::vector<bool> reduce_mask(const Ctx& c, const IntList& dims, int64_t ndim) {
-  std::vector<bool> mask(size_t(ndim), dims.empty());
-  for (int64_t d : dims) {
-    int64_t w = c.wrap(d, ndim);
-    if (ndim == 0) continue;
-    if (mask[size_t(w)]) c.fail("dim ", w, " appears multiple times in the list of dims");
-    mask[size_t(w)] = true;
-  }
-  return mask;
+  return rules::reduce_mask(dims, ndim, c.failer());
 }
 
 Sizes reduced_shape(const Sizes& sizes, const std::vector<bool>& mask, bool keepdim) {
@@ -388,33 +380,8 @@ std::vector<Type> reduction(const Ctx& c) {
 // ---------------------------------------------------------------- views (tensor.cpp)
 
 
-// shape::view_strides: strides that view (sizes, strides) as new_sizes without a copy.
 std::optional<Sizes> view_strides(const Ctx& c, const Sizes& sizes, const Sizes& strides, const Sizes& new_sizes) {
-  if (sizes.empty() || c.numel(sizes) == 0) return c.dense_strides(new_sizes);
-  Sizes out(new_sizes.size());
-  int64_t view_d = int64_t(new_sizes.size()) - 1;
-  int64_t chunk_base_stride = strides.back();
-  int64_t tensor_numel = 1, view_numel = 1;  // both stay <= numel(sizes), which fits
-  for (int64_t d = int64_t(sizes.size()) - 1; d >= 0; --d) {
-    tensor_numel *= sizes[size_t(d)];
-    // A chunk of old dims ends where the next outer dim is not laid out right after it.
-    if (d == 0 || (sizes[size_t(d - 1)] != 1 &&
-                   __int128(strides[size_t(d - 1)]) != __int128(tensor_numel) * chunk_base_stride)) {
-      while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[size_t(view_d)] == 1)) {
-        out[size_t(view_d)] = c.mul(view_numel, chunk_base_stride);
-        view_numel *= new_sizes[size_t(view_d)];
-        --view_d;
-      }
-      if (view_numel != tensor_numel) return std::nullopt;
-      if (d > 0) {
-        chunk_base_stride = strides[size_t(d - 1)];
-        tensor_numel = 1;
-        view_numel = 1;
-      }
-    }
-  }
-  if (view_d != -1) return std::nullopt;
-  return out;
+  return rules::view_strides(sizes, strides, new_sizes, c.failer());
 }
 
 Type view_op(const Ctx& c) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/ir/infer.h"
+#include "kiln/runtime/rules.h"
 
 namespace kiln::ir::infer_detail {
 
@@ -122,14 +123,13 @@ class Ctx {
     return std::nullopt;
   }
 
-  // ---- dims ----
-  // shape::wrap_dim: a possibly negative dim into [0, ndim); a 0-d tensor accepts -1 and 0.
-  int64_t wrap(int64_t d, int64_t ndim) const {
-    int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
-    if (d < lo || d > hi)
-      fail("Dimension out of range (expected to be in range of [", lo, ", ", hi, "], but got ", d, ")");
-    return d < 0 ? d + std::max<int64_t>(ndim, 1) : d;
+  // The `fail` of a shared rule (kiln/runtime/rules.h): "[infer] op: message".
+  auto failer() const {
+    return [this](const auto&... parts) { fail(parts...); };
   }
+
+  // ---- dims ----
+  int64_t wrap(int64_t d, int64_t ndim) const { return rules::wrap_dim(d, ndim, failer()); }
 
   // ---- checked arithmetic: a claimed size may be anything up to INT64_MAX ----
   int64_t mul(int64_t a, int64_t b) const {
@@ -142,24 +142,8 @@ class Ctx {
     if (__builtin_add_overflow(a, b, &r)) fail("sizes or strides overflow int64 (", a, " + ", b, ")");
     return r;
   }
-  // shape::numel: 0 when a size is 0, whatever the others.
-  int64_t numel(const Sizes& sizes) const {
-    if (std::find(sizes.begin(), sizes.end(), 0) != sizes.end()) return 0;
-    int64_t n = 1;
-    for (int64_t s : sizes) n = mul(n, s);
-    return n;
-  }
-  // shape::contiguous_strides: row-major strides, a size-0 dim counting as 1 (the product past
-  // the outermost dim is no stride, and is not taken).
-  Sizes dense_strides(const Sizes& sizes) const {
-    Sizes st(sizes.size());
-    int64_t acc = 1;
-    for (size_t i = sizes.size(); i-- > 0;) {
-      st[i] = acc;
-      if (i > 0) acc = mul(acc, std::max<int64_t>(sizes[i], 1));
-    }
-    return st;
-  }
+  int64_t numel(const Sizes& sizes) const { return rules::numel(sizes, failer()); }
+  Sizes dense_strides(const Sizes& sizes) const { return rules::contiguous_strides(sizes, failer()); }
   // A fresh row-major tensor, as every eager kernel allocates its output with empty(), which
   // refuses an element or byte count past int64.
   Type dense(DType dt, const Sizes& sizes, Device dev) const {
@@ -201,45 +185,23 @@ class Ctx {
 };
 
 // ---------------------------------------------------------------- shared rules
+// (PyTorch's rules live in kiln/runtime/rules.h, which the eager ops call too; these adapt them
+// to types and to inference's errors.)
 
-inline DType float_compute(DType d) { return is_floating(d) ? d : kDefaultFloat; }  // elementwise.cpp
-inline DType sum_dtype(DType d) { return is_integral(d, true) ? kInt64 : d; }      // reduce.cpp
+using rules::float_compute;
+using rules::sum_dtype;
 
-// detail::result_type (ops_common.cpp): dimensioned tensors, then 0-d tensors, then wrapped
-// numbers; a lower group only counts when it is of a higher category (bool < int < float).
 inline DType result_type(const std::vector<Type>& ts) {
-  std::optional<DType> dim_r, zero_r, wrapped_r;
-  auto promote = [](std::optional<DType> a, DType b) { return a ? promote_types(*a, b) : b; };
-  auto combine = [](std::optional<DType> higher, std::optional<DType> lower) -> std::optional<DType> {
-    if (!higher) return lower;
-    if (!lower) return higher;
-    if (is_floating(*higher)) return higher;
-    if (*higher == DType::Bool || is_floating(*lower)) return promote_types(*higher, *lower);
-    return higher;
-  };
-  for (const Type& t : ts) {
-    if (t.wrapped) wrapped_r = promote(wrapped_r, is_floating(t.dtype) ? kDefaultFloat : t.dtype);
-    else if (t.sizes.empty()) zero_r = promote(zero_r, t.dtype);
-    else dim_r = promote(dim_r, t.dtype);
-  }
-  std::optional<DType> r = combine(dim_r, combine(zero_r, wrapped_r));
-  if (!r) throw Error("[infer] internal: result type of no operands");
-  return *r;
+  std::vector<rules::Promotable> ops;
+  ops.reserve(ts.size());
+  for (const Type& t : ts)
+    ops.push_back({t.dtype, t.wrapped ? rules::Rank::Wrapped : t.sizes.empty() ? rules::Rank::ZeroDim
+                                                                                : rules::Rank::Dimensioned});
+  return rules::result_type(ops);
 }
 
-// broadcast_shapes (copy.cpp).
 inline Sizes broadcast(const Ctx& c, const Sizes& a, const Sizes& b) {
-  size_t n = std::max(a.size(), b.size());
-  Sizes out(n);
-  for (size_t i = 0; i < n; ++i) {
-    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    if (!(da == db || da == 1 || db == 1))
-      c.fail("The size of tensor a (", da, ") must match the size of tensor b (", db,
-             ") at non-singleton dimension ", i, " (shapes ", a, " and ", b, ")");
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
+  return rules::broadcast_shapes(a, b, c.failer());
 }
 inline Sizes broadcast_all(const Ctx& c, const std::vector<Type>& ts) {
   Sizes shape;
@@ -259,53 +221,10 @@ inline Device common_device(const Ctx& c, const std::vector<Type>& ts) {
   return dev.value_or(Device::cpu());
 }
 
-// shape::is_contiguous: row-major dense, ignoring the strides of size-1 dims.
-inline bool is_contiguous(const Sizes& sizes, const Sizes& strides) {
-  __int128 expected = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    if (sizes[i] == 0) return true;
-    if (sizes[i] == 1) continue;
-    if (strides[i] != expected) return false;
-    expected *= sizes[i];
-    if (expected > std::numeric_limits<int64_t>::max()) expected = std::numeric_limits<int64_t>::max();
-  }
-  return true;
-}
-
-inline std::string attr_number_str(const Scalar& v) {
-  if (v.is_bool()) return v.to_bool() ? "true" : "false";
-  if (v.is_integral()) return std::to_string(v.to_int());
-  return attr_str(v.to_double());
-}
+inline bool is_contiguous(const Sizes& sizes, const Sizes& strides) { return rules::is_contiguous(sizes, strides); }
 
 // checked_fill_value (copy.cpp): fill_ refuses a value its dtype cannot hold.
-inline void check_fill_value(const Ctx& c, const Scalar& v, DType dt) {
-  auto overflow = [&] { c.fail("value ", attr_number_str(v), " cannot be converted to type ", name(dt), " without overflow"); };
-  if (dt == kBool) return;
-  if (is_integral(dt)) {
-    int64_t max = 0, min = 0;
-    switch (dt) {
-      case kUInt8: max = 255; break;
-      case kInt8: max = 127, min = -128; break;
-      case kInt16: max = 32767, min = -32768; break;
-      case kInt32: max = std::numeric_limits<int32_t>::max(), min = std::numeric_limits<int32_t>::min(); break;
-      default: max = std::numeric_limits<int64_t>::max(), min = std::numeric_limits<int64_t>::min(); break;
-    }
-    if (v.is_floating()) {
-      double d = v.to_double();
-      double lo = is_signed(dt) ? double(min) : 0.0;
-      if (!(d > lo - 1.0 && d < double(max) + 1.0)) overflow();
-    } else {
-      int64_t i = v.to_int(), lo = is_signed(dt) ? min : -max;
-      if (i < lo || (dt != kInt64 && i > max)) overflow();
-    }
-    return;
-  }
-  double d = v.to_double();
-  double hi = dt == kFloat16 ? 65504.0 : dt == kBFloat16 ? 3.3895313892515355e38
-            : dt == kFloat32 ? double(std::numeric_limits<float>::max()) : std::numeric_limits<double>::max();
-  if (std::isfinite(d) && std::abs(d) > hi) overflow();
-}
+inline void check_fill_value(const Ctx& c, const Scalar& v, DType dt) { rules::check_fill_value(v, dt, c.failer()); }
 
 // A view of x: same dtype and device, new sizes and strides.
 inline Type view_of(const Type& x, Sizes sizes, Sizes strides) {
@@ -313,34 +232,7 @@ inline Type view_of(const Type& x, Sizes sizes, Sizes strides) {
   return t;
 }
 
-// shape::infer_size: one -1 entry becomes what makes the element count `n`.
-inline Sizes infer_size(const Ctx& c, const Sizes& shape, int64_t n) {
-  Sizes out = shape;
-  int64_t known = 1, infer = -1;
-  bool zero = false, overflow = false;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == -1) {
-      if (infer >= 0) c.fail("only one dimension can be inferred, got shape ", shape);
-      infer = int64_t(i);
-    } else {
-      if (out[i] < 0) c.fail("invalid shape dimension ", out[i], " in ", shape);
-      zero |= out[i] == 0;
-      overflow |= __builtin_mul_overflow(known, out[i], &known);
-    }
-  }
-  // A product past int64 holds no element count but 0 (through the -1), unless a size is 0.
-  if (zero) {
-    known = 0;
-    overflow = false;
-  }
-  if (infer >= 0) {
-    if (overflow ? n != 0 : known == 0 || n % known != 0) c.fail("shape '", shape, "' is invalid for input of size ", n);
-    out[size_t(infer)] = overflow ? 0 : n / known;
-  } else if (overflow || known != n) {
-    c.fail("shape '", shape, "' is invalid for input of size ", n);
-  }
-  return out;
-}
+inline Sizes infer_size(const Ctx& c, const Sizes& shape, int64_t n) { return rules::infer_size(shape, n, c.failer()); }
 
 // Linear algebra and einsum (infer_linalg.cpp).
 Type mm(const Ctx& c, const Type& a, const Type& b);

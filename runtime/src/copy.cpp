@@ -11,16 +11,7 @@ namespace kiln {
 using namespace detail;
 
 std::vector<int64_t> broadcast_shapes(IntArrayRef a, IntArrayRef b, std::string_view op) {
-  size_t n = std::max(a.size(), b.size());
-  std::vector<int64_t> out(n);
-  for (size_t i = 0; i < n; ++i) {
-    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
-    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
-    KILN_CHECK(da == db || da == 1 || db == 1, op, "The size of tensor a (", da,
-               ") must match the size of tensor b (", db, ") at non-singleton dimension ", i);
-    out[i] = da == 1 ? db : da;
-  }
-  return out;
+  return rules::broadcast_shapes(a, b, shape::fail_as(op));
 }
 
 std::vector<Tensor> broadcast_tensors(const std::vector<Tensor>& ts) {
@@ -156,32 +147,10 @@ namespace {
 // beyond the type's range.
 template <typename T>
 T checked_fill_value(const Scalar& v, std::string_view op) {
-  auto overflow = [&] {
-    KILN_FAIL(op, "value cannot be converted to type ", name(dtype_of<T>()), " without overflow");
-  };
-  if constexpr (std::is_same_v<T, bool>) {
-    return v.to_bool();
-  } else if constexpr (std::is_integral_v<T>) {
-    using L = std::numeric_limits<T>;
-    if (v.is_floating()) {
-      double d = v.to_double();
-      // (a negative float never fits an unsigned type; PyTorch refuses it too)
-      double lo = std::is_signed_v<T> ? double(L::lowest()) : 0.0;
-      if (!(d > lo - 1.0 && d < double(L::max()) + 1.0)) overflow();
-      return T(d);
-    }
-    int64_t i = v.to_int();
-    int64_t lo = std::is_signed_v<T> ? int64_t(L::lowest()) : -int64_t(L::max());
-    if (i < lo || (std::is_same_v<T, int64_t> ? false : i > int64_t(L::max()))) overflow();
-    return T(i);
-  } else {
-    double d = v.to_double();
-    double hi = std::is_same_v<T, Half> ? 65504.0
-                : std::is_same_v<T, BFloat16> ? 3.3895313892515355e38
-                                              : double(std::numeric_limits<T>::max());
-    if (std::isfinite(d) && std::abs(d) > hi) overflow();
-    return convert<T>(d);
-  }
+  rules::check_fill_value(v, dtype_of<T>(), shape::fail_as(op));
+  if constexpr (std::is_same_v<T, bool>) return v.to_bool();
+  else if constexpr (std::is_integral_v<T>) return v.is_floating() ? T(v.to_double()) : T(v.to_int());
+  else return convert<T>(v.to_double());
 }
 }  // namespace
 

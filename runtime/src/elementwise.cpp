@@ -73,7 +73,7 @@ namespace {
 
 // ---------------------------------------------------------------- unary
 
-DType float_compute(DType d) { return is_floating(d) ? d : kDefaultFloat; }
+using rules::float_compute;
 
 // A float-valued unary op: integers and bool are computed in the default float dtype.
 // `sf` is a generic scalar lambda; `vf`/`vd` are SIMD forms for contiguous float32/float64.

@@ -8,30 +8,13 @@ Arg::Arg(const Scalar& s) : wrapped(true) {
   else t = scalar_tensor(s, kFloat64);
 }
 
-namespace {
-std::optional<DType> promote(std::optional<DType> a, DType b) {
-  return a ? promote_types(*a, b) : b;
-}
-// PyTorch's combine_categories: a lower-priority group only matters when it is of a
-// higher category (bool < integral < floating) than the higher-priority group.
-std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> lower) {
-  if (!higher) return lower;
-  if (!lower) return higher;
-  if (is_floating(*higher)) return higher;
-  if (*higher == DType::Bool || is_floating(*lower)) return promote_types(*higher, *lower);
-  return higher;
-}
-}  // namespace
-
 DType result_type(std::span<const Arg> args) {
-  std::optional<DType> dim_r, zero_r, wrapped_r;
-  for (const Arg& a : args) {
-    DType d = a.t.dtype();
-    if (a.wrapped) wrapped_r = promote(wrapped_r, is_floating(d) ? kDefaultFloat : d);
-    else if (a.t.dim() == 0) zero_r = promote(zero_r, d);
-    else dim_r = promote(dim_r, d);
-  }
-  return *combine(dim_r, combine(zero_r, wrapped_r));
+  std::vector<rules::Promotable> ops;
+  ops.reserve(args.size());
+  for (const Arg& a : args)
+    ops.push_back({a.t.dtype(), a.wrapped ? rules::Rank::Wrapped : a.t.dim() == 0 ? rules::Rank::ZeroDim
+                                                                                    : rules::Rank::Dimensioned});
+  return rules::result_type(ops);
 }
 
 std::vector<int64_t> broadcast_all(std::initializer_list<Arg> args, std::string_view op) {

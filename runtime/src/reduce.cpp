@@ -181,7 +181,7 @@ template <typename In> struct NormNegInfOp : NormInfOp<In> {
   acc_t combine(acc_t a, acc_t b) const { return reduce(a, b); }
 };
 
-DType sum_dtype(DType d) { return is_integral(d, true) ? kInt64 : d; }
+using rules::sum_dtype;
 
 void check_nonempty(std::string_view op, const Tensor& x, IntArrayRef dims) {
   if (x.numel() != 0) return;

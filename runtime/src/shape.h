@@ -12,16 +12,17 @@
 
 #include "kiln/runtime/array_ref.h"
 #include "kiln/runtime/error.h"
+#include "kiln/runtime/rules.h"
 
 namespace kiln::shape {
 
-// Wraps a possibly negative dim into [0, ndim); ndim 0 accepts -1 and 0 as PyTorch does.
-inline int64_t wrap_dim(int64_t d, int64_t ndim, std::string_view op) {
-  int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
-  KILN_CHECK(d >= lo && d <= hi, op, "Dimension out of range (expected to be in range of [", lo,
-             ", ", hi, "], but got ", d, ")");
-  return d < 0 ? d + std::max<int64_t>(ndim, 1) : d;
+// The `fail` of a shared rule (kiln/runtime/rules.h) for eager op `op`: "[op] message".
+inline auto fail_as(std::string_view op) {
+  return [op](const auto&... parts) { KILN_FAIL(op, parts...); };
 }
+
+// Wraps a possibly negative dim into [0, ndim); ndim 0 accepts -1 and 0 as PyTorch does.
+inline int64_t wrap_dim(int64_t d, int64_t ndim, std::string_view op) { return rules::wrap_dim(d, ndim, fail_as(op)); }
 // a * b and a + b, or "[op] what overflows int64 (a * b)".
 inline int64_t mul(int64_t a, int64_t b, std::string_view op, std::string_view what) {
   int64_t r;
@@ -50,13 +51,19 @@ std::optional<int64_t> storage_bytes(IntArrayRef sizes, IntArrayRef strides, int
 // The bytes of a dense tensor of these sizes, for a factory named `op` to allocate: checks
 // the element count, the strides and the byte count, each naming the sizes.
 int64_t dense_bytes(IntArrayRef sizes, int64_t itemsize, std::string_view op);
-bool is_contiguous(IntArrayRef sizes, IntArrayRef strides);
+inline bool is_contiguous(IntArrayRef sizes, IntArrayRef strides) { return rules::is_contiguous(sizes, strides); }
 // Replaces one -1 entry by what makes the element count `numel`; checks the count.
-std::vector<int64_t> infer_size(IntArrayRef shape, int64_t numel, std::string_view op);
+inline std::vector<int64_t> infer_size(IntArrayRef shape, int64_t numel, std::string_view op) {
+  return rules::infer_size(shape, numel, fail_as(op));
+}
 // Strides that view (sizes, strides) as new_sizes without copying, or nullopt when impossible.
-std::optional<std::vector<int64_t>> view_strides(IntArrayRef sizes, IntArrayRef strides,
-                                                 IntArrayRef new_sizes);
+inline std::optional<std::vector<int64_t>> view_strides(IntArrayRef sizes, IntArrayRef strides,
+                                                        IntArrayRef new_sizes) {
+  return rules::view_strides(sizes, strides, new_sizes, fail_as("view"));
+}
 // Sorted, wrapped, duplicate-checked reduction dims; empty input means every dim.
-std::vector<bool> reduce_mask(IntArrayRef dims, int64_t ndim, std::string_view op);
+inline std::vector<bool> reduce_mask(IntArrayRef dims, int64_t ndim, std::string_view op) {
+  return rules::reduce_mask(dims, ndim, fail_as(op));
+}
 
 }  // namespace kiln::shape

@@ -1,0 +1,189 @@
+// PyTorch's semantic rules as pure functions over dtypes, sizes and strides: what the eager ops
+// (runtime/src) and the IR's type inference (ir/src/infer.cpp) both compute, written once so
+// that inference cannot drift from eager.
+//
+// A rule that can be broken (shapes that do not broadcast, a dim out of range) takes `fail`, a
+// callable taking the message's parts (as detail::cat does) that throws: the eager op's
+// "[op] ..." or inference's "[infer] op: ...". The message itself is the rule's, the same on
+// both sides; it names the offending sizes, dims or values.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "kiln/runtime/array_ref.h"
+#include "kiln/runtime/dtype.h"
+#include "kiln/runtime/scalar.h"
+
+namespace kiln::rules {
+
+// ---- dtypes ----
+
+// Where an operand ranks in type promotion: dimensioned tensors, then 0-d tensors, then wrapped
+// numbers (a Python-style scalar operand: x_int8 + 1000 stays int8).
+enum class Rank : uint8_t { Dimensioned, ZeroDim, Wrapped };
+struct Promotable {
+  DType dtype;
+  Rank rank;
+};
+// torch.result_type: each rank's operands promote among themselves; a lower rank counts only
+// when it is of a higher category (bool < integer < float) than the ranks above it. A wrapped
+// float counts as the default float dtype. `ops` must not be empty.
+DType result_type(std::span<const Promotable> ops);
+
+// The dtype an op that computes in floating point (exp, atan2, true division) takes for a
+// promoted dtype: integers and bool compute in the default float dtype.
+inline DType float_compute(DType d) { return is_floating(d) ? d : kDefaultFloat; }
+// sum's and prod's result dtype when none is given: integers and bool accumulate in int64.
+inline DType sum_dtype(DType d) { return is_integral(d, true) ? kInt64 : d; }
+
+// Whether fill_ (and full, masked_fill, a fill node) can store `v` in dtype `dt`: an integer
+// dtype takes what it holds (a float value truncated towards zero), a float dtype any value up
+// to its largest finite one (infinities and NaN too); bool takes anything.
+bool fill_value_fits(const Scalar& v, DType dt);
+template <typename Fail>
+void check_fill_value(const Scalar& v, DType dt, Fail&& fail) {
+  if (fill_value_fits(v, dt)) return;
+  if (v.is_floating()) fail("value ", v.to_double(), " cannot be converted to type ", name(dt), " without overflow");
+  fail("value ", v.to_int(), " cannot be converted to type ", name(dt), " without overflow");
+}
+
+// ---- dims and sizes ----
+
+// A possibly negative dim wrapped into [0, ndim); a 0-d tensor takes -1 and 0.
+template <typename Fail>
+int64_t wrap_dim(int64_t d, int64_t ndim, Fail&& fail) {
+  const int64_t lo = ndim == 0 ? -1 : -ndim, hi = ndim == 0 ? 0 : ndim - 1;
+  if (d < lo || d > hi) fail("Dimension out of range (expected to be in range of [", lo, ", ", hi, "], but got ", d, ")");
+  return d < 0 ? d + (ndim > 0 ? ndim : 1) : d;
+}
+
+// The broadcast shape of two shapes (torch.broadcast_shapes).
+template <typename Fail>
+std::vector<int64_t> broadcast_shapes(IntArrayRef a, IntArrayRef b, Fail&& fail) {
+  const size_t n = std::max(a.size(), b.size());
+  std::vector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    const int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (!(da == db || da == 1 || db == 1))
+      fail("The size of tensor a (", da, ") must match the size of tensor b (", db, ") at non-singleton dimension ",
+           i, " (shapes ", a.vec(), " and ", b.vec(), ")");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+// Which dims a reduction over `dims` reduces: each wrapped, none twice; no dims means all.
+template <typename Fail>
+std::vector<bool> reduce_mask(IntArrayRef dims, int64_t ndim, Fail&& fail) {
+  std::vector<bool> mask(size_t(ndim), dims.empty());
+  for (int64_t d : dims) {
+    const int64_t w = wrap_dim(d, ndim, fail);
+    if (ndim == 0) continue;
+    if (mask[size_t(w)]) fail("dim ", w, " appears multiple times in the list of dims");
+    mask[size_t(w)] = true;
+  }
+  return mask;
+}
+
+// `shape` with its one -1 entry replaced by what makes the element count `n` (view, reshape).
+template <typename Fail>
+std::vector<int64_t> infer_size(IntArrayRef shape, int64_t n, Fail&& fail) {
+  std::vector<int64_t> out = shape.vec();
+  int64_t known = 1, infer = -1;
+  bool zero = false, overflow = false;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == -1) {
+      if (infer >= 0) fail("only one dimension can be inferred, got shape ", shape.vec());
+      infer = int64_t(i);
+    } else {
+      if (out[i] < 0) fail("invalid shape dimension ", out[i], " in ", shape.vec());
+      zero |= out[i] == 0;
+      overflow |= __builtin_mul_overflow(known, out[i], &known);
+    }
+  }
+  // A product past int64 exceeds any element count: such a shape holds no tensor's elements,
+  // unless one of its sizes is 0, or the -1 can be 0.
+  if (zero) {
+    known = 0;
+    overflow = false;
+  }
+  const bool fits = infer >= 0 ? (overflow ? n == 0 : known != 0 && n % known == 0) : !overflow && known == n;
+  if (!fits) fail("shape '", shape.vec(), "' is invalid for input of size ", n);
+  if (infer >= 0) out[size_t(infer)] = overflow ? 0 : n / known;
+  return out;
+}
+
+// The element count of non-negative sizes: 0 when one is 0 (whatever the others), else their
+// product, which must fit in int64.
+template <typename Fail>
+int64_t numel(IntArrayRef sizes, Fail&& fail) {
+  int64_t n = 1;
+  bool overflow = false;
+  for (int64_t s : sizes) overflow |= __builtin_mul_overflow(n, s, &n);
+  if (overflow) {
+    for (int64_t s : sizes)
+      if (s == 0) return 0;
+    fail("sizes ", sizes.vec(), " have more elements than int64 can count");
+  }
+  return n;
+}
+// Row-major strides (a size-0 dim counting as 1, as PyTorch's); the product past the outermost
+// dim is no stride, and is not taken.
+template <typename Fail>
+std::vector<int64_t> contiguous_strides(IntArrayRef sizes, Fail&& fail) {
+  std::vector<int64_t> st(sizes.size());
+  int64_t acc = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    st[i] = acc;
+    if (i > 0 && __builtin_mul_overflow(acc, std::max<int64_t>(sizes[i], 1), &acc))
+      fail("the row-major strides of sizes ", sizes.vec(), " overflow int64");
+  }
+  return st;
+}
+
+// Row-major dense: the strides of every dim of size above 1 are the row-major ones.
+bool is_contiguous(IntArrayRef sizes, IntArrayRef strides);
+
+// Strides that view (sizes, strides) as `new_sizes` without a copy, or nullopt where no view can
+// (then view() fails and reshape() copies). A tensor with no element (or none of its dims) views
+// as row-major; `fail` is called where those strides overflow int64.
+template <typename Fail>
+std::optional<std::vector<int64_t>> view_strides(IntArrayRef sizes, IntArrayRef strides, IntArrayRef new_sizes,
+                                                 Fail&& fail) {
+  bool empty = sizes.empty();
+  for (int64_t s : sizes) empty = empty || s == 0;
+  if (empty) return contiguous_strides(new_sizes, fail);
+  // Both counts below stay within the element count of `sizes`, which fits; a count times a
+  // stride may not, and such a view is refused (a tensor that large has no storage to view).
+  std::vector<int64_t> out(new_sizes.size());
+  int64_t view_d = int64_t(new_sizes.size()) - 1;
+  int64_t chunk_base_stride = strides.back();
+  int64_t tensor_numel = 1, view_numel = 1;
+  for (int64_t d = int64_t(sizes.size()) - 1; d >= 0; --d) {
+    tensor_numel *= sizes[size_t(d)];
+    // A chunk of old dims ends where the next outer dim is not laid out right after it.
+    int64_t next;
+    if (d == 0 || (sizes[size_t(d - 1)] != 1 && (__builtin_mul_overflow(tensor_numel, chunk_base_stride, &next) ||
+                                                 strides[size_t(d - 1)] != next))) {
+      while (view_d >= 0 && (view_numel < tensor_numel || new_sizes[size_t(view_d)] == 1)) {
+        if (__builtin_mul_overflow(view_numel, chunk_base_stride, &out[size_t(view_d)])) return std::nullopt;
+        view_numel *= new_sizes[size_t(view_d)];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return std::nullopt;
+      if (d > 0) {
+        chunk_base_stride = strides[size_t(d - 1)];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return out;
+}
+
+}  // namespace kiln::rules

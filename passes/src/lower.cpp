@@ -299,68 +299,111 @@ class Lowerer {
     return &kept;
   }
 
+  // ---- one kernel's loop nest ----
+  // build_loops makes the kernel of a group of nodes over iteration space S (reducing `red`), in
+  // steps that share a Nest: the operands it reads and the values it stores; the loop order (the
+  // layout decision: which dims run innermost); the buffers of the temporaries it writes, laid
+  // out in that order; the loops, coalesced where every operand walks dims as one; the body in
+  // loop space (its loads, its nodes, its stores); last the accesses' stride classes and the
+  // kernel's kind.
+  struct Store {
+    const ir::Value* v;    // the value written
+    const ir::Value* dst;  // where (a copy's destination, or v itself)
+  };
+  struct Nest {
+    Kernel& k;
+    const std::vector<int>& nodes;
+    std::set<int> in;  // the same nodes, for lookups
+    const std::vector<int64_t>& S;
+    const std::vector<int>& red;
+    std::vector<Operand> loads = {};  // read from memory, in order of first use
+    std::vector<Store> stores = {};
+    std::vector<int> order = {};                      // S dims, outermost first
+    std::vector<std::vector<int64_t>> store_st = {};  // each store's strides over S
+    std::vector<std::vector<int>> loops = {};         // groups of S dims, one loop each
+    std::set<const ir::Value*> reduced = {};          // values some reduction of the kernel reads
+    std::map<const ir::Value*, ir::Value*> val = {};  // graph value -> body value
+    std::map<const ir::Value*, ir::Value*> at_row = {};      // loads made a second time at the row
+    std::map<const ir::Value*, ir::Value*> row_copies = {};  // values computed a second time at the row
+  };
+
   Kernel build_loops(Kernel& k, const std::vector<int>& nodes, const std::vector<int64_t>& S, const std::vector<int>& red) {
-    std::set<int> in(nodes.begin(), nodes.end());
-    // Operands read from memory, in order of first use.
-    std::vector<Operand> loads;
-    std::map<const ir::Value*, int> load_index;
-    for (int i : nodes) {
-      const ir::Node& n = *a_.nodes[size_t(i)];
-      for (size_t j = 0; j < n.inputs.size(); ++j) {
-        const ir::Value* v = n.inputs[j];
-        if ((n.op == OpId::Copy && j == 0) || in_group(v, in) || is_inline(v) || load_index.count(v)) continue;
+    Nest n{k, nodes, std::set<int>(nodes.begin(), nodes.end()), S, red};
+    gather_operands(n);
+    order_loops(n);
+    place_temporaries(n);
+    for (const Store& s : n.stores) n.store_st.push_back(store_strides(n, s));
+    form_loops(n);
+    find_reduced(n);
+    emit_loads(n);
+    emit_nodes(n);
+    emit_stores(n);
+    classify_kernel(n);
+    count_bytes(k);
+    return std::move(k);
+  }
+
+  // The operands read from memory, in order of first use, and the values stored: materialised
+  // outputs of the kernel's nodes, and copies' destinations.
+  void gather_operands(Nest& n) {
+    std::set<const ir::Value*> seen;
+    for (int i : n.nodes) {
+      const ir::Node& node = *a_.nodes[size_t(i)];
+      for (size_t j = 0; j < node.inputs.size(); ++j) {
+        const ir::Value* v = node.inputs[j];
+        if ((node.op == OpId::Copy && j == 0) || in_group(v, n.in) || is_inline(v) || seen.count(v)) continue;
         Operand op{v, {}, {}};
         if (!arg_of_.count(v)) {
           op.where = loc(v);
-          op.s_strides = to_space(op.where.sizes, op.where.strides, S, nullptr);
+          op.s_strides = to_space(op.where.sizes, op.where.strides, n.S, nullptr);
         } else {
-          op.s_strides.assign(S.size(), 0);
+          op.s_strides.assign(n.S.size(), 0);
         }
-        load_index[v] = int(loads.size());
-        loads.push_back(std::move(op));
+        seen.insert(v);
+        n.loads.push_back(std::move(op));
       }
     }
-    // Values stored: materialised outputs of the kernel's nodes, and copies' destinations.
-    struct Store {
-      const ir::Value* v;     // the value written
-      const ir::Value* dst;   // where (a copy's destination, or v itself)
-    };
-    std::vector<Store> stores;
-    for (int i : nodes) {
-      const ir::Node& n = *a_.nodes[size_t(i)];
-      if (n.op == OpId::Copy) {
-        stores.push_back({n.outputs[0], n.inputs[0]});
+    for (int i : n.nodes) {
+      const ir::Node& node = *a_.nodes[size_t(i)];
+      if (node.op == OpId::Copy) {
+        n.stores.push_back({node.outputs[0], node.inputs[0]});
         continue;
       }
-      for (const ir::Value* v : n.outputs)
-        if (materialized_.count(v)) stores.push_back({v, v});
+      for (const ir::Value* v : node.outputs)
+        if (materialized_.count(v)) n.stores.push_back({v, v});
     }
-    // Layout: loop order, then the temporaries' layouts, then coalescing.
+  }
+
+  // A store's strides over S: its buffer's layout where it has one, else its type's row-major one.
+  std::vector<int64_t> store_strides(const Nest& n, const Store& s) {
+    const ir::Value* root = ir::alias_root(s.dst);
+    const std::vector<int>* km = s.dst == s.v ? kept_map(s.v, n.S, n.red) : nullptr;
+    if (s.dst == s.v && !buffer_.count(root)) return to_space(s.v->type.sizes, s.v->type.strides, n.S, km);
+    ViewKey w = loc(s.dst);
+    return to_space(w.sizes, w.strides, n.S, km);
+  }
+
+  // The layout decision: the loop order. The kept dims (S dims of more than one element that
+  // are not reduced) in the order of the dominant operand's strides, largest outermost, then the
+  // reduced dims. The temporaries' layouts follow it (place_temporaries), then coalescing.
+  void order_loops(Nest& n) {
+    const std::vector<int64_t>& S = n.S;
+    const std::vector<int>& red = n.red;
     std::vector<int> kept_dims;
     for (size_t d = 0; d < S.size(); ++d)
       if (S[d] != 1 && !std::count(red.begin(), red.end(), int(d))) kept_dims.push_back(int(d));
-    auto store_strides = [&](const Store& s) -> std::vector<int64_t> {
-      const ir::Value* root = ir::alias_root(s.dst);
-      const std::vector<int>* km = s.dst == s.v ? kept_map(s.v, S, red) : nullptr;
-      if (s.dst == s.v && !buffer_.count(root)) {
-        // Not laid out yet: its type's row-major layout.
-        return to_space(s.v->type.sizes, s.v->type.strides, S, km);
-      }
-      ViewKey w = loc(s.dst);
-      return to_space(w.sizes, w.strides, S, km);
-    };
     if (pol_.reorder && kept_dims.size() > 1) {
       // The dominant operand: a store whose layout is fixed, else the load varying in most dims.
       std::vector<int64_t> dom;
       int best = -1;
-      for (const Store& s : stores) {
+      for (const Store& s : n.stores) {
         if (s.dst == s.v && free_layout_.count(s.v)) continue;
-        dom = store_strides(s);
+        dom = store_strides(n, s);
         best = 1 << 20;
         break;
       }
       if (best < 0)
-        for (const Operand& o : loads) {
+        for (const Operand& o : n.loads) {
           int varying = int(std::count_if(o.s_strides.begin(), o.s_strides.end(), [](int64_t x) { return x != 0; }));
           if (varying > best) {
             best = varying;
@@ -373,11 +416,15 @@ class Lowerer {
           return key(x) > key(y);
         });
     }
-    std::vector<int> order = kept_dims;
-    for (int d : red) order.push_back(d);
-    if (order.empty() && !S.empty()) order.push_back(int(S.size() - 1));
-    // Temporaries this kernel writes get their buffers now.
-    for (const Store& s : stores) {
+    n.order = kept_dims;
+    for (int d : red) n.order.push_back(d);
+    if (n.order.empty() && !S.empty()) n.order.push_back(int(S.size() - 1));
+  }
+
+  // Temporaries this kernel writes get their buffers now, laid out in the loop order where
+  // their layout is free.
+  void place_temporaries(Nest& n) {
+    for (const Store& s : n.stores) {
       if (s.dst != s.v || buffer_.count(s.v)) continue;
       Buffer b;
       b.kind = output_values_.count(s.v) ? BufferKind::Output : BufferKind::Temp;
@@ -385,24 +432,28 @@ class Lowerer {
       b.value = s.v->id;
       b.sizes = s.v->type.sizes;
       b.strides = s.v->type.strides;
-      if (pol_.temp_layouts && free_layout_.count(s.v)) b.strides = layout_in_order(s.v, S, red, order);
+      if (pol_.temp_layouts && free_layout_.count(s.v)) b.strides = layout_in_order(s.v, n.S, n.red, n.order);
       b.numel = span(b.sizes, b.strides);
       add_buffer(s.v, std::move(b));
     }
-    std::vector<std::vector<int64_t>> store_st;
-    for (const Store& s : stores) store_st.push_back(store_strides(s));
-    // Loops: groups of S dims, merged where every operand walks them as one.
-    std::vector<std::vector<int>> loops;
-    for (size_t j = 0; j < order.size(); ++j) {
-      int d = order[j];
+  }
+
+  // The loops: groups of S dims in the loop order, merged where every operand walks them as one.
+  void form_loops(Nest& n) {
+    const std::vector<int64_t>& S = n.S;
+    const std::vector<int>& red = n.red;
+    Kernel& k = n.k;
+    auto& loops = n.loops;
+    for (size_t j = 0; j < n.order.size(); ++j) {
+      int d = n.order[j];
       bool is_red = std::count(red.begin(), red.end(), d) > 0;
       if (pol_.coalesce && !loops.empty()) {
         int prev = loops.back().back();
         bool prev_red = std::count(red.begin(), red.end(), prev) > 0;
         auto fits = [&](const std::vector<int64_t>& st) { return st[size_t(prev)] == st[size_t(d)] * S[size_t(d)]; };
         bool ok = prev_red == is_red;
-        for (const Operand& o : loads) ok = ok && fits(o.s_strides);
-        for (const auto& st : store_st) ok = ok && fits(st);
+        for (const Operand& o : n.loads) ok = ok && fits(o.s_strides);
+        for (const auto& st : n.store_st) ok = ok && fits(st);
         if (ok) {
           loops.back().push_back(d);
           continue;
@@ -418,183 +469,204 @@ class Lowerer {
       if (std::count(red.begin(), red.end(), loops[l].front()) && k.reduce_from == int(loops.size()))
         k.reduce_from = int(l);
     }
-    // A load a reduction reads (through the kernel's elementwise work) spans every reduction loop
-    // even where it does not vary (a reduction over a broadcast dim counts each element as often
-    // as the dim is long); elsewhere a size of 1 is a broadcast. So a load only the work after
-    // the reductions reads, at the row (x.sum(0) + b), stays a per-row value, not a row's worth
-    // of copies of one. (A 0-d operand stays 0-d: it only ever feeds elementwise work.)
-    std::set<const ir::Value*> reduced;  // values some reduction of the kernel reads
-    {
-      std::vector<const ir::Value*> stack;
-      for (int i : nodes)
-        if (classify(*a_.nodes[size_t(i)]) == NodeClass::Reduction)
-          for (const ir::Value* v : a_.nodes[size_t(i)]->inputs) stack.push_back(v);
-      while (!stack.empty()) {
-        const ir::Value* v = stack.back();
-        stack.pop_back();
-        if (!reduced.insert(v).second || !in_group(v, in) || classify(*v->producer) == NodeClass::Reduction) continue;
-        for (const ir::Value* x : v->producer->inputs) stack.push_back(x);
-      }
+  }
+
+  // The values some reduction of the kernel reads (through the kernel's elementwise work). A
+  // load among them spans every reduction loop even where it does not vary (a reduction over a
+  // broadcast dim counts each element as often as the dim is long); elsewhere a size of 1 is a
+  // broadcast. So a load only the work after the reductions reads, at the row (x.sum(0) + b),
+  // stays a per-row value, not a row's worth of copies of one. (A 0-d operand stays 0-d: it
+  // only ever feeds elementwise work.)
+  void find_reduced(Nest& n) {
+    std::vector<const ir::Value*> stack;
+    for (int i : n.nodes)
+      if (classify(*a_.nodes[size_t(i)]) == NodeClass::Reduction)
+        for (const ir::Value* v : a_.nodes[size_t(i)]->inputs) stack.push_back(v);
+    while (!stack.empty()) {
+      const ir::Value* v = stack.back();
+      stack.pop_back();
+      if (!n.reduced.insert(v).second || !in_group(v, n.in) || classify(*v->producer) == NodeClass::Reduction) continue;
+      for (const ir::Value* x : v->producer->inputs) stack.push_back(x);
     }
-    auto to_loops = [&](const std::vector<int64_t>& st, Access& acc, bool load) {
-      for (size_t l = 0; l < loops.size(); ++l) {
-        int64_t s = st[size_t(loops[l].back())];
-        bool varies = load && int(l) >= k.reduce_from;
-        for (int d : loops[l]) varies = varies || st[size_t(d)] != 0;
-        acc.sizes.push_back(varies ? k.loops[l] : 1);
-        acc.strides.push_back(varies ? s : 0);
-      }
-    };
-    // The body, in loop space.
-    std::map<const ir::Value*, ir::Value*> val;
-    for (size_t j = 0; j < loads.size(); ++j) {
-      const Operand& o = loads[j];
+  }
+
+  // An access's sizes and strides over the loops, from its strides over S.
+  void to_loops(const Nest& n, const std::vector<int64_t>& st, Access& acc, bool load) {
+    for (size_t l = 0; l < n.loops.size(); ++l) {
+      int64_t s = st[size_t(n.loops[l].back())];
+      bool varies = load && int(l) >= n.k.reduce_from;
+      for (int d : n.loops[l]) varies = varies || st[size_t(d)] != 0;
+      acc.sizes.push_back(varies ? n.k.loops[l] : 1);
+      acc.strides.push_back(varies ? s : 0);
+    }
+  }
+
+  // Whether node `node` of the kernel works after its reductions (on what they produce, at the row).
+  bool after_reductions(const Nest& n, const ir::Node& node) {
+    return classify(node) != NodeClass::Reduction && !node.outputs.empty() && !n.reduced.count(node.outputs[0]);
+  }
+
+  // The body's loads: one input of the body each. A load a reduction reads that the work after
+  // the reductions reads too (s in (x * s).sum(1, keepdim) + s) is loaded a second time at the
+  // row for that work, where it does not vary along the reduced loops: read through the
+  // spanning load, the work would become a row of copies of one value again.
+  void emit_loads(Nest& n) {
+    Kernel& k = n.k;
+    for (size_t j = 0; j < n.loads.size(); ++j) {
+      const Operand& o = n.loads[j];
       Access acc;
       acc.dtype = o.v->type.dtype;
       std::string name = "in" + std::to_string(j);
       if (arg_of_.count(o.v)) {
         acc.arg = arg_of_.at(o.v);
-        acc.sizes.assign(loops.size(), 1);
-        acc.strides.assign(loops.size(), 0);
-        val[o.v] = k.body.add_input(name, o.v->type);
+        acc.sizes.assign(n.loops.size(), 1);
+        acc.strides.assign(n.loops.size(), 0);
+        n.val[o.v] = k.body.add_input(name, o.v->type);
       } else {
         acc.buffer = buffer_of(o.where.root);
-        to_loops(o.s_strides, acc, !o.v->type.sizes.empty() && reduced.count(o.v));
+        to_loops(n, o.s_strides, acc, !o.v->type.sizes.empty() && n.reduced.count(o.v));
         acc.offset = o.where.offset;
         finish_access(acc, o.where.storage_relative);
         // A 0-d operand stays 0-d in the body: it promotes as a 0-d tensor.
         std::vector<int64_t> sizes = o.v->type.sizes.empty() ? std::vector<int64_t>{} : acc.sizes;
-        val[o.v] = k.body.add_input(name, ir::Type::contiguous(acc.dtype, sizes, o.v->type.device));
+        n.val[o.v] = k.body.add_input(name, ir::Type::contiguous(acc.dtype, sizes, o.v->type.device));
       }
       k.loads.push_back(std::move(acc));
     }
-    // A load a reduction reads that the work after the reductions reads too (s in
-    // (x * s).sum(1, keepdim) + s) is loaded a second time at the row for that work, where it
-    // does not vary along the reduced loops: read through the spanning load, the work would
-    // become a row of copies of one value again.
-    auto after_reductions = [&](const ir::Node& n) {
-      return classify(n) != NodeClass::Reduction && !n.outputs.empty() && !reduced.count(n.outputs[0]);
-    };
-    std::map<const ir::Value*, ir::Value*> at_row;  // the second loads, by value
-    // Load j's second load at the row (made once), or null where load j varies along the row.
-    auto twin_of = [&](size_t j) -> ir::Value* {
-      const Operand& o = loads[j];
-      if (auto it = at_row.find(o.v); it != at_row.end()) return it->second;
-      if (arg_of_.count(o.v) || o.v->type.sizes.empty() || !reduced.count(o.v)) return nullptr;
-      Access acc;
-      acc.dtype = o.v->type.dtype;
-      acc.buffer = buffer_of(o.where.root);
-      to_loops(o.s_strides, acc, false);
-      if (acc.sizes == k.loads[j].sizes) return nullptr;  // (it varies along the row)
-      acc.offset = o.where.offset;
-      finish_access(acc, o.where.storage_relative);
-      ir::Value* in = k.body.add_input("in" + std::to_string(k.loads.size()), ir::Type::contiguous(acc.dtype, acc.sizes, o.v->type.device));
-      k.loads.push_back(std::move(acc));
-      return at_row[o.v] = in;
-    };
-    for (size_t j = 0; j < loads.size(); ++j) {
+    for (size_t j = 0; j < n.loads.size(); ++j) {
       bool read_after = false;
-      for (int i : nodes) {
-        const ir::Node& n = *a_.nodes[size_t(i)];
-        if (after_reductions(n) && n.op != OpId::Copy)
-          read_after |= std::find(n.inputs.begin(), n.inputs.end(), loads[j].v) != n.inputs.end();
+      for (int i : n.nodes) {
+        const ir::Node& node = *a_.nodes[size_t(i)];
+        if (after_reductions(n, node) && node.op != OpId::Copy)
+          read_after |= std::find(node.inputs.begin(), node.inputs.end(), n.loads[j].v) != node.inputs.end();
       }
-      if (read_after) twin_of(j);
+      if (read_after) twin_of(n, j);
     }
-    auto loop_of = [&](int d) {
-      for (size_t l = 0; l < loops.size(); ++l)
-        if (std::count(loops[l].begin(), loops[l].end(), d)) return int64_t(l);
-      return int64_t(-1);
-    };
-    for (int i : nodes) {
-      const ir::Node& n = *a_.nodes[size_t(i)];
+  }
+
+  // Load j's second load at the row (made once), or null where load j varies along the row.
+  ir::Value* twin_of(Nest& n, size_t j) {
+    Kernel& k = n.k;
+    const Operand& o = n.loads[j];
+    if (auto it = n.at_row.find(o.v); it != n.at_row.end()) return it->second;
+    if (arg_of_.count(o.v) || o.v->type.sizes.empty() || !n.reduced.count(o.v)) return nullptr;
+    Access acc;
+    acc.dtype = o.v->type.dtype;
+    acc.buffer = buffer_of(o.where.root);
+    to_loops(n, o.s_strides, acc, false);
+    if (acc.sizes == k.loads[j].sizes) return nullptr;  // (it varies along the row)
+    acc.offset = o.where.offset;
+    finish_access(acc, o.where.storage_relative);
+    ir::Value* in = k.body.add_input("in" + std::to_string(k.loads.size()), ir::Type::contiguous(acc.dtype, acc.sizes, o.v->type.device));
+    k.loads.push_back(std::move(acc));
+    return n.at_row[o.v] = in;
+  }
+
+  // The loop that S dim d belongs to, or -1.
+  static int64_t loop_of(const Nest& n, int d) {
+    for (size_t l = 0; l < n.loops.size(); ++l)
+      if (std::count(n.loops[l].begin(), n.loops[l].end(), d)) return int64_t(l);
+    return int64_t(-1);
+  }
+
+  // The kernel's nodes in loop space: a reduction's dims become the loops they are.
+  void emit_nodes(Nest& n) {
+    Kernel& k = n.k;
+    auto& val = n.val;
+    for (int i : n.nodes) {
+      const ir::Node& node = *a_.nodes[size_t(i)];
       std::vector<ir::Value*> ins;
-      for (size_t j = 0; j < n.inputs.size(); ++j) {
-        const ir::Value* v = n.inputs[j];
-        if (n.op == OpId::Copy && j == 0) continue;
+      for (size_t j = 0; j < node.inputs.size(); ++j) {
+        const ir::Value* v = node.inputs[j];
+        if (node.op == OpId::Copy && j == 0) continue;
         if (is_inline(v) && !val.count(v)) {
           const ir::Node& c = *v->producer;
           val[v] = k.body.add_node(OpId::Constant, {}, c.attrs, {v->type})->outputs[0];
         }
-        auto twin = at_row.find(v);
-        ins.push_back(twin != at_row.end() && after_reductions(n) ? twin->second : val.at(v));
+        auto twin = n.at_row.find(v);
+        ins.push_back(twin != n.at_row.end() && after_reductions(n, node) ? twin->second : val.at(v));
       }
-      if (n.op == OpId::Contiguous || n.op == OpId::Clone) {
-        val[n.outputs[0]] = ins[0];
+      if (node.op == OpId::Contiguous || node.op == OpId::Clone) {
+        val[node.outputs[0]] = ins[0];
         continue;
       }
-      if (n.op == OpId::Copy) {
+      if (node.op == OpId::Copy) {
         ir::Value* x = ins[0];
-        if (x->type.dtype != n.outputs[0]->type.dtype) x = emit(k.body, OpId::Cast, {x}, {{"dtype", n.outputs[0]->type.dtype}})[0];
-        val[n.outputs[0]] = x;
+        if (x->type.dtype != node.outputs[0]->type.dtype)
+          x = emit(k.body, OpId::Cast, {x}, {{"dtype", node.outputs[0]->type.dtype}})[0];
+        val[node.outputs[0]] = x;
         continue;
       }
-      std::vector<Attr> attrs = n.attrs;
-      if (classify(n) == NodeClass::Reduction) {
-        ReduceInfo r = reduce_info(n);
+      std::vector<Attr> attrs = node.attrs;
+      if (classify(node) == NodeClass::Reduction) {
+        ReduceInfo r = reduce_info(node);
         // A reduction to a 0-d result stays 0-d in the body: 0-d tensors promote differently.
-        bool zero_d = n.outputs[0]->type.sizes.empty() && !r.full_output;
+        bool zero_d = node.outputs[0]->type.sizes.empty() && !r.full_output;
         for (Attr& at : attrs) {
           if (at.name == "dims") {
             IntList dl;
             for (int d : r.dims)
-              if (int64_t l = loop_of(d); l >= 0 && !std::count(dl.begin(), dl.end(), l)) dl.push_back(l);
-            if (dl.empty() && !r.dims.empty()) dl.push_back(int64_t(loops.size()) - 1);
+              if (int64_t l = loop_of(n, d); l >= 0 && !std::count(dl.begin(), dl.end(), l)) dl.push_back(l);
+            if (dl.empty() && !r.dims.empty()) dl.push_back(int64_t(n.loops.size()) - 1);
             at.value = dl;
           } else if (at.name == "dim" && std::holds_alternative<int64_t>(at.value)) {
-            int64_t l = loop_of(r.dims.empty() ? 0 : r.dims.front());
-            at.value = l >= 0 ? l : int64_t(loops.size()) - 1;
+            int64_t l = loop_of(n, r.dims.empty() ? 0 : r.dims.front());
+            at.value = l >= 0 ? l : int64_t(n.loops.size()) - 1;
           } else if (at.name == "keepdim") {
             at.value = !zero_d;
           }
         }
-        if (!r.full_output && !n.attr("keepdim")) attrs.push_back({"keepdim", !zero_d});
+        if (!r.full_output && !node.attr("keepdim")) attrs.push_back({"keepdim", !zero_d});
         std::sort(attrs.begin(), attrs.end(), [](const Attr& x, const Attr& y) { return x.name < y.name; });
       }
-      auto outs = emit(k.body, n.op, ins, attrs);
+      auto outs = emit(k.body, node.op, ins, attrs);
       for (size_t j = 0; j < outs.size(); ++j) {
         // Loop space must not change what an op computes; a dtype change would mean it did.
-        KILN_CHECK(outs[j]->type.dtype == n.outputs[j]->type.dtype, "passes", "lower: internal error: ",
-                   ir::op_info(n.op).name, " computes ", ir::short_name(outs[j]->type.dtype), " in its kernel but ",
-                   ir::short_name(n.outputs[j]->type.dtype), " in the graph");
-        val[n.outputs[j]] = outs[j];
+        KILN_CHECK(outs[j]->type.dtype == node.outputs[j]->type.dtype, "passes", "lower: internal error: ",
+                   ir::op_info(node.op).name, " computes ", ir::short_name(outs[j]->type.dtype), " in its kernel but ",
+                   ir::short_name(node.outputs[j]->type.dtype), " in the graph");
+        val[node.outputs[j]] = outs[j];
       }
     }
-    // A value the reductions read that is also stored once per row (w2 = w * 2 returned beside
-    // (x * w2).sum(1)) is computed a second time from the loads at the row: through the spanning
-    // loads it is a row's worth of copies of one value, which no backend stores once per row.
-    // Only elementwise work on loads and constants; anything else keeps the row value.
-    std::map<const ir::Value*, ir::Value*> row_copies;
-    std::function<ir::Value*(const ir::Value*)> at_the_row = [&](const ir::Value* v) -> ir::Value* {
-      if (auto it = row_copies.find(v); it != row_copies.end()) return it->second;
-      ir::Value* out = nullptr;
-      auto load = std::find_if(loads.begin(), loads.end(), [&](const Operand& o) { return o.v == v; });
-      if (load != loads.end()) {
-        out = arg_of_.count(v) || v->type.sizes.empty() ? val.at(v) : twin_of(size_t(load - loads.begin()));
-      } else if (is_inline(v) || !v->producer || !in_group(v, in)) {
-        out = val.count(v) && val.at(v)->type.sizes.empty() ? val.at(v) : nullptr;
-      } else if (const ir::Node& n = *v->producer; n.op == OpId::Contiguous || n.op == OpId::Clone) {
-        out = at_the_row(n.inputs[0]);
-      } else if (classify(n) == NodeClass::Elementwise && n.op != OpId::Copy && n.outputs.size() == 1) {
-        std::vector<ir::Value*> ins;
-        for (const ir::Value* x : n.inputs) {
-          ir::Value* y = at_the_row(x);
-          if (!y) return row_copies[v] = nullptr;
-          ins.push_back(y);
-        }
-        out = emit(k.body, n.op, ins, n.attrs)[0];
+  }
+
+  // A value the reductions read that is also stored once per row (w2 = w * 2 returned beside
+  // (x * w2).sum(1)) is computed a second time from the loads at the row: through the spanning
+  // loads it is a row's worth of copies of one value, which no backend stores once per row.
+  // Only elementwise work on loads and constants; anything else keeps the row value (null).
+  ir::Value* at_the_row(Nest& n, const ir::Value* v) {
+    if (auto it = n.row_copies.find(v); it != n.row_copies.end()) return it->second;
+    ir::Value* out = nullptr;
+    auto load = std::find_if(n.loads.begin(), n.loads.end(), [&](const Operand& o) { return o.v == v; });
+    if (load != n.loads.end()) {
+      out = arg_of_.count(v) || v->type.sizes.empty() ? n.val.at(v) : twin_of(n, size_t(load - n.loads.begin()));
+    } else if (is_inline(v) || !v->producer || !in_group(v, n.in)) {
+      out = n.val.count(v) && n.val.at(v)->type.sizes.empty() ? n.val.at(v) : nullptr;
+    } else if (const ir::Node& node = *v->producer; node.op == OpId::Contiguous || node.op == OpId::Clone) {
+      out = at_the_row(n, node.inputs[0]);
+    } else if (classify(node) == NodeClass::Elementwise && node.op != OpId::Copy && node.outputs.size() == 1) {
+      std::vector<ir::Value*> ins;
+      for (const ir::Value* x : node.inputs) {
+        ir::Value* y = at_the_row(n, x);
+        if (!y) return n.row_copies[v] = nullptr;
+        ins.push_back(y);
       }
-      return row_copies[v] = out;
-    };
-    // Stores; a later store through the same index makes an earlier one dead.
+      out = emit(n.k.body, node.op, ins, node.attrs)[0];
+    }
+    return n.row_copies[v] = out;
+  }
+
+  // The stores; a later store through the same index makes an earlier one dead.
+  void emit_stores(Nest& n) {
+    Kernel& k = n.k;
     std::vector<ir::Value*> body_outs;
-    for (size_t j = 0; j < stores.size(); ++j) {
-      const Store& s = stores[j];
+    for (size_t j = 0; j < n.stores.size(); ++j) {
+      const Store& s = n.stores[j];
       Access acc;
       ViewKey w = loc(s.dst);
       acc.buffer = buffer_of(w.root);
       acc.dtype = s.dst->type.dtype;
-      to_loops(store_st[j], acc, false);
+      to_loops(n, n.store_st[j], acc, false);
       acc.offset = w.offset;
       finish_access(acc, w.storage_relative);
       for (size_t q = 0; q < k.stores.size(); ++q)
@@ -603,21 +675,26 @@ class Lowerer {
           body_outs.erase(body_outs.begin() + long(q));
           break;
         }
-      ir::Value* x = val.at(s.v);
+      ir::Value* x = n.val.at(s.v);
       bool per_row = int(acc.sizes.size()) > k.reduce_from;
       for (size_t l = size_t(std::max(k.reduce_from, 0)); l < acc.sizes.size(); ++l) per_row = per_row && acc.sizes[l] == 1;
-      if (per_row && reduced.count(s.v) && x->type.sizes != acc.sizes)
-        if (ir::Value* y = at_the_row(s.v); y && y->type.dtype == x->type.dtype) x = y;
+      if (per_row && n.reduced.count(s.v) && x->type.sizes != acc.sizes)
+        if (ir::Value* y = at_the_row(n, s.v); y && y->type.dtype == x->type.dtype) x = y;
       k.stores.push_back(std::move(acc));
       body_outs.push_back(x);
     }
     k.body.set_outputs(body_outs);
+  }
+
+  // The accesses' stride classes, and the kernel's kind: row-wise when something full-size is
+  // computed after (or by) a reduction.
+  void classify_kernel(Nest& n) {
+    Kernel& k = n.k;
     for (Access& acc : k.loads)
       if (acc.buffer >= 0 && !acc.storage_relative) acc.cls = classify_access(acc, k.loops, k.loops.size());
     for (Access& acc : k.stores)
       if (!acc.storage_relative) acc.cls = classify_access(acc, k.loops, size_t(k.reduce_from));
     if (k.kind == KernelKind::Reduction) {
-      // Row-wise when something full-size is computed after (or by) a reduction.
       for (const auto& node : k.body.nodes()) {
         bool after_red = false;
         for (ir::Value* x : node->inputs)
@@ -627,8 +704,6 @@ class Lowerer {
         if ((after_red && full) || row_op) k.kind = KernelKind::RowWise;
       }
     }
-    count_bytes(k);
-    return std::move(k);
   }
 
   // Row-major strides for `v` in the order the loops visit S's dims (inner loops fastest).

@@ -2,7 +2,7 @@
 #include <map>
 
 #include "infer_context.h"
-#include "kiln/runtime/einsum_labels.h"
+#include "kiln/runtime/einsum_plan.h"
 
 namespace kiln::ir::infer_detail {
 
@@ -109,186 +109,66 @@ Type addmm(const Ctx& c) {
 
 // ---------------------------------------------------------------- einsum (einsum.cpp)
 
-// einsum diagonalises, sums and contracts step by step; its result is the final permute of
-// the last step's tensor, so its strides (and, for a lone operand that is only permuted or
-// diagonalised, the aliasing) follow from replaying those steps on metadata.
-using einsum_labels::kEllipsis;
-using einsum_labels::label_char;
-
-struct Term {
-  Type t;
-  std::vector<int> labels;  // one per dim of t
-};
-
-// The equation is read by the runtime's own parser; its errors become inference errors.
-std::vector<int> scan_term(const Ctx& c, std::string_view term) {
-  try {
-    return einsum_labels::scan_term(term);
-  } catch (const Error& e) {
-    c.fail(e.what());
-  }
-}
-using einsum_labels::expand_ellipsis;
-
-// take_diagonals: a label repeated within an operand becomes the diagonal of those two dims.
-Term take_diagonals(const Ctx& c, Term x) {
-  for (bool again = true; again;) {
-    again = false;
-    for (size_t i = 0; i < x.labels.size() && !again; ++i)
-      for (size_t j = i + 1; j < x.labels.size() && !again; ++j) {
-        if (x.labels[i] != x.labels[j]) continue;
-        if (x.t.sizes[i] != x.t.sizes[j])
-          c.fail("subscript ", label_char(x.labels[i]), " is repeated for an operand but the sizes don't match, ",
-                 x.t.sizes[i], " != ", x.t.sizes[j]);
-        Sizes ns, nst;
-        for (size_t k = 0; k < x.labels.size(); ++k)
-          if (k != i && k != j) ns.push_back(x.t.sizes[k]), nst.push_back(x.t.strides[k]);
-        ns.push_back(x.t.sizes[i]);
-        nst.push_back(c.add(x.t.strides[i], x.t.strides[j]));
-        int l = x.labels[i];
-        x.labels.erase(x.labels.begin() + int64_t(j));
-        x.labels.erase(x.labels.begin() + int64_t(i));
-        x.labels.push_back(l);
-        x.t = view_of(x.t, ns, nst);
-        again = true;
-      }
-  }
-  return x;
-}
-
-bool has_label(const std::vector<int>& v, int l) { return std::find(v.begin(), v.end(), l) != v.end(); }
-
-// sum_unneeded: sums the dims whose labels are not in `keep` (a fresh tensor, sum's dtype).
-Term sum_unneeded(const Ctx& c, const Term& x, const std::vector<int>& keep) {
-  Term r{x.t, {}};
-  Sizes sizes;
-  for (size_t d = 0; d < x.labels.size(); ++d)
-    if (has_label(keep, x.labels[d])) r.labels.push_back(x.labels[d]), sizes.push_back(x.t.sizes[d]);
-  if (r.labels.size() == x.labels.size()) return x;
-  r.t = c.dense(sum_dtype(x.t.dtype), sizes, x.t.device);
-  return r;
-}
-
-int64_t size_of(const Term& x, int label) {
-  auto it = std::find(x.labels.begin(), x.labels.end(), label);
-  return it == x.labels.end() ? 1 : x.t.sizes[size_t(it - x.labels.begin())];
-}
-
-// contract: one bmm over (batch, left, contracted) x (batch, contracted, right).
-Term contract(const Ctx& c, const Term& a, const Term& b, const std::vector<int>& keep) {
-  std::vector<int> batch, left, con, right;
-  for (int l : a.labels) {
-    if (has_label(b.labels, l)) (has_label(keep, l) ? batch : con).push_back(l);
-    else left.push_back(l);
-  }
-  for (int l : b.labels)
-    if (!has_label(a.labels, l)) right.push_back(l);
-  auto full = [&](int l) { return std::max(size_of(a, l), size_of(b, l)); };
-  // arrange: permute, expand size-1 dims to the other operand's size, flatten each group
-  auto arrange = [&](const Term& x, std::initializer_list<const std::vector<int>*> groups) {
-    for (int l : x.labels)
-      if (size_of(x, l) != full(l) && size_of(x, l) != 1)
-        c.fail("the expanded size of the tensor (", full(l), ") must match the existing size (", size_of(x, l),
-               ") for subscript ", label_char(l));
-    Sizes flat;
-    for (auto* g : groups) {
-      int64_t n = 1;
-      for (int l : *g) n = c.mul(n, full(l));
-      flat.push_back(n);
+// einsum's steps (kiln/runtime/einsum_plan.h) replayed on types: its result is the final
+// permute of the last step's tensor, so its strides (and, for a lone operand that is only
+// permuted or diagonalised, the aliasing) follow from the steps' metadata.
+struct TypeOps {
+  const Ctx& c;
+  // The equation is read by the runtime's own parser; its errors become inference errors.
+  std::vector<int> scan_term(std::string_view term) {
+    try {
+      return einsum_labels::scan_term(term);
+    } catch (const Error& e) {
+      c.fail(e.what());
     }
-    return view_of(x.t, flat, c.dense_strides(flat));
-  };
-  Type A = arrange(a, {&batch, &left, &con}), B = arrange(b, {&batch, &con, &right});
-  Type r = bmm(c, A, B);
-  Term out{r, {}};
-  Sizes shape;
-  for (auto* g : {&batch, &left, &right})
-    for (int l : *g) shape.push_back(full(l)), out.labels.push_back(l);
-  out.t = c.dense(r.dtype, shape, r.device);
-  return out;
-}
+  }
+  int64_t rank(const Type& x) { return int64_t(x.sizes.size()); }
+  int64_t size(const Type& x, size_t d) { return x.sizes[d]; }
+  // diagonal(0, i, j): dims i and j dropped, their diagonal appended, its stride their sum
+  Type diagonal(const Type& x, size_t i, size_t j) {
+    Sizes ns, nst;
+    for (size_t k = 0; k < x.sizes.size(); ++k)
+      if (k != i && k != j) ns.push_back(x.sizes[k]), nst.push_back(x.strides[k]);
+    ns.push_back(x.sizes[i]);
+    nst.push_back(c.add(x.strides[i], x.strides[j]));
+    return view_of(x, ns, nst);
+  }
+  // sum: a fresh tensor in sum's dtype
+  Type sum(const Type& x, const std::vector<int64_t>& dims) {
+    Sizes sizes;
+    for (size_t d = 0; d < x.sizes.size(); ++d)
+      if (std::find(dims.begin(), dims.end(), int64_t(d)) == dims.end()) sizes.push_back(x.sizes[d]);
+    return c.dense(sum_dtype(x.dtype), sizes, x.device);
+  }
+  // (the product reads its operands whole: their layout after reshape does not matter here)
+  Type arrange(const Type& x, const std::vector<int64_t>&, const std::vector<int64_t>&, const std::vector<int64_t>& flat) {
+    return view_of(x, flat, c.dense_strides(flat));
+  }
+  Type bmm(const Type& a, const Type& b, bool) { return infer_detail::bmm(c, a, b); }
+  Type view(const Type& x, const std::vector<int64_t>& sizes) { return c.dense(x.dtype, sizes, x.device); }
+  Type permute(const Type& x, const std::vector<int64_t>& perm) {
+    Sizes sizes, strides;
+    for (int64_t d : perm) sizes.push_back(x.sizes[size_t(d)]), strides.push_back(x.strides[size_t(d)]);
+    return view_of(x, sizes, strides);
+  }
+  template <typename... P>
+  [[noreturn]] void fail(const P&... parts) {
+    c.fail(parts...);
+  }
+};
 
 Type einsum(const Ctx& c) {
   if (c.in.empty()) c.fail("einsum(): must provide at least one operand");
   std::vector<Type> ops;
-  for (size_t i = 0; i < c.in.size(); ++i) ops.push_back(c.tensor(i));
+  for (size_t i = 0; i < c.in.size(); ++i) {
+    ops.push_back(c.tensor(i));
+    ops.back().wrapped = false;
+  }
   for (const Type& t : ops)
     if (t.dtype != ops[0].dtype) c.fail("expected scalar type ", name(ops[0].dtype), " but found ", name(t.dtype));
   common_device(c, ops);
-  std::string eq = c.req<std::string>("equation");
-  size_t arrow = eq.find("->");
-  std::string_view lhs = std::string_view(eq).substr(0, arrow);
-  std::vector<std::vector<int>> scanned;
-  for (size_t start = 0;;) {
-    size_t comma = lhs.find(',', start);
-    scanned.push_back(scan_term(c, lhs.substr(start, comma == std::string_view::npos ? comma : comma - start)));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
-  if (scanned.size() != ops.size())
-    c.fail("einsum(): more operands were provided than specified in the equation (equation has ", scanned.size(),
-           " terms, got ", ops.size(), " operands)");
-  int64_t max_ell = 0;
-  std::vector<int64_t> ell(ops.size(), 0);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    int64_t explicit_labels = std::count_if(scanned[i].begin(), scanned[i].end(), [](int l) { return l >= 0; });
-    bool has_ell = has_label(scanned[i], -1);
-    ell[i] = int64_t(ops[i].sizes.size()) - explicit_labels;
-    if (has_ell ? ell[i] < 0 : ell[i] != 0)
-      c.fail("the number of subscripts in the equation (", explicit_labels, ") does not match the number of dimensions (",
-             ops[i].sizes.size(), ") for operand ", i, has_ell ? "" : " and no ellipsis was given");
-    max_ell = std::max(max_ell, ell[i]);
-  }
-  std::vector<Term> terms;
-  std::map<int, int> counts;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    Term t{ops[i], expand_ellipsis(scanned[i], ell[i], max_ell)};
-    t.t.wrapped = false;
-    for (int l : t.labels) ++counts[l];
-    terms.push_back(take_diagonals(c, t));
-  }
-  std::vector<int> out;
-  if (arrow != std::string::npos) {
-    out = expand_ellipsis(scan_term(c, std::string_view(eq).substr(arrow + 2)), max_ell, max_ell);
-    for (int l : out) {
-      if (!counts.count(l))
-        c.fail("einsum(): output subscript ", label_char(l), " does not appear in the equation for any input operand");
-      if (std::count(out.begin(), out.end(), l) != 1)
-        c.fail("einsum(): output subscript ", label_char(l), " appears more than once in the output");
-    }
-  } else {
-    // implicit output: ellipsis dims, then labels seen exactly once, in label order
-    for (int64_t e = 0; e < max_ell; ++e) out.push_back(kEllipsis + int(e));
-    for (auto& [l, n] : counts)
-      if (n == 1 && l < kEllipsis) out.push_back(l);
-  }
-  // labels still needed after operand i: the output's and those of later operands
-  auto needed_after = [&](size_t i) {
-    std::vector<int> keep = out;
-    for (size_t j = i + 1; j < terms.size(); ++j) keep.insert(keep.end(), terms[j].labels.begin(), terms[j].labels.end());
-    return keep;
-  };
-  std::vector<int> keep0 = needed_after(0);
-  if (terms.size() > 1) keep0.insert(keep0.end(), terms[1].labels.begin(), terms[1].labels.end());
-  Term acc = sum_unneeded(c, terms[0], keep0);
-  for (size_t i = 1; i < terms.size(); ++i) {
-    std::vector<int> keep = needed_after(i);
-    std::vector<int> keep_b = keep;
-    keep_b.insert(keep_b.end(), acc.labels.begin(), acc.labels.end());
-    acc = contract(c, acc, sum_unneeded(c, terms[i], keep_b), keep);
-  }
-  acc = sum_unneeded(c, acc, out);
-  // the final permute into the output's label order
-  if (out.size() != acc.labels.size())
-    c.fail("number of dims don't match in permute: got ", out.size(), " dims for a tensor of shape ", acc.t.sizes);
-  Sizes sizes, strides;
-  for (int l : out) {
-    auto it = std::find(acc.labels.begin(), acc.labels.end(), l);
-    if (it == acc.labels.end()) c.fail("einsum(): output subscript ", label_char(l), " has no dimension in the result");
-    sizes.push_back(acc.t.sizes[size_t(it - acc.labels.begin())]);
-    strides.push_back(acc.t.strides[size_t(it - acc.labels.begin())]);
-  }
-  return view_of(acc.t, sizes, strides);
+  TypeOps steps{c};
+  return einsum_labels::run_einsum(c.req<std::string>("equation"), ops, steps);
 }
 
 }  // namespace kiln::ir::infer_detail

@@ -1,5 +1,5 @@
-// einsum: parses the equation, takes diagonals for labels repeated within an operand, sums
-// labels no one else needs, and contracts operands left to right through one bmm each.
+// einsum on tensors: the steps of kiln/runtime/einsum_plan.h (diagonals for labels repeated
+// within an operand, sums of labels no one else needs, one bmm per operand), done with public ops.
 #include <algorithm>
 #include <map>
 

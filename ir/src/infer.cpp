@@ -380,129 +380,27 @@ std::vector<Type> reduction(const Ctx& c) {
 // ---------------------------------------------------------------- views (tensor.cpp)
 
 
-std::optional<Sizes> view_strides(const Ctx& c, const Sizes& sizes, const Sizes& strides, const Sizes& new_sizes) {
-  return rules::view_strides(sizes, strides, new_sizes, c.failer());
-}
 
 Type view_op(const Ctx& c) {
   const Type& x = c.tensor(0);
-  const int64_t n = int64_t(x.sizes.size());
-  Sizes sizes = x.sizes, st = x.strides;
+  const rules::Strided g{x.sizes, x.strides, 0};
+  // (the view's geometry is the rule the eager view applies, kiln/runtime/rules.h; a type has no
+  // storage offset, so the geometry's is dropped)
+  auto typed = [&](const rules::Strided& r) { return view_of(x, r.sizes, r.strides); };
+  const auto fail = c.failer();
   switch (c.op) {
-    case OpId::View: {
-      Sizes want = infer_size(c, c.req<IntList>("sizes"), c.numel(x.sizes));
-      auto vs = view_strides(c, x.sizes, x.strides, want);
-      if (!vs)
-        c.fail("view size ", want, " is not compatible with input tensor's size ", x.sizes, " and stride ", x.strides,
-               " (at least one dimension spans across two contiguous subspaces). Use .reshape(...) instead.");
-      return view_of(x, want, *vs);
-    }
-    case OpId::Transpose: {
-      int64_t d0 = c.wrap(c.req<int64_t>("dim0"), n), d1 = c.wrap(c.req<int64_t>("dim1"), n);
-      if (n > 0) {
-        std::swap(sizes[size_t(d0)], sizes[size_t(d1)]);
-        std::swap(st[size_t(d0)], st[size_t(d1)]);
-      }
-      return view_of(x, sizes, st);
-    }
-    case OpId::Permute: {
-      IntList dims = c.req<IntList>("dims");
-      if (int64_t(dims.size()) != n)
-        c.fail("number of dims don't match in permute: got ", dims.size(), " dims for a tensor of shape ", x.sizes);
-      std::vector<bool> seen(size_t(n), false);
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t d = c.wrap(dims[size_t(i)], n);
-        if (seen[size_t(d)]) c.fail("repeated dim ", d, " in permutation ", dims);
-        seen[size_t(d)] = true;
-        sizes[size_t(i)] = x.sizes[size_t(d)];
-        st[size_t(i)] = x.strides[size_t(d)];
-      }
-      return view_of(x, sizes, st);
-    }
-    case OpId::Slice: {
-      if (n == 0) c.fail("slice() cannot be applied to a 0-dim tensor");
-      size_t d = size_t(c.wrap(c.req<int64_t>("dim"), n));
-      int64_t step = c.req<int64_t>("step");
-      if (step <= 0) c.fail("slice step must be positive, got ", step);
-      int64_t size = x.sizes[d];
-      auto clamp_index = [size](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + size : i, 0, size); };
-      int64_t s = clamp_index(c.req<int64_t>("start"));
-      int64_t e = c.opt<int64_t>("end") ? clamp_index(*c.opt<int64_t>("end")) : size;
-      sizes[d] = e > s ? (e - s - 1) / step + 1 : 0;  // ceil((e - s) / step) without overflow
-      st[d] = c.mul(st[d], step);
-      return view_of(x, sizes, st);
-    }
-    case OpId::Select: {
-      if (n == 0) c.fail("select() cannot be applied to a 0-dim tensor");
-      size_t d = size_t(c.wrap(c.req<int64_t>("dim"), n));
-      int64_t index = c.req<int64_t>("index"), size = x.sizes[d];
-      if (index < -size || index >= size)
-        c.fail("index ", index, " is out of bounds for dimension ", d, " with size ", size);
-      sizes.erase(sizes.begin() + int64_t(d));
-      st.erase(st.begin() + int64_t(d));
-      return view_of(x, sizes, st);
-    }
-    case OpId::Expand: {
-      IntList target = c.req<IntList>("sizes");
-      int64_t m = int64_t(target.size());
-      if (m < n)
-        c.fail("the number of sizes provided (", m, ") must be greater or equal to the number of dimensions in the tensor (", n, ")");
-      sizes.assign(size_t(m), 0);
-      st.assign(size_t(m), 0);
-      for (int64_t i = m - 1; i >= 0; --i) {
-        int64_t j = i - (m - n), want = target[size_t(i)];
-        if (j < 0) {
-          if (want < 0) c.fail("the expanded size of the tensor (", want, ") isn't allowed in a leading, non-existing dimension ", i);
-          sizes[size_t(i)] = want;
-          continue;
-        }
-        int64_t have = x.sizes[size_t(j)];
-        if (want == -1) want = have;
-        if (want < 0) c.fail("the expanded size of the tensor (", want, ") is negative at dimension ", i);
-        if (have != want && have != 1)
-          c.fail("The expanded size of the tensor (", want, ") must match the existing size (", have,
-                 ") at non-singleton dimension ", i, ".  Target sizes: ", target, ".  Tensor sizes: ", x.sizes);
-        sizes[size_t(i)] = want;
-        st[size_t(i)] = have == want ? x.strides[size_t(j)] : 0;
-      }
-      return view_of(x, sizes, st);
-    }
-    case OpId::Squeeze: {
-      // dims=[] squeezes every size-1 dim; otherwise the listed dims (by their original
-      // positions) that have size 1, as PyTorch 2's squeeze(dims).
-      IntList dims = c.req<IntList>("dims");
-      std::vector<bool> mask = reduce_mask(c, dims, n);
-      Sizes ns, nst;
-      for (int64_t i = 0; i < n; ++i)
-        if (!(mask[size_t(i)] && x.sizes[size_t(i)] == 1)) {
-          ns.push_back(x.sizes[size_t(i)]);
-          nst.push_back(x.strides[size_t(i)]);
-        }
-      return view_of(x, ns, nst);
-    }
-    case OpId::Unsqueeze: {
-      size_t d = size_t(c.wrap(c.req<int64_t>("dim"), n + 1));
-      int64_t s = int64_t(d) < n ? c.mul(sizes[d], st[d]) : 1;
-      sizes.insert(sizes.begin() + int64_t(d), 1);
-      st.insert(st.begin() + int64_t(d), s);
-      return view_of(x, sizes, st);
-    }
-    case OpId::Diagonal: {
-      if (n < 2) c.fail("diagonal requires a tensor with at least 2 dimensions, got ", n, "D");
-      size_t d1 = size_t(c.wrap(c.req<int64_t>("dim1"), n)), d2 = size_t(c.wrap(c.req<int64_t>("dim2"), n));
-      if (d1 == d2) c.fail("diagonal dimensions cannot be identical ", d1, ", ", d2);
-      __int128 offset = c.req<int64_t>("offset"), n1 = x.sizes[d1], n2 = x.sizes[d2];
-      __int128 len = offset >= 0 ? std::min(n1, n2 - offset) : std::min(n1 + offset, n2);
-      Sizes ns, nst;
-      for (size_t i = 0; i < size_t(n); ++i)
-        if (i != d1 && i != d2) {
-          ns.push_back(x.sizes[i]);
-          nst.push_back(x.strides[i]);
-        }
-      ns.push_back(int64_t(std::max<__int128>(len, 0)));
-      nst.push_back(c.add(x.strides[d1], x.strides[d2]));
-      return view_of(x, ns, nst);
-    }
+    case OpId::View: return typed(rules::view(g, c.req<IntList>("sizes"), fail));
+    case OpId::Transpose: return typed(rules::transpose(g, c.req<int64_t>("dim0"), c.req<int64_t>("dim1"), fail));
+    case OpId::Permute: return typed(rules::permute(g, c.req<IntList>("dims"), fail));
+    case OpId::Slice:
+      return typed(rules::slice(g, c.req<int64_t>("dim"), c.req<int64_t>("start"), c.opt<int64_t>("end"),
+                                c.req<int64_t>("step"), fail));
+    case OpId::Select: return typed(rules::select(g, c.req<int64_t>("dim"), c.req<int64_t>("index"), fail));
+    case OpId::Expand: return typed(rules::expand(g, c.req<IntList>("sizes"), fail));
+    case OpId::Squeeze: return typed(rules::squeeze(g, c.req<IntList>("dims"), fail));
+    case OpId::Unsqueeze: return typed(rules::unsqueeze(g, c.req<int64_t>("dim"), fail));
+    case OpId::Diagonal:
+      return typed(rules::diagonal(g, c.req<int64_t>("offset"), c.req<int64_t>("dim1"), c.req<int64_t>("dim2"), fail));
     case OpId::AsStrided: {
       // (the storage-size check needs the storage, which a type does not describe)
       IntList ns = c.req<IntList>("sizes"), nst = c.req<IntList>("strides");

@@ -32,6 +32,11 @@ Tensor make_view(const Tensor& base, std::vector<int64_t> sizes, std::vector<int
   impl->refresh();
   return Tensor(std::move(impl));
 }
+// A view of `base` with the geometry a view rule (kiln/runtime/rules.h) made of base's.
+Tensor make_view(const Tensor& base, rules::Strided g) {
+  return make_view(base, std::move(g.sizes), std::move(g.strides), g.offset);
+}
+rules::Strided geometry(const Tensor& t) { return {t.sizes().vec(), t.strides().vec(), t.storage_offset()}; }
 }  // namespace
 
 namespace {
@@ -153,12 +158,7 @@ std::vector<bool> Tensor::to_vector<bool>(std::source_location where) const {
 
 Tensor Tensor::view(IntArrayRef shape_) const {
   KILN_TRACE(View, (*this), ({"sizes", kiln_out_.sizes().vec()}), view(shape_))
-  auto sizes = shape::infer_size(shape_, numel(), "view");
-  auto st = shape::view_strides(impl().sizes, impl().strides, sizes);
-  KILN_CHECK(st, "view", "view size is not compatible with input tensor's size ", impl().sizes,
-             " and stride ", impl().strides,
-             " (at least one dimension spans across two contiguous subspaces). Use .reshape(...) instead.");
-  return make_view(*this, std::move(sizes), std::move(*st), storage_offset());
+  return make_view(*this, rules::view(geometry(*this), shape_, shape::fail_as("view")));
 }
 
 Tensor Tensor::reshape(IntArrayRef shape_) const {
@@ -174,16 +174,7 @@ Tensor Tensor::reshape(IntArrayRef shape_) const {
 
 Tensor Tensor::transpose(int64_t d0, int64_t d1) const {
   KILN_TRACE(Transpose, (*this), ({"dim0", shape::wrap_dim(d0, dim(), "transpose")}, {"dim1", shape::wrap_dim(d1, dim(), "transpose")}), transpose(d0, d1))
-  int64_t n = dim();
-  d0 = shape::wrap_dim(d0, n, "transpose");
-  d1 = shape::wrap_dim(d1, n, "transpose");
-  auto sizes = impl().sizes;
-  auto st = impl().strides;
-  if (n > 0) {
-    std::swap(sizes[d0], sizes[d1]);
-    std::swap(st[d0], st[d1]);
-  }
-  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+  return make_view(*this, rules::transpose(geometry(*this), d0, d1, shape::fail_as("transpose")));
 }
 
 Tensor Tensor::t() const {
@@ -198,19 +189,7 @@ Tensor Tensor::permute(IntArrayRef dims) const {
                for (int64_t d : dims) w.push_back(shape::wrap_dim(d, dim(), "permute"));
                return w;
              }()}), permute(dims))
-  int64_t n = dim();
-  KILN_CHECK(int64_t(dims.size()) == n, "permute", "number of dims don't match in permute: got ",
-             dims.size(), " dims for a tensor of shape ", impl().sizes);
-  std::vector<int64_t> sizes(n), st(n);
-  std::vector<bool> seen(n, false);
-  for (int64_t i = 0; i < n; ++i) {
-    int64_t d = shape::wrap_dim(dims[i], n, "permute");
-    KILN_CHECK(!seen[d], "permute", "repeated dim ", d, " in permutation ", dims.vec());
-    seen[d] = true;
-    sizes[i] = impl().sizes[d];
-    st[i] = impl().strides[d];
-  }
-  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+  return make_view(*this, rules::permute(geometry(*this), dims, shape::fail_as("permute")));
 }
 
 Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int64_t> end,
@@ -220,24 +199,7 @@ Tensor Tensor::slice(int64_t d, std::optional<int64_t> start, std::optional<int6
                               {"start", slice_bound(*this, d, start, 0)},
                               {"end", slice_bound(*this, d, end, size(d))}, {"step", step}),
              slice(d, start, end, step))
-  KILN_CHECK(dim() > 0, "slice", "slice() cannot be applied to a 0-dim tensor");
-  d = shape::wrap_dim(d, dim(), "slice");
-  KILN_CHECK(step > 0, "slice", "slice step must be positive, got ", step);
-  int64_t n = impl().sizes[d];
-  auto clamp_index = [n](int64_t i) {
-    if (i < 0) i += n;
-    return std::clamp<int64_t>(i, 0, n);
-  };
-  int64_t s = start ? clamp_index(*start) : 0;
-  int64_t e = end ? clamp_index(*end) : n;
-  int64_t len = e > s ? (e - s - 1) / step + 1 : 0;  // ceil((e - s) / step), which a large step cannot overflow
-  auto sizes = impl().sizes;
-  auto st = impl().strides;
-  int64_t offset = shape::add(storage_offset(), shape::mul(s, st[d], "slice", "the start times the stride"),
-                              "slice", "the storage offset");
-  sizes[d] = len;
-  st[d] = shape::mul(st[d], step, "slice", "the stride times the step");
-  return make_view(*this, std::move(sizes), std::move(st), offset);
+  return make_view(*this, rules::slice(geometry(*this), d, start, end, step, shape::fail_as("slice")));
 }
 
 Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
@@ -255,18 +217,7 @@ Tensor Tensor::narrow(int64_t d, int64_t start, int64_t length) const {
 
 Tensor Tensor::select(int64_t d, int64_t index) const {
   KILN_TRACE(Select, (*this), ({"dim", shape::wrap_dim(d, dim(), "select")}, {"index", index < 0 ? index + size(d) : index}), select(d, index))
-  KILN_CHECK(dim() > 0, "select", "select() cannot be applied to a 0-dim tensor");
-  d = shape::wrap_dim(d, dim(), "select");
-  int64_t n = impl().sizes[d];
-  KILN_CHECK(index >= -n && index < n, "select", "index ", index,
-             " is out of bounds for dimension ", d, " with size ", n);
-  if (index < 0) index += n;
-  auto sizes = impl().sizes;
-  auto st = impl().strides;
-  int64_t offset = storage_offset() + index * st[d];
-  sizes.erase(sizes.begin() + d);
-  st.erase(st.begin() + d);
-  return make_view(*this, std::move(sizes), std::move(st), offset);
+  return make_view(*this, rules::select(geometry(*this), d, index, shape::fail_as("select")));
 }
 
 namespace {
@@ -334,64 +285,22 @@ Tensor& Tensor::operator=(const Scalar& v) && {
 
 Tensor Tensor::expand(IntArrayRef target) const {
   KILN_TRACE(Expand, (*this), ({"sizes", kiln_out_.sizes().vec()}), expand(target))
-  int64_t n = dim(), m = int64_t(target.size());
-  KILN_CHECK(m >= n, "expand", "the number of sizes provided (", m,
-             ") must be greater or equal to the number of dimensions in the tensor (", n, ")");
-  std::vector<int64_t> sizes(m), st(m);
-  for (int64_t i = m - 1; i >= 0; --i) {
-    int64_t j = i - (m - n);
-    int64_t want = target[i];
-    if (j < 0) {
-      KILN_CHECK(want >= 0, "expand", "the expanded size of the tensor (", want,
-                 ") isn't allowed in a leading, non-existing dimension ", i);
-      sizes[i] = want;
-      st[i] = 0;
-      continue;
-    }
-    int64_t have = impl().sizes[j];
-    if (want == -1) want = have;
-    KILN_CHECK(want >= 0, "expand", "the expanded size of the tensor (", want, ") is negative at dimension ", i);
-    KILN_CHECK(have == want || have == 1, "expand", "The expanded size of the tensor (", want,
-               ") must match the existing size (", have, ") at non-singleton dimension ", i,
-               ".  Target sizes: ", target.vec(), ".  Tensor sizes: ", impl().sizes);
-    sizes[i] = want;
-    st[i] = have == want ? impl().strides[j] : 0;
-  }
-  shape::numel(sizes, "expand");  // (the one view that can grow the element count)
-  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+  return make_view(*this, rules::expand(geometry(*this), target, shape::fail_as("expand")));
 }
 
 Tensor Tensor::squeeze() const {
   KILN_TRACE(Squeeze, (*this), ({"dims", IntList{}}), squeeze())
-  std::vector<int64_t> sizes, st;
-  for (int64_t i = 0; i < dim(); ++i)
-    if (impl().sizes[i] != 1) {
-      sizes.push_back(impl().sizes[i]);
-      st.push_back(impl().strides[i]);
-    }
-  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+  return make_view(*this, rules::squeeze(geometry(*this), {}, shape::fail_as("squeeze")));
 }
 
 Tensor Tensor::squeeze(int64_t d) const {
   KILN_TRACE(Squeeze, (*this), ({"dims", IntList{shape::wrap_dim(d, dim(), "squeeze")}}), squeeze(d))
-  d = shape::wrap_dim(d, dim(), "squeeze");
-  if (dim() == 0 || impl().sizes[d] != 1) return make_view(*this, impl().sizes, impl().strides, storage_offset());
-  auto sizes = impl().sizes;
-  auto st = impl().strides;
-  sizes.erase(sizes.begin() + d);
-  st.erase(st.begin() + d);
-  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+  return make_view(*this, rules::squeeze(geometry(*this), IntArrayRef(d), shape::fail_as("squeeze")));
 }
 
 Tensor Tensor::unsqueeze(int64_t d) const {
   KILN_TRACE(Unsqueeze, (*this), ({"dim", shape::wrap_dim(d, dim() + 1, "unsqueeze")}), unsqueeze(d))
-  d = shape::wrap_dim(d, dim() + 1, "unsqueeze");
-  auto sizes = impl().sizes;
-  auto st = impl().strides;
-  int64_t s = d < dim() ? shape::mul(sizes[d], st[d], "unsqueeze", "the new dim's stride") : 1;
-  sizes.insert(sizes.begin() + d, 1);
-  st.insert(st.begin() + d, s);
-  return make_view(*this, std::move(sizes), std::move(st), storage_offset());
+  return make_view(*this, rules::unsqueeze(geometry(*this), d, shape::fail_as("unsqueeze")));
 }
 
 Tensor Tensor::flatten(int64_t start, int64_t end) const {
@@ -411,29 +320,7 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
 
 Tensor Tensor::diagonal(int64_t offset, int64_t d1, int64_t d2) const {
   KILN_TRACE(Diagonal, (*this), ({"offset", offset}, {"dim1", shape::wrap_dim(d1, dim(), "diagonal")}, {"dim2", shape::wrap_dim(d2, dim(), "diagonal")}), diagonal(offset, d1, d2))
-  KILN_CHECK(dim() >= 2, "diagonal", "diagonal requires a tensor with at least 2 dimensions, got ",
-             dim(), "D");
-  d1 = shape::wrap_dim(d1, dim(), "diagonal");
-  d2 = shape::wrap_dim(d2, dim(), "diagonal");
-  KILN_CHECK(d1 != d2, "diagonal", "diagonal dimensions cannot be identical ", d1, ", ", d2);
-  int64_t n1 = impl().sizes[d1], n2 = impl().sizes[d2];
-  int64_t start = storage_offset(), len;
-  if (offset >= 0) {
-    len = std::max<int64_t>(std::min(n1, n2 - offset), 0);
-    if (len > 0) start += offset * impl().strides[d2];
-  } else {
-    len = std::max<int64_t>(std::min(n1 + offset, n2), 0);
-    if (len > 0) start -= offset * impl().strides[d1];
-  }
-  std::vector<int64_t> sizes, st;
-  for (int64_t i = 0; i < dim(); ++i)
-    if (i != d1 && i != d2) {
-      sizes.push_back(impl().sizes[i]);
-      st.push_back(impl().strides[i]);
-    }
-  sizes.push_back(len);
-  st.push_back(shape::add(impl().strides[d1], impl().strides[d2], "diagonal", "the diagonal's stride"));
-  return make_view(*this, std::move(sizes), std::move(st), start);
+  return make_view(*this, rules::diagonal(geometry(*this), offset, d1, d2, shape::fail_as("diagonal")));
 }
 
 Tensor Tensor::as_strided(IntArrayRef sizes, IntArrayRef st, std::optional<int64_t> off) const {

@@ -186,4 +186,184 @@ std::optional<std::vector<int64_t>> view_strides(IntArrayRef sizes, IntArrayRef 
   return out;
 }
 
+// ---- views ----
+// A view's geometry: what each view op makes of its operand's sizes, strides and storage offset
+// (in elements). The eager views build their tensor from it; inference its type (which has no
+// offset). Products and sums of sizes and strides are checked.
+
+struct Strided {
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+};
+
+// a * b and a + b, or "`what` overflows int64 (a * b)".
+template <typename Fail>
+int64_t checked_mul(int64_t a, int64_t b, const char* what, Fail&& fail) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) fail(what, " overflows int64 (", a, " * ", b, ")");
+  return r;
+}
+template <typename Fail>
+int64_t checked_add(int64_t a, int64_t b, const char* what, Fail&& fail) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) fail(what, " overflows int64 (", a, " + ", b, ")");
+  return r;
+}
+
+// view(shape): one -1 inferred, the strides without a copy, or the error reshape() avoids.
+template <typename Fail>
+Strided view(const Strided& x, IntArrayRef shape, Fail&& fail) {
+  std::vector<int64_t> want = infer_size(shape, numel(x.sizes, fail), fail);
+  auto st = view_strides(x.sizes, x.strides, want, fail);
+  if (!st)
+    fail("view size is not compatible with input tensor's size ", x.sizes, " and stride ", x.strides,
+         " (at least one dimension spans across two contiguous subspaces). Use .reshape(...) instead (view size ",
+         want, ")");
+  return {std::move(want), std::move(*st), x.offset};
+}
+
+template <typename Fail>
+Strided transpose(Strided x, int64_t d0, int64_t d1, Fail&& fail) {
+  const int64_t n = int64_t(x.sizes.size());
+  d0 = wrap_dim(d0, n, fail);
+  d1 = wrap_dim(d1, n, fail);
+  if (n > 0) {
+    std::swap(x.sizes[size_t(d0)], x.sizes[size_t(d1)]);
+    std::swap(x.strides[size_t(d0)], x.strides[size_t(d1)]);
+  }
+  return x;
+}
+
+template <typename Fail>
+Strided permute(const Strided& x, IntArrayRef dims, Fail&& fail) {
+  const int64_t n = int64_t(x.sizes.size());
+  if (int64_t(dims.size()) != n)
+    fail("number of dims don't match in permute: got ", dims.size(), " dims for a tensor of shape ", x.sizes);
+  Strided r{std::vector<int64_t>(size_t(n)), std::vector<int64_t>(size_t(n)), x.offset};
+  std::vector<bool> seen(size_t(n), false);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t d = wrap_dim(dims[size_t(i)], n, fail);
+    if (seen[size_t(d)]) fail("repeated dim ", d, " in permutation ", dims.vec());
+    seen[size_t(d)] = true;
+    r.sizes[size_t(i)] = x.sizes[size_t(d)];
+    r.strides[size_t(i)] = x.strides[size_t(d)];
+  }
+  return r;
+}
+
+// slice(d, start, end, step): start and end wrapped once and clamped to the size.
+template <typename Fail>
+Strided slice(Strided x, int64_t d, std::optional<int64_t> start, std::optional<int64_t> end, int64_t step,
+              Fail&& fail) {
+  if (x.sizes.empty()) fail("slice() cannot be applied to a 0-dim tensor");
+  const size_t k = size_t(wrap_dim(d, int64_t(x.sizes.size()), fail));
+  if (step <= 0) fail("slice step must be positive, got ", step);
+  const int64_t n = x.sizes[k];
+  auto clamp_index = [n](int64_t i) { return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n); };
+  const int64_t s = start ? clamp_index(*start) : 0, e = end ? clamp_index(*end) : n;
+  x.offset = checked_add(x.offset, checked_mul(s, x.strides[k], "the start times the stride", fail),
+                         "the storage offset", fail);
+  x.sizes[k] = e > s ? (e - s - 1) / step + 1 : 0;  // ceil((e - s) / step), which a large step cannot overflow
+  x.strides[k] = checked_mul(x.strides[k], step, "the stride times the step", fail);
+  return x;
+}
+
+template <typename Fail>
+Strided select(Strided x, int64_t d, int64_t index, Fail&& fail) {
+  if (x.sizes.empty()) fail("select() cannot be applied to a 0-dim tensor");
+  const size_t k = size_t(wrap_dim(d, int64_t(x.sizes.size()), fail));
+  const int64_t n = x.sizes[k];
+  if (index < -n || index >= n) fail("index ", index, " is out of bounds for dimension ", k, " with size ", n);
+  if (index < 0) index += n;
+  x.offset = checked_add(x.offset, checked_mul(index, x.strides[k], "the index times the stride", fail),
+                         "the storage offset", fail);
+  x.sizes.erase(x.sizes.begin() + int64_t(k));
+  x.strides.erase(x.strides.begin() + int64_t(k));
+  return x;
+}
+
+// expand(target): size-1 dims (and new leading ones) broadcast with stride 0; -1 keeps a size.
+template <typename Fail>
+Strided expand(const Strided& x, IntArrayRef target, Fail&& fail) {
+  const int64_t n = int64_t(x.sizes.size()), m = int64_t(target.size());
+  if (m < n)
+    fail("the number of sizes provided (", m, ") must be greater or equal to the number of dimensions in the tensor (",
+         n, ")");
+  Strided r{std::vector<int64_t>(size_t(m), 0), std::vector<int64_t>(size_t(m), 0), x.offset};
+  for (int64_t i = m - 1; i >= 0; --i) {
+    const int64_t j = i - (m - n);
+    int64_t want = target[size_t(i)];
+    if (j < 0) {
+      if (want < 0) fail("the expanded size of the tensor (", want, ") isn't allowed in a leading, non-existing dimension ", i);
+      r.sizes[size_t(i)] = want;
+      continue;
+    }
+    const int64_t have = x.sizes[size_t(j)];
+    if (want == -1) want = have;
+    if (want < 0) fail("the expanded size of the tensor (", want, ") is negative at dimension ", i);
+    if (have != want && have != 1)
+      fail("The expanded size of the tensor (", want, ") must match the existing size (", have,
+           ") at non-singleton dimension ", i, ".  Target sizes: ", target.vec(), ".  Tensor sizes: ", x.sizes);
+    r.sizes[size_t(i)] = want;
+    r.strides[size_t(i)] = have == want ? x.strides[size_t(j)] : 0;
+  }
+  numel(r.sizes, fail);  // (the one view that can grow the element count)
+  return r;
+}
+
+// squeeze(dims): every size-1 dim where dims is empty, else the listed dims that have size 1
+// (PyTorch 2's squeeze(dims)).
+template <typename Fail>
+Strided squeeze(const Strided& x, IntArrayRef dims, Fail&& fail) {
+  const std::vector<bool> mask = reduce_mask(dims, int64_t(x.sizes.size()), fail);
+  Strided r{{}, {}, x.offset};
+  for (size_t i = 0; i < x.sizes.size(); ++i)
+    if (!(mask[i] && x.sizes[i] == 1)) {
+      r.sizes.push_back(x.sizes[i]);
+      r.strides.push_back(x.strides[i]);
+    }
+  return r;
+}
+
+template <typename Fail>
+Strided unsqueeze(Strided x, int64_t d, Fail&& fail) {
+  const int64_t n = int64_t(x.sizes.size());
+  const size_t k = size_t(wrap_dim(d, n + 1, fail));
+  const int64_t s = int64_t(k) < n ? checked_mul(x.sizes[k], x.strides[k], "the new dim's stride", fail) : 1;
+  x.sizes.insert(x.sizes.begin() + int64_t(k), 1);
+  x.strides.insert(x.strides.begin() + int64_t(k), s);
+  return x;
+}
+
+// diagonal(offset, d1, d2): dims d1 and d2 dropped, their diagonal appended.
+template <typename Fail>
+Strided diagonal(const Strided& x, int64_t offset, int64_t d1, int64_t d2, Fail&& fail) {
+  const int64_t n = int64_t(x.sizes.size());
+  if (n < 2) fail("diagonal requires a tensor with at least 2 dimensions, got ", n, "D");
+  const size_t a = size_t(wrap_dim(d1, n, fail)), b = size_t(wrap_dim(d2, n, fail));
+  if (a == b) fail("diagonal dimensions cannot be identical ", a, ", ", b);
+  const int64_t n1 = x.sizes[a], n2 = x.sizes[b];
+  Strided r{{}, {}, x.offset};
+  int64_t len;
+  if (offset >= 0) {
+    len = std::max<int64_t>(std::min(n1, n2 - offset), 0);
+    if (len > 0)
+      r.offset = checked_add(r.offset, checked_mul(offset, x.strides[b], "the offset times the stride", fail),
+                             "the storage offset", fail);
+  } else {
+    len = std::max<int64_t>(std::min(n1 + offset, n2), 0);
+    if (len > 0)
+      r.offset = checked_add(r.offset, checked_mul(-offset, x.strides[a], "the offset times the stride", fail),
+                             "the storage offset", fail);
+  }
+  for (size_t i = 0; i < size_t(n); ++i)
+    if (i != a && i != b) {
+      r.sizes.push_back(x.sizes[i]);
+      r.strides.push_back(x.strides[i]);
+    }
+  r.sizes.push_back(len);
+  r.strides.push_back(checked_add(x.strides[a], x.strides[b], "the diagonal's stride", fail));
+  return r;
+}
+
 }  // namespace kiln::rules

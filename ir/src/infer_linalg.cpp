@@ -13,93 +13,31 @@ void check_gemm_dtype(const Ctx& c, DType dt, int64_t batch, int64_t n, int64_t 
   if (dt == kBool && batch > 0 && n > 0 && m > 0 && k > 0) c.fail("\"addmm_impl_cpu_\" not implemented for 'bool'");
 }
 
-void check_mm(const Ctx& c, const Type& a, const Type& b) {
-  if (a.sizes.size() != 2) c.fail("self must be a matrix, got a ", a.sizes.size(), "-D tensor of shape ", a.sizes);
-  if (b.sizes.size() != 2) c.fail("mat2 must be a matrix, got a ", b.sizes.size(), "-D tensor of shape ", b.sizes);
-  if (a.sizes[1] != b.sizes[0])
-    c.fail("mat1 and mat2 shapes cannot be multiplied (", a.sizes[0], "x", a.sizes[1], " and ", b.sizes[0], "x", b.sizes[1], ")");
-  if (a.dtype != b.dtype)
-    c.fail("expected mat1 and mat2 to have the same dtype, but got: ", name(a.dtype), " != ", name(b.dtype));
-}
-
 Type mm(const Ctx& c, const Type& a, const Type& b) {
-  check_mm(c, a, b);
+  rules::check_mm(a.sizes, b.sizes, a.dtype, b.dtype, c.failer());
   check_gemm_dtype(c, a.dtype, 1, a.sizes[0], a.sizes[1], b.sizes[1]);
   return c.dense(a.dtype, {a.sizes[0], b.sizes[1]}, common_device(c, {a, b}));
 }
 
 Type bmm(const Ctx& c, const Type& a, const Type& b) {
-  if (a.sizes.size() != 3) c.fail("batch1 must be a 3D tensor, got shape ", a.sizes);
-  if (b.sizes.size() != 3) c.fail("batch2 must be a 3D tensor, got shape ", b.sizes);
-  if (a.sizes[0] != b.sizes[0])
-    c.fail("batch1 and batch2 must have same number of batches, got ", a.sizes[0], " and ", b.sizes[0]);
-  if (a.sizes[2] != b.sizes[1])
-    c.fail("Expected size for first two dimensions of batch2 tensor to be: [", a.sizes[0], ", ", a.sizes[2],
-           "] but got: [", b.sizes[0], ", ", b.sizes[1], "].");
-  if (a.dtype != b.dtype) c.fail("expected scalar type ", name(a.dtype), " but found ", name(b.dtype));
+  Sizes shape = rules::bmm_shape(a.sizes, b.sizes, a.dtype, b.dtype, c.failer());
   check_gemm_dtype(c, a.dtype, a.sizes[0], a.sizes[1], a.sizes[2], b.sizes[2]);
-  return c.dense(a.dtype, {a.sizes[0], a.sizes[1], b.sizes[2]}, common_device(c, {a, b}));
+  return c.dense(a.dtype, shape, common_device(c, {a, b}));
 }
 
 // matmul: every rank case; the result is always a row-major product (a view of mm's or bmm's
-// fresh output with size-1 dims removed, which leaves the strides row-major).
+// fresh output with size-1 dims removed, which leaves the strides row-major). Its product is
+// empty, and bool accepted, exactly when the result has no element or the inner size is 0.
 Type matmul(const Ctx& c, const Type& a, const Type& b) {
-  const int64_t da = int64_t(a.sizes.size()), db = int64_t(b.sizes.size());
-  if (da == 0 || db == 0) c.fail("both arguments to matmul need to be at least 1D, but they are ", da, "D and ", db, "D");
-  if (a.dtype != b.dtype) c.fail("expected scalar type ", name(a.dtype), " but found ", name(b.dtype));
+  Sizes shape = rules::matmul_shape(a.sizes, b.sizes, a.dtype, b.dtype, c.failer());
   Device dev = common_device(c, {a, b});
-  auto out = [&](DType dt, Sizes s) { return c.dense(dt, s, dev); };
-  if (da == 1 && db == 1) {
-    if (a.sizes[0] != b.sizes[0])
-      c.fail("inconsistent tensor size, expected tensor [", a.sizes[0], "] and src [", b.sizes[0],
-             "] to have the same number of elements, but got ", a.sizes[0], " and ", b.sizes[0], " elements respectively");
-    check_gemm_dtype(c, a.dtype, 1, 1, a.sizes[0], 1);
-    return out(a.dtype, {});
-  }
-  if (da == 2 && db == 1) {
-    if (a.sizes[1] != b.sizes[0])
-      c.fail("size mismatch, got input (", a.sizes[0], "), mat (", a.sizes[0], "x", a.sizes[1], "), vec (", b.sizes[0], ")");
-    check_gemm_dtype(c, a.dtype, 1, a.sizes[0], a.sizes[1], 1);
-    return out(a.dtype, {a.sizes[0]});
-  }
-  if (da == 1 && db == 2) {  // mm(a.unsqueeze(0), b).squeeze(0)
-    Type row = view_of(a, {1, a.sizes[0]}, {c.mul(a.sizes[0], a.strides[0]), a.strides[0]});
-    return out(a.dtype, {mm(c, row, b).sizes[1]});
-  }
-  if (da == 2 && db == 2) return mm(c, a, b);
-  // batched: a 1-d operand becomes a matrix and its extra dim is dropped from the result
-  Sizes A = a.sizes, B = b.sizes;
-  if (da == 1) A.insert(A.begin(), 1);
-  if (db == 1) B.push_back(1);
-  int64_t n = A[A.size() - 2], k = A.back(), k2 = B[B.size() - 2], m = B.back();
-  if (k != k2) c.fail("mat1 and mat2 shapes cannot be multiplied (", n, "x", k, " and ", k2, "x", m, ")");
-  Sizes shape;
-  if (db <= 2 && da >= 3) {
-    // [..., n, k] @ [k, m] folds the batch into the rows: A.reshape({-1, k}) refuses k == 0
-    Sizes rows = infer_size(c, {-1, k}, c.numel(A));
-    check_gemm_dtype(c, a.dtype, 1, rows[0], k, m);
-    shape.assign(A.begin(), A.end() - 1);
-    shape.push_back(m);
-    if (db == 1) shape.pop_back();
-    return out(a.dtype, shape);
-  }
-  Sizes batch = broadcast(c, Sizes(A.begin(), A.end() - 2), Sizes(B.begin(), B.end() - 2));
-  check_gemm_dtype(c, a.dtype, c.numel(batch), n, k, m);
-  shape = batch;
-  if (da != 1) shape.push_back(n);
-  if (db != 1) shape.push_back(m);
-  c.numel(shape);  // the product's size must fit
-  return out(a.dtype, shape);
+  if (c.numel(shape) > 0) check_gemm_dtype(c, a.dtype, 1, 1, a.sizes.back(), 1);
+  return c.dense(a.dtype, shape, dev);
 }
 
 Type addmm(const Ctx& c) {
   const Type &self = c.tensor(0), &a = c.tensor(1), &b = c.tensor(2);
-  check_mm(c, a, b);
-  if (self.dtype != a.dtype)
-    c.fail("expected self and mat1 to have the same dtype, but got: ", name(self.dtype), " != ", name(a.dtype));
-  Sizes shape{a.sizes[0], b.sizes[1]};
-  if (broadcast(c, self.sizes, shape) != shape)
-    c.fail("self of shape ", self.sizes, " cannot be broadcast to the product's shape ", shape);
+  Sizes shape = rules::addmm_shape(self.sizes, a.sizes, b.sizes, self.dtype, a.dtype, b.dtype, c.failer());
   // bool: gemm_into refuses a non-empty product, and scaling by a nonzero beta (mul_) an empty one
   Scalar beta = *c.number("beta");
   if (a.dtype == kBool && shape[0] > 0 && shape[1] > 0 && (a.sizes[1] > 0 || beta.to_double() != 0))

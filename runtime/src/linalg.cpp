@@ -371,14 +371,6 @@ std::string blas_library() {
 
 namespace {
 
-void check_mm(std::string_view op, const Tensor& a, const Tensor& b) {
-  KILN_CHECK(a.dim() == 2, op, "self must be a matrix, got a ", a.dim(), "-D tensor of shape ", a.sizes().vec());
-  KILN_CHECK(b.dim() == 2, op, "mat2 must be a matrix, got a ", b.dim(), "-D tensor of shape ", b.sizes().vec());
-  KILN_CHECK(a.sizes()[1] == b.sizes()[0], op, "mat1 and mat2 shapes cannot be multiplied (", a.sizes()[0], "x",
-             a.sizes()[1], " and ", b.sizes()[0], "x", b.sizes()[1], ")");
-  KILN_CHECK(a.dtype() == b.dtype(), op, "expected mat1 and mat2 to have the same dtype, but got: ",
-             name(a.dtype()), " != ", name(b.dtype()));
-}
 
 // The tensor a product is written to: `into` seen with the product's shape where the caller
 // gave one (run_library_into: contiguous, of the result's dtype and element count, sharing no
@@ -389,7 +381,7 @@ Tensor product(std::vector<int64_t> shape, const Tensor& like, const Tensor* int
 }
 
 Tensor mm_impl(const Tensor& a, const Tensor& b, const Tensor* into = nullptr) {
-  check_mm("mm", a, b);
+  rules::check_mm(a.sizes(), b.sizes(), a.dtype(), b.dtype(), shape::fail_as("mm"));
   Tensor out = product({a.sizes()[0], b.sizes()[1]}, a, into);
   gemm_into(a, b, out, 1.0, 0.0);
   return out;
@@ -397,12 +389,8 @@ Tensor mm_impl(const Tensor& a, const Tensor& b, const Tensor* into = nullptr) {
 
 Tensor addmm_impl(const Tensor& self, const Tensor& a, const Tensor& b, const Scalar& beta, const Scalar& alpha,
                   const Tensor* into = nullptr) {
-  check_mm("addmm", a, b);
-  KILN_CHECK(self.dtype() == a.dtype(), "addmm", "expected self and mat1 to have the same dtype, but got: ",
-             name(self.dtype()), " != ", name(a.dtype()));
-  std::vector<int64_t> shape{a.sizes()[0], b.sizes()[1]};
-  KILN_CHECK(broadcast_shapes(self.sizes(), shape, "addmm") == shape, "addmm", "self of shape ",
-             self.sizes().vec(), " cannot be broadcast to the product's shape ", shape);
+  std::vector<int64_t> shape = rules::addmm_shape(self.sizes(), a.sizes(), b.sizes(), self.dtype(), a.dtype(),
+                                                  b.dtype(), shape::fail_as("addmm"));
   Tensor out = product(shape, a, into);
   double be = beta.to_double();
   if (be != 0) out.copy_(self);
@@ -411,43 +399,24 @@ Tensor addmm_impl(const Tensor& self, const Tensor& a, const Tensor& b, const Sc
 }
 
 Tensor bmm_impl(const Tensor& a, const Tensor& b, const Tensor* into = nullptr) {
-  KILN_CHECK(a.dim() == 3, "bmm", "batch1 must be a 3D tensor, got shape ", a.sizes().vec());
-  KILN_CHECK(b.dim() == 3, "bmm", "batch2 must be a 3D tensor, got shape ", b.sizes().vec());
-  KILN_CHECK(a.sizes()[0] == b.sizes()[0], "bmm", "batch1 and batch2 must have same number of batches, got ",
-             a.sizes()[0], " and ", b.sizes()[0]);
-  KILN_CHECK(a.sizes()[2] == b.sizes()[1], "bmm", "Expected size for first two dimensions of batch2 tensor to be: [",
-             a.sizes()[0], ", ", a.sizes()[2], "] but got: [", b.sizes()[0], ", ", b.sizes()[1], "].");
-  KILN_CHECK(a.dtype() == b.dtype(), "bmm", "expected scalar type ", name(a.dtype()), " but found ", name(b.dtype()));
-  Tensor out = product({a.sizes()[0], a.sizes()[1], b.sizes()[2]}, a, into);
+  Tensor out = product(rules::bmm_shape(a.sizes(), b.sizes(), a.dtype(), b.dtype(), shape::fail_as("bmm")), a, into);
   gemm_into(a, b, out, 1.0, 0.0);
   return out;
 }
 
 Tensor matmul_impl(const Tensor& a, const Tensor& b, const Tensor* into = nullptr) {
+  // (every shape and dtype error first, as inference gives it; then the product's route)
+  rules::matmul_shape(a.sizes(), b.sizes(), a.dtype(), b.dtype(), shape::fail_as("matmul"));
   int64_t da = a.dim(), db = b.dim();
-  KILN_CHECK(da > 0 && db > 0, "matmul", "both arguments to matmul need to be at least 1D, but they are ", da,
-             "D and ", db, "D");
-  KILN_CHECK(a.dtype() == b.dtype(), "matmul", "expected scalar type ", name(a.dtype()), " but found ",
-             name(b.dtype()));
-  if (da == 1 && db == 1) {
-    KILN_CHECK(a.sizes()[0] == b.sizes()[0], "matmul", "inconsistent tensor size, expected tensor [",
-               a.sizes()[0], "] and src [", b.sizes()[0], "] to have the same number of elements, but got ",
-               a.sizes()[0], " and ", b.sizes()[0], " elements respectively");
-    return mm_impl(a.unsqueeze(0), b.unsqueeze(1), into).view({});
-  }
-  if (da == 2 && db == 1) {
-    KILN_CHECK(a.sizes()[1] == b.sizes()[0], "matmul", "size mismatch, got input (", a.sizes()[0], "), mat (",
-               a.sizes()[0], "x", a.sizes()[1], "), vec (", b.sizes()[0], ")");
-    return mm_impl(a, b.unsqueeze(1), into).squeeze(-1);
-  }
+  if (da == 1 && db == 1) return mm_impl(a.unsqueeze(0), b.unsqueeze(1), into).view({});
+  if (da == 2 && db == 1) return mm_impl(a, b.unsqueeze(1), into).squeeze(-1);
   if (da == 1 && db == 2) return mm_impl(a.unsqueeze(0), b, into).squeeze(0);
   if (da == 2 && db == 2) return mm_impl(a, b, into);
   // Batched: a 1-d operand becomes a matrix and its extra dim is dropped from the result.
   Tensor A = da == 1 ? a.unsqueeze(0) : a;
   Tensor B = db == 1 ? b.unsqueeze(-1) : b;
   int64_t n = A.sizes()[A.dim() - 2], k = A.sizes()[A.dim() - 1];
-  int64_t k2 = B.sizes()[B.dim() - 2], m = B.sizes()[B.dim() - 1];
-  KILN_CHECK(k == k2, "matmul", "mat1 and mat2 shapes cannot be multiplied (", n, "x", k, " and ", k2, "x", m, ")");
+  int64_t m = B.sizes()[B.dim() - 1];
   std::vector<int64_t> out_shape;
   if (db <= 2 && da >= 3) {
     // [..., n, k] @ [k, m]: fold the batch into the rows, one GEMM.

@@ -186,6 +186,90 @@ std::optional<std::vector<int64_t>> view_strides(IntArrayRef sizes, IntArrayRef 
   return out;
 }
 
+// ---- products ----
+
+// mm: [n, k] @ [k, m].
+template <typename Fail>
+void check_mm(IntArrayRef a, IntArrayRef b, DType ta, DType tb, Fail&& fail) {
+  if (a.size() != 2) fail("self must be a matrix, got a ", a.size(), "-D tensor of shape ", a.vec());
+  if (b.size() != 2) fail("mat2 must be a matrix, got a ", b.size(), "-D tensor of shape ", b.vec());
+  if (a[1] != b[0]) fail("mat1 and mat2 shapes cannot be multiplied (", a[0], "x", a[1], " and ", b[0], "x", b[1], ")");
+  if (ta != tb) fail("expected mat1 and mat2 to have the same dtype, but got: ", name(ta), " != ", name(tb));
+}
+
+// bmm: [batch, n, k] @ [batch, k, m] -> [batch, n, m].
+template <typename Fail>
+std::vector<int64_t> bmm_shape(IntArrayRef a, IntArrayRef b, DType ta, DType tb, Fail&& fail) {
+  if (a.size() != 3) fail("batch1 must be a 3D tensor, got shape ", a.vec());
+  if (b.size() != 3) fail("batch2 must be a 3D tensor, got shape ", b.vec());
+  if (a[0] != b[0]) fail("batch1 and batch2 must have same number of batches, got ", a[0], " and ", b[0]);
+  if (a[2] != b[1])
+    fail("Expected size for first two dimensions of batch2 tensor to be: [", a[0], ", ", a[2], "] but got: [", b[0],
+         ", ", b[1], "].");
+  if (ta != tb) fail("expected scalar type ", name(ta), " but found ", name(tb));
+  return {a[0], a[1], b[2]};
+}
+
+// matmul's result shape, every rank case: 1-d operands are a row or a column whose dim is then
+// dropped; batch dims broadcast; [..., n, k] @ [k, m] folds the batch into the rows.
+template <typename Fail>
+std::vector<int64_t> matmul_shape(IntArrayRef a, IntArrayRef b, DType ta, DType tb, Fail&& fail) {
+  const size_t da = a.size(), db = b.size();
+  if (da == 0 || db == 0) fail("both arguments to matmul need to be at least 1D, but they are ", da, "D and ", db, "D");
+  if (ta != tb) fail("expected scalar type ", name(ta), " but found ", name(tb));
+  if (da == 1 && db == 1) {
+    if (a[0] != b[0])
+      fail("inconsistent tensor size, expected tensor [", a[0], "] and src [", b[0],
+           "] to have the same number of elements, but got ", a[0], " and ", b[0], " elements respectively");
+    return {};
+  }
+  if (da == 2 && db == 1) {
+    if (a[1] != b[0]) fail("size mismatch, got input (", a[0], "), mat (", a[0], "x", a[1], "), vec (", b[0], ")");
+    return {a[0]};
+  }
+  if (da == 1 && db == 2) {
+    const int64_t row[] = {1, a[0]};
+    check_mm(IntArrayRef(row, 2), b, ta, tb, fail);
+    return {b[1]};
+  }
+  if (da == 2 && db == 2) {
+    check_mm(a, b, ta, tb, fail);
+    return {a[0], b[1]};
+  }
+  std::vector<int64_t> A = a.vec(), B = b.vec();
+  if (da == 1) A.insert(A.begin(), 1);
+  if (db == 1) B.push_back(1);
+  const int64_t n = A[A.size() - 2], k = A.back(), k2 = B[B.size() - 2], m = B.back();
+  if (k != k2) fail("mat1 and mat2 shapes cannot be multiplied (", n, "x", k, " and ", k2, "x", m, ")");
+  std::vector<int64_t> shape;
+  if (db <= 2 && da >= 3) {
+    const int64_t rows[] = {-1, k};
+    infer_size(IntArrayRef(rows, 2), numel(A, fail), fail);  // (the fold's reshape: it refuses k == 0)
+    shape.assign(A.begin(), A.end() - 1);
+    shape.push_back(m);
+    if (db == 1) shape.pop_back();
+    return shape;
+  }
+  shape = broadcast_shapes(IntArrayRef(A.data(), A.size() - 2), IntArrayRef(B.data(), B.size() - 2), fail);
+  numel(shape, fail);
+  if (da != 1) shape.push_back(n);
+  if (db != 1) shape.push_back(m);
+  numel(shape, fail);  // (the product's size must fit)
+  return shape;
+}
+
+// addmm: self broadcast to the product's [n, m], of mat1's dtype.
+template <typename Fail>
+std::vector<int64_t> addmm_shape(IntArrayRef self, IntArrayRef a, IntArrayRef b, DType ts, DType ta, DType tb,
+                                 Fail&& fail) {
+  check_mm(a, b, ta, tb, fail);
+  if (ts != ta) fail("expected self and mat1 to have the same dtype, but got: ", name(ts), " != ", name(ta));
+  std::vector<int64_t> shape{a[0], b[1]};
+  if (broadcast_shapes(self, shape, fail) != shape)
+    fail("self of shape ", self.vec(), " cannot be broadcast to the product's shape ", shape);
+  return shape;
+}
+
 // ---- views ----
 // A view's geometry: what each view op makes of its operand's sizes, strides and storage offset
 // (in elements). The eager views build their tensor from it; inference its type (which has no

@@ -45,7 +45,7 @@ struct AttrSpec {
   std::string_view dflt = {};
 };
 
-// The attributes each op takes (infer.cpp).
+// The attributes each op takes: ops.def's schema column, parsed once (infer.cpp).
 std::span<const AttrSpec> attr_specs(OpId op);
 
 // ---------------------------------------------------------------- the inference context

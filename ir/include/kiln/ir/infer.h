@@ -11,7 +11,7 @@
 // an already-contiguous operand, and `einsum`, whose result is a permuted (and, for a single
 // operand with no summation, aliasing) view. Outputs are never `wrapped`.
 //
-// Attributes follow the comments of ops.def. An attribute the op does not name, or one of the
+// Attributes follow the op table's schema column (ops.def). An attribute the op does not name, or one of the
 // wrong kind (dims=1.5), is an error; an attribute with an eager default may be left out
 // (alpha=1, keepdim=false, dims=[] meaning every dim, ...).
 //

@@ -23,19 +23,6 @@ inline auto fail_as(std::string_view op) {
 
 // Wraps a possibly negative dim into [0, ndim); ndim 0 accepts -1 and 0 as PyTorch does.
 inline int64_t wrap_dim(int64_t d, int64_t ndim, std::string_view op) { return rules::wrap_dim(d, ndim, fail_as(op)); }
-// a * b and a + b, or "[op] what overflows int64 (a * b)".
-inline int64_t mul(int64_t a, int64_t b, std::string_view op, std::string_view what) {
-  int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) [[unlikely]]
-    KILN_FAIL(op, what, " overflows int64 (", a, " * ", b, ")");
-  return r;
-}
-inline int64_t add(int64_t a, int64_t b, std::string_view op, std::string_view what) {
-  int64_t r;
-  if (__builtin_add_overflow(a, b, &r)) [[unlikely]]
-    KILN_FAIL(op, what, " overflows int64 (", a, " + ", b, ")");
-  return r;
-}
 // The element count of non-negative sizes: 0 when one is 0 (whatever the others), else their
 // product, which must fit in int64. Without `op` the error says "[numel]": for the places where
 // no op checked the sizes before.

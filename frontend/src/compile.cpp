@@ -28,37 +28,16 @@ namespace {
 
 // ---- signatures ----
 
-// The stride class of a tensor: what the cache keys on besides dtype, device and sizes.
-// Views of a tensor (view(), reshape()) depend on its layout, so a permuted tensor also
-// keys on its dimension order, and a broadcast or general one on its exact strides.
-// The stride classes of the kernel program's operands (kiln/passes/kernel.h), here of arguments.
+// The stride class of a tensor (rules::stride_class), with what else the key needs of its
+// layout: views of a tensor (view(), reshape()) depend on it, so a permuted tensor also keys on
+// its dimension order, and a broadcast or general one on its exact strides.
 using passes::StrideClass;
 
 StrideClass stride_class(const Tensor& t, std::vector<int64_t>* detail) {
   if (t.is_contiguous()) return StrideClass::Contiguous;
-  auto sz = t.sizes(), st = t.strides();
-  bool broadcast = false;
-  for (size_t i = 0; i < sz.size(); ++i) broadcast |= st[i] == 0 && sz[i] > 1;
-  if (!broadcast) {
-    // dense in some order: sorting the dims by stride gives row-major strides
-    std::vector<size_t> order(sz.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return st[a] > st[b]; });
-    int64_t expect = 1;
-    bool dense = true;
-    for (size_t k = order.size(); k-- > 0;) {
-      size_t d = order[k];
-      if (sz[d] == 1) continue;
-      dense &= st[d] == expect;
-      expect *= sz[d];
-    }
-    if (dense) {
-      for (size_t d : order) detail->push_back(int64_t(d));
-      return StrideClass::Permuted;
-    }
-  }
-  for (int64_t s : st) detail->push_back(s);
-  return broadcast ? StrideClass::Broadcast : StrideClass::General;
+  StrideClass c = rules::stride_class(t.sizes(), t.strides(), false, detail);
+  if (c != StrideClass::Permuted) detail->assign(t.strides().begin(), t.strides().end());
+  return c;
 }
 
 }  // namespace
@@ -104,41 +83,6 @@ Key signature(std::span<const CallArg> args, const DynamicDims& dynamic) {
 }
 
 namespace {
-std::string arg_text(const CallArg& a) {
-  if (!a.is_tensor) {
-    const Scalar& s = a.scalar;
-    std::ostringstream o;
-    o.precision(17);
-    if (s.is_bool()) o << (s.to_bool() ? "true" : "false");
-    else if (s.is_integral()) o << s.to_int();
-    else o << s.to_double();
-    return o.str();
-  }
-  std::vector<int64_t> detail;
-  std::string s = std::string(ir::short_name(a.tensor.dtype())) + "[";
-  for (int64_t d = 0; d < a.tensor.dim(); ++d) s += (d ? "," : "") + std::to_string(a.tensor.size(d));
-  s += "] ";
-  s += passes::stride_class_name(stride_class(a.tensor, &detail));
-  if (!a.tensor.device().is_cpu()) s += " @" + a.tensor.device().str();
-  return s;
-}
-
-}  // namespace
-
-std::string signature_text(std::span<const CallArg> args) {
-  std::string s = "(";
-  for (size_t i = 0; i < args.size(); ++i) {
-    s += (i ? ", " : "") + arg_text(args[i]);
-    for (size_t j = 0; j < i; ++j)
-      if (args[i].is_tensor && args[j].is_tensor && args[j].tensor.is_alias_of(args[i].tensor)) {
-        s += " aliasing arg " + std::to_string(j);
-        break;
-      }
-  }
-  return s + ")";
-}
-
-namespace {
 
 
 // The graphs along a trace's first path with their sizes erased (ir::structure_key): equal for
@@ -174,6 +118,25 @@ std::vector<ArgDesc> describe_args(std::span<const CallArg> args) {
       }
   }
   return out;
+}
+
+std::string arg_text(const ArgDesc& d) {
+  if (!d.is_tensor) {
+    const Scalar& s = d.scalar;
+    std::ostringstream o;
+    o.precision(17);
+    if (s.is_bool()) o << (s.to_bool() ? "true" : "false");
+    else if (s.is_integral()) o << s.to_int();
+    else o << s.to_double();
+    return o.str();
+  }
+  std::string s = std::string(ir::short_name(d.dtype)) + "[";
+  for (size_t k = 0; k < d.sizes.size(); ++k) s += (k ? "," : "") + std::to_string(d.sizes[k]);
+  s += "] ";
+  s += passes::stride_class_name(StrideClass(d.layout));
+  if (!d.device.is_cpu()) s += " @" + d.device.str();
+  if (d.alias >= 0) s += " aliasing arg " + std::to_string(d.alias);
+  return s;
 }
 
 bool same_number(const Scalar& a, const Scalar& b) {
@@ -298,6 +261,14 @@ RetraceCause size_guard_cause(const SizeGuard* g, const std::string& why) {
 }
 
 }  // namespace
+
+// The signature as explain() and the cache's reports print it, from the arguments' descriptions.
+std::string signature_text(std::span<const CallArg> args) {
+  std::string s = "(";
+  std::vector<ArgDesc> ds = describe_args(args);
+  for (size_t i = 0; i < ds.size(); ++i) s += (i ? ", " : "") + arg_text(ds[i]);
+  return s + ")";
+}
 
 // ---- the engine ----
 

@@ -414,7 +414,16 @@ std::optional<VerifyError> verify_structure(const Graph& g) { return structure(g
 
 std::optional<VerifyError> verify(const Graph& g) {
   if (auto e = verify_structure(g)) return e;
-  return verify_types(g);
+  if (auto e = verify_types(g)) return e;
+  // A caller passes a tensor for a tensor input, and a 0-d tensor promotes as a tensor: an input
+  // typed as a wrapped number would promote one way in the graph's types and another when run.
+  for (const Value* v : g.inputs())
+    if (v->type.wrapped)
+      return VerifyError{"graph input %" + v->name + " has type " + v->type.str() +
+                             ": a number enters a graph as scalar<" + std::string(short_name(v->type.dtype)) +
+                             ">, passed at each call; `wrapped` is the type of a number constant",
+                         {}};
+  return std::nullopt;
 }
 
 // ---- hash: FNV-1a 64 over the canonical text ----

@@ -236,6 +236,10 @@ Type ternary(const Ctx& c) {
       bool has_min = c.req<bool>("has_min"), has_max = c.req<bool>("has_max");
       if (!has_min && !has_max) c.fail("At least one of 'min' or 'max' must not be None (has_min and has_max are false)");
       c.arity(1 + size_t(has_min) + size_t(has_max));
+      // clamp(Tensor, Scalar?, Scalar?) and clamp(Tensor, Tensor?, Tensor?): no overload mixes them
+      auto number = [&](size_t i) { return c.in[i].is_scalar() || c.in[i].wrapped; };
+      if (c.in.size() == 3 && number(1) != number(2))
+        c.fail("min and max must both be numbers or both be tensors, got ", c.in[1].str(), " and ", c.in[2].str());
       std::vector<Type> ts = {c.tensor(0)};
       for (size_t i = 1; i < c.in.size(); ++i) ts.push_back(c.number_or_tensor(i));
       DType ct = result_type(ts);
@@ -447,7 +451,8 @@ Type cat(const Ctx& c) {  // join.cpp
       if (k != d && t.sizes[k] != ref->sizes[k])
         c.fail("Sizes of tensors must match except in dimension ", d, ". Expected size ", ref->sizes[k], " but got size ",
                t.sizes[k], " for tensor number ", i, " in the list.");
-    shape[d] = c.add(shape[d], t.sizes[d]);
+    if (__builtin_add_overflow(shape[d], t.sizes[d], &shape[d]))
+      c.fail("the sizes along dimension ", d, " sum past int64 at tensor number ", i);
   }
   return c.dense(dt, shape, common_device(c, ts));
 }

@@ -131,23 +131,13 @@ class Ctx {
   // ---- dims ----
   int64_t wrap(int64_t d, int64_t ndim) const { return rules::wrap_dim(d, ndim, failer()); }
 
-  // ---- checked arithmetic: a claimed size may be anything up to INT64_MAX ----
-  int64_t mul(int64_t a, int64_t b) const {
-    int64_t r;
-    if (__builtin_mul_overflow(a, b, &r)) fail("sizes or strides overflow int64 (", a, " * ", b, ")");
-    return r;
-  }
-  int64_t add(int64_t a, int64_t b) const {
-    int64_t r;
-    if (__builtin_add_overflow(a, b, &r)) fail("sizes or strides overflow int64 (", a, " + ", b, ")");
-    return r;
-  }
+  // ---- sizes: a claimed size may be anything up to INT64_MAX, so each count is checked ----
   int64_t numel(const Sizes& sizes) const { return rules::numel(sizes, failer()); }
   Sizes dense_strides(const Sizes& sizes) const { return rules::contiguous_strides(sizes, failer()); }
   // A fresh row-major tensor, as every eager kernel allocates its output with empty(), which
   // refuses an element or byte count past int64.
   Type dense(DType dt, const Sizes& sizes, Device dev) const {
-    mul(numel(sizes), itemsize(dt));
+    rules::dense_bytes(sizes, int64_t(itemsize(dt)), failer());
     return Type::tensor(dt, sizes, dense_strides(sizes), dev);
   }
 

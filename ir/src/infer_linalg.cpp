@@ -64,12 +64,8 @@ struct TypeOps {
   int64_t size(const Type& x, size_t d) { return x.sizes[d]; }
   // diagonal(0, i, j): dims i and j dropped, their diagonal appended, its stride their sum
   Type diagonal(const Type& x, size_t i, size_t j) {
-    Sizes ns, nst;
-    for (size_t k = 0; k < x.sizes.size(); ++k)
-      if (k != i && k != j) ns.push_back(x.sizes[k]), nst.push_back(x.strides[k]);
-    ns.push_back(x.sizes[i]);
-    nst.push_back(c.add(x.strides[i], x.strides[j]));
-    return view_of(x, ns, nst);
+    rules::Strided d = rules::diagonal({x.sizes, x.strides, 0}, 0, int64_t(i), int64_t(j), c.failer());
+    return view_of(x, d.sizes, d.strides);
   }
   // sum: a fresh tensor in sum's dtype
   Type sum(const Type& x, const std::vector<int64_t>& dims) {

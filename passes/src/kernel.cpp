@@ -8,16 +8,6 @@ using kiln::ir::short_name;
 
 namespace kiln::passes {
 
-std::string_view stride_class_name(StrideClass c) {
-  switch (c) {
-    case StrideClass::Contiguous: return "contiguous";
-    case StrideClass::Broadcast: return "broadcast";
-    case StrideClass::Permuted: return "permuted";
-    case StrideClass::General: return "general";
-  }
-  return "?";
-}
-
 std::string_view buffer_kind_name(BufferKind k) {
   switch (k) {
     case BufferKind::Input: return "input";

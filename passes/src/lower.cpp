@@ -33,35 +33,13 @@ int64_t span(const std::vector<int64_t>& sizes, const std::vector<int64_t>& stri
   return hi + 1;
 }
 
-// `bcast_from`: the loops (extents) against which a size of 1 means broadcast; a store does not
-// count its reduction loops.
+// An access's stride class (rules::stride_class). A size-1 dim broadcasts where the loop over it
+// (among the first `loops_checked`, which for a store leave out its reduction loops) runs more.
 StrideClass classify_access(const Access& a, const std::vector<int64_t>& loops, size_t loops_checked) {
   bool bcast = false;
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of dims that vary
-  for (size_t d = 0; d < a.sizes.size(); ++d) {
-    if (a.sizes[d] == 1) {
-      if (d < loops_checked && d < loops.size() && loops[d] > 1) bcast = true;
-      continue;
-    }
-    if (a.strides[d] == 0) {
-      bcast = true;
-      continue;
-    }
-    dims.push_back({a.strides[d], a.sizes[d]});
-  }
-  auto dense = [](const std::vector<std::pair<int64_t, int64_t>>& ds) {
-    int64_t expect = 1;
-    for (size_t k = ds.size(); k-- > 0;) {
-      if (ds[k].first != expect) return false;
-      expect *= ds[k].second;
-    }
-    return true;
-  };
-  if (dense(dims)) return bcast ? StrideClass::Broadcast : StrideClass::Contiguous;
-  auto sorted = dims;
-  std::stable_sort(sorted.begin(), sorted.end(), [](auto x, auto y) { return x.first > y.first; });
-  if (!bcast && dense(sorted)) return StrideClass::Permuted;
-  return StrideClass::General;
+  for (size_t d = 0; d < a.sizes.size(); ++d)
+    bcast |= a.sizes[d] == 1 && d < loops_checked && d < loops.size() && loops[d] > 1;
+  return rules::stride_class(a.sizes, a.strides, bcast);
 }
 
 int alignment(int64_t offset_elems, DType dt) {

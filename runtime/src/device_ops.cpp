@@ -31,6 +31,17 @@ bool dispatched(OpId op) {
 }
 
 Tensor run(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs) {
+  if (has_library(op) && !inputs.empty() && inputs[0].tensor) {
+    // A library op (a product, einsum) on tensors of one device is its own call there
+    // (run_library): no backend program around it, and no trip through the handler.
+    std::vector<Tensor> operands;
+    for (const trace::Operand& o : inputs)
+      if (o.tensor && o.tensor->device() == inputs[0].tensor->device()) operands.push_back(*o.tensor);
+    if (operands.size() == inputs.size()) {
+      trace::Pause pause;  // (einsum's steps are public ops: a running trace records none of them)
+      return run_library(op, operands, attrs);
+    }
+  }
   Handler h = handler.load();
   if (!h) {
     Device d = Device::cpu();

@@ -69,4 +69,45 @@ bool is_contiguous(IntArrayRef sizes, IntArrayRef strides) {
   return true;
 }
 
+std::string_view stride_class_name(StrideClass c) {
+  switch (c) {
+    case StrideClass::Contiguous: return "contiguous";
+    case StrideClass::Broadcast: return "broadcast";
+    case StrideClass::Permuted: return "permuted";
+    case StrideClass::General: return "general";
+  }
+  return "?";
+}
+
+StrideClass stride_class(IntArrayRef sizes, IntArrayRef strides, bool broadcast, std::vector<int64_t>* order) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that vary
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    if (strides[d] == 0) {
+      broadcast = true;
+      continue;
+    }
+    dims.push_back({strides[d], sizes[d]});
+  }
+  auto dense = [](const std::vector<std::pair<int64_t, int64_t>>& ds) {
+    int64_t expect = 1;
+    for (size_t k = ds.size(); k-- > 0;) {
+      if (ds[k].first != expect) return false;
+      expect *= ds[k].second;
+    }
+    return true;
+  };
+  if (dense(dims)) return broadcast ? StrideClass::Broadcast : StrideClass::Contiguous;
+  if (broadcast) return StrideClass::General;
+  std::stable_sort(dims.begin(), dims.end(), [](auto x, auto y) { return x.first > y.first; });
+  if (!dense(dims)) return StrideClass::General;
+  if (order) {
+    std::vector<int64_t> all(sizes.size());
+    for (size_t d = 0; d < all.size(); ++d) all[d] = int64_t(d);
+    std::stable_sort(all.begin(), all.end(), [&](int64_t a, int64_t b) { return strides[size_t(a)] > strides[size_t(b)]; });
+    *order = std::move(all);
+  }
+  return StrideClass::Permuted;
+}
+
 }  // namespace kiln::rules

@@ -29,11 +29,7 @@ std::optional<int64_t> storage_bytes(IntArrayRef sizes, IntArrayRef strides, int
 }
 
 int64_t dense_bytes(IntArrayRef sizes, int64_t itemsize, std::string_view op) {
-  int64_t n = numel(sizes, op), bytes;
-  if (__builtin_mul_overflow(n, itemsize, &bytes)) [[unlikely]]
-    KILN_FAIL(op, "sizes ", sizes.vec(), " hold ", n, " elements of ", itemsize,
-              " bytes: more bytes than int64 can count");
-  return bytes;
+  return rules::dense_bytes(sizes, itemsize, fail_as(op));
 }
 
 }  // namespace kiln::shape

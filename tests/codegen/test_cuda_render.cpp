@@ -37,6 +37,7 @@
 #include "../common/close.h"
 #include "../common/nvrtc.h"
 #include "../common/scoped_env.h"
+#include "../common/one_op_graphs.h"
 #include "../emulation/emulated_driver.h"
 #include "../passes/check_program.h"
 #include "traced.h"
@@ -202,6 +203,23 @@ std::vector<Case> workload_cases(bool generic = false) {
 
 TEST(CudaEmulation, EveryWorkloadMatchesTheReferenceExecutor) { expect_cases_match(workload_cases()); }
 TEST(CudaEmulation, EveryWorkloadMatchesWithSizeGenericKernels) { expect_cases_match(workload_cases(true)); }
+
+// Every elementwise op and reduction of the op table (ops.def) on its own
+// (tests/common/one_op_graphs.h): an op added to the table whose CUDA rendering is missing fails
+// here (no kernel rendered, or one that does not compile or match) instead of running on the
+// host unnoticed.
+TEST(CudaEmulation, EveryElementwiseOpAndReductionOfTheTableMatches) {
+  std::vector<Case> cases;
+  for (int o = 0; o < ir::num_ops(); ++o) {
+    const OpId op = OpId(o);
+    const ir::Category cat = ir::op_info(op).category;
+    if (cat != ir::Category::Elementwise && cat != ir::Category::Reduction) continue;
+    cases.push_back(make_case("op " + std::string(ir::op_info(op).name), kiln::testing::graph_with(op),
+                              "op" + std::to_string(o) + "_k"));
+  }
+  EXPECT_GT(cases.size(), size_t(70));
+  expect_cases_match(cases);
+}
 
 // ---- ops, dtypes, layouts ----
 

@@ -16,10 +16,11 @@
 //     float32 rtol 1e-5  atol 1e-6    transcendental ops and products: rtol 2e-5, atol 1e-5
 //     float16 rtol 1e-3  atol 1e-3    transcendental ops: rtol 2e-3, atol 2e-3
 //     bfloat16 rtol 1e-2 atol 1e-2    transcendental ops: rtol 2e-2, atol 2e-2
-//   ops that only move, select or compare values (views, copy, where, clamp, max, rounding,
-//   comparisons, ...) are compared exactly for floats too; those that only move values or round
-//   (views, copies, cat, where, neg, abs, floor, ...) must also get the sign of zero right (for
-//   max/min/clamp/relu PyTorch's own sign of zero depends on its vector path, so it is not checked).
+//   "transcendental" is the op table's kApprox trait (ops.def). Ops with kExactValue (they only
+//   select or compare values: clamp, max, relu, comparisons, ...) are compared exactly for
+//   floats too; those with kExact (they only move values or round: views, copies, cat, where,
+//   neg, abs, floor, ...) must also get the sign of zero right (for max/min/clamp/relu PyTorch's
+//   own sign of zero depends on its vector path, so it is not checked).
 //   A case may carry its own "tol": {"rtol": r, "atol": a} (with a "tol_reason" where the
 //   generator widened it, e.g. for torch 1.13's 16-bit GEMM accumulation).
 //   Views: the result must alias the input with PyTorch's strides and storage offset; in-place
@@ -35,6 +36,7 @@
 #include <kiln/runtime/cuda.h>
 #include <limits>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -383,34 +385,17 @@ const std::map<std::string, Fn>& dispatch() {
 
 // ---------------------------------------------------------------- comparison
 
-const std::set<std::string>& transcendental_ops() {
-  static const std::set<std::string> s = {
-      "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin",
-      "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "gelu", "silu", "erf", "pow", "atan2",
-      "hypot", "logaddexp", "logsumexp", "softmax", "log_softmax", "norm", "std"};
-  return s;
-}
-// Ops whose float results are copies, selections or comparisons of input values: bit-exact.
-const std::set<std::string>& exact_ops() {
-  static const std::set<std::string> s = {
-      "neg", "abs", "sign", "relu", "floor", "ceil", "round", "trunc", "isnan", "isinf", "isfinite",
-      "nan_to_num", "logical_not", "bitwise_not", "maximum", "minimum", "eq", "ne", "lt", "le", "gt",
-      "ge", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
-      "where", "clamp", "masked_fill", "amax", "amin", "aminmax", "max", "min", "argmax", "argmin", "any", "all",
-      "cat", "stack", "split", "chunk", "index_select", "gather", "relu_", "clamp_", "fill_", "zero_",
-      "copy_", "view", "reshape", "transpose", "permute", "narrow", "select", "slice", "expand",
-      "squeeze", "unsqueeze", "flatten", "diagonal"};
-  return s;
-}
-
-// Exact ops whose sign of zero is well defined in PyTorch.
-const std::set<std::string>& signed_zero_ops() {
-  static const std::set<std::string> s = {
-      "neg", "abs", "floor", "ceil", "round", "trunc", "nan_to_num", "where", "masked_fill", "cat",
-      "stack", "split", "chunk", "index_select", "gather", "fill_", "zero_", "copy_", "view", "reshape",
-      "transpose", "permute", "narrow", "select", "slice", "expand", "squeeze", "unsqueeze", "flatten",
-      "diagonal"};
-  return s;
+// The op table's op that a case's function is (its accuracy trait is the op's, ops.def): an
+// in-place form is its op's, and the API functions that are no op of their own are the op they
+// are made of.
+std::optional<kiln::OpId> table_op(std::string name) {
+  static const std::map<std::string, std::string> made_of = {
+      {"floor_divide", "div"}, {"stack", "cat"},     {"split", "slice"},   {"chunk", "slice"},
+      {"narrow", "slice"},     {"reshape", "view"},  {"flatten", "view"},  {"zero_", "fill"}};
+  if (auto it = made_of.find(name); it != made_of.end()) name = it->second;
+  if (auto op = kiln::ir::op_from_name(name)) return op;
+  if (!name.empty() && name.back() == '_') return kiln::ir::op_from_name(name.substr(0, name.size() - 1));
+  return std::nullopt;
 }
 
 struct Tol {
@@ -420,16 +405,18 @@ struct Tol {
 
 Tol tolerance(const std::string& op, const std::string& dtype, const json& c) {
   Tol t;
-  if (exact_ops().count(op)) {
+  std::optional<kiln::OpId> id = table_op(op);
+  EXPECT_TRUE(id.has_value()) << op << " is no op of the op table, nor made of one (table_op)";
+  auto has = [&](kiln::ir::OpTrait trait) { return id && kiln::ir::has_trait(*id, trait); };
+  if (has(kiln::ir::kExact) || has(kiln::ir::kExactValue)) {
     t.exact = true;
-    t.signed_zero = signed_zero_ops().count(op) > 0;
+    t.signed_zero = has(kiln::ir::kExact);
   } else {
-    // Products too: a BLAS kernel's summation order depends on the CPU it selects for (OpenBLAS
-    // takes its Zen kernel on an AMD EPYC, SkylakeX on an AVX-512 Intel host), and a float32 sum
-    // of K unit-sized products rounds by up to about K * 6e-8 * sum|a||b|: 1.6e-6 off a result of
-    // 0.0547 for matmul/045's 33 terms on a Zen 4 host, past atol 1e-6 + rtol 1e-5 * |want|.
-    static const std::set<std::string> products = {"matmul", "mm", "bmm", "addmm", "einsum"};
-    bool tr = transcendental_ops().count(op) > 0 || products.count(op) > 0;
+    // kApprox covers products too: a BLAS kernel's summation order depends on the CPU it selects
+    // for (OpenBLAS takes its Zen kernel on an AMD EPYC, SkylakeX on an AVX-512 Intel host), and a
+    // float32 sum of K unit-sized products rounds by up to about K * 6e-8 * sum|a||b|: 1.6e-6 off
+    // a result of 0.0547 for matmul/045's 33 terms on a Zen 4 host, past atol 1e-6 + rtol 1e-5 * |want|.
+    bool tr = has(kiln::ir::kApprox);
     if (dtype == "float64") t = {1e-7, 1e-10};
     else if (dtype == "float32") t = tr ? Tol{2e-5, 1e-5} : Tol{1e-5, 1e-6};
     else if (dtype == "float16") t = tr ? Tol{2e-3, 2e-3} : Tol{1e-3, 1e-3};

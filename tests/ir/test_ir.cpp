@@ -9,119 +9,17 @@
 #include <cmath>
 #include <limits>
 
+#include "../common/one_op_graphs.h"
+
 using namespace kiln;
 using namespace kiln::ir;
 
 namespace {
 
-Type f32(std::vector<int64_t> sizes) { return Type::contiguous(kFloat32, std::move(sizes)); }
-Type wrapped(DType dt) {
-  Type t = Type::tensor(dt, {}, {});
-  t.wrapped = true;
-  return t;
-}
-
-// Operand types and realistic attributes for one application of `op` (ops.def's conventions).
-struct OpCase {
-  std::vector<Type> inputs;
-  std::vector<Attr> attrs;
-};
-OpCase op_case(OpId op) {
-  Type x = f32({2, 3}), row = f32({3}), i32 = Type::contiguous(kInt32, {2, 3});
-  Type mask = Type::contiguous(kBool, {2, 3}), xt = Type::tensor(kFloat32, {3, 2}, {1, 3});
-  auto s = [](const char* v) { return AttrValue(std::string(v)); };
-  switch (op) {
-    case OpId::Gelu: return {{x}, {{"approximate", s("tanh")}}};
-    case OpId::Silu: return {{xt}, {}};
-    case OpId::NanToNum: return {{x}, {{"nan", 0.0}, {"posinf", NoneAttr{}}, {"neginf", -1e30}}};
-    case OpId::BitwiseNot: return {{i32}, {}};
-    case OpId::Cast: return {{x}, {{"dtype", kFloat16}}};
-    case OpId::Fill: return {{x}, {{"value", 1.5}}};
-    case OpId::Add: return {{x, row}, {{"alpha", int64_t(2)}}};
-    case OpId::Sub: return {{x, wrapped(kFloat64)}, {{"alpha", 0.5}}};
-    case OpId::Div: return {{i32, row}, {{"rounding_mode", s("floor")}}};
-    case OpId::Pow: return {{i32, wrapped(kFloat64)}, {}};
-    case OpId::BitwiseAnd: case OpId::BitwiseOr: case OpId::BitwiseXor: return {{i32, wrapped(kInt64)}, {}};
-    case OpId::LogicalAnd: case OpId::LogicalOr: case OpId::LogicalXor: return {{mask, row}, {}};
-    case OpId::Where: return {{mask, x, wrapped(kFloat64)}, {}};
-    case OpId::Clamp: return {{x, wrapped(kInt64), row}, {{"has_max", true}, {"has_min", true}}};
-    case OpId::Lerp: return {{x, x, wrapped(kFloat64)}, {}};
-    case OpId::Addcmul: return {{x, row, x}, {{"value", 0.5}}};
-    case OpId::MaskedFill: return {{x, mask}, {{"value", int64_t(-1)}}};
-    case OpId::Sum: return {{i32}, {{"dims", IntList{1}}, {"dtype", kFloat64}, {"keepdim", true}}};
-    case OpId::MaxDim: case OpId::MinDim: return {{x}, {{"dim", int64_t(1)}, {"keepdim", false}}};
-    case OpId::Argmax: return {{x}, {{"dim", NoneAttr{}}, {"keepdim", true}}};
-    case OpId::Argmin: return {{x}, {{"dim", int64_t(-1)}, {"keepdim", false}}};
-    case OpId::Norm: return {{x}, {{"dims", IntList{1}}, {"keepdim", false}, {"p", std::numeric_limits<double>::infinity()}}};
-    case OpId::Var: case OpId::Std: return {{x}, {{"correction", int64_t(0)}, {"dims", IntList{}}, {"keepdim", false}}};
-    case OpId::Softmax: case OpId::LogSoftmax: return {{xt}, {{"dim", int64_t(-1)}}};
-    case OpId::Cumsum: return {{i32}, {{"dim", int64_t(0)}}};
-    case OpId::View: return {{x}, {{"sizes", IntList{3, -1}}}};
-    case OpId::Transpose: return {{x}, {{"dim0", int64_t(0)}, {"dim1", int64_t(1)}}};
-    case OpId::Permute: return {{f32({2, 3, 4})}, {{"dims", IntList{2, 0, 1}}}};
-    case OpId::Slice: return {{x}, {{"dim", int64_t(1)}, {"end", int64_t(3)}, {"start", int64_t(0)}, {"step", int64_t(2)}}};
-    case OpId::Select: return {{x}, {{"dim", int64_t(0)}, {"index", int64_t(1)}}};
-    case OpId::Expand: return {{f32({2, 1})}, {{"sizes", IntList{4, 2, 5}}}};
-    case OpId::Squeeze: return {{f32({2, 1, 3})}, {{"dims", IntList{1}}}};
-    case OpId::Unsqueeze: return {{x}, {{"dim", int64_t(-1)}}};
-    case OpId::Diagonal: return {{f32({3, 3})}, {{"dim1", int64_t(0)}, {"dim2", int64_t(1)}, {"offset", int64_t(1)}}};
-    case OpId::AsStrided: return {{x}, {{"offset", int64_t(0)}, {"sizes", IntList{2, 2}}, {"strides", IntList{1, 2}}}};
-    case OpId::Contiguous: case OpId::Clone: case OpId::Iota: return {{xt}, {}};
-    case OpId::Matmul: return {{f32({2, 2, 3}), f32({3})}, {}};
-    case OpId::Mm: return {{x, f32({3, 4})}, {}};
-    case OpId::Bmm: return {{f32({2, 2, 3}), f32({2, 3, 4})}, {}};
-    case OpId::Addmm: return {{f32({4}), x, f32({3, 4})}, {{"alpha", int64_t(2)}, {"beta", 0.5}}};
-    case OpId::Einsum: return {{x, f32({3, 4})}, {{"equation", s("ij,jk->ki")}}};
-    case OpId::Cat: return {{x, i32}, {{"dim", int64_t(0)}}};
-    case OpId::IndexSelect: return {{x, Type::contiguous(kInt64, {2})}, {{"dim", int64_t(1)}}};
-    case OpId::Gather: return {{x, Type::contiguous(kInt64, {2, 2})}, {{"dim", int64_t(1)}}};
-    case OpId::Copy: return {{x, row}, {}};
-    default: break;
-  }
-  switch (op_info(op).category) {
-    case Category::Reduction: return {{x}, {{"dims", IntList{0}}, {"keepdim", false}}};
-    case Category::Elementwise:
-      if (op_info(op).operands == 1) return {{i32}, {}};  // unary: integers promote or stay
-      return {{x, row}, {}};
-    default: ADD_FAILURE() << "no case for " << op_info(op).name; return {};
-  }
-}
-
-// then: a + b, else: a * b, chosen by a bool predicate.
-Graph cond_graph() {
-  Graph g("choose");
-  Value* p = g.add_input("p", Type::contiguous(kBool, {}));
-  Value* a = g.add_input("a", f32({4}));
-  Value* b = g.add_input("b", f32({4}));
-  Node* n = g.add_node(OpId::Cond, {p, a, b}, {}, {f32({4})});
-  for (auto [name, op] : {std::pair{"then", OpId::Add}, std::pair{"else", OpId::Mul}}) {
-    auto r = std::make_unique<Graph>(name);
-    Value* ra = r->add_input("a", f32({4}));
-    Value* rb = r->add_input("b", f32({4}));
-    r->set_outputs({r->add_node(op, {ra, rb}, {}, {f32({4})})->outputs[0]});
-    n->regions.push_back(std::move(r));
-  }
-  g.set_outputs({n->outputs[0]});
-  return g;
-}
-
-// A valid graph applying `op` once; constant in its value= (variant 0) or data= (variant 1) form.
-Graph graph_with(OpId op, int variant = 0) {
-  if (op == OpId::Cond) return cond_graph();
-  Graph g("one_op");
-  if (op == OpId::Constant) {
-    Node* c = variant == 0 ? g.add_node(op, {}, {{"value", 0.25}}, {wrapped(kFloat64)})
-                           : g.add_node(op, {}, {{"data", *hex_to_bytes("0000803f000000c0")}}, {f32({2})});
-    g.set_outputs({c->outputs[0]});
-    return g;
-  }
-  OpCase oc = op_case(op);
-  std::vector<Value*> ins;
-  for (size_t i = 0; i < oc.inputs.size(); ++i) ins.push_back(g.add_input("x" + std::to_string(i), oc.inputs[i]));
-  Node* node = g.add_node(op, ins, oc.attrs, infer_types(op, oc.inputs, oc.attrs));
-  g.set_outputs(node->outputs);
-  return g;
-}
+using kiln::testing::cond_graph;
+using kiln::testing::f32;
+using kiln::testing::graph_with;
+using kiln::testing::wrapped;
 
 void expect_parse_error(std::string_view text, int line, int col, const std::string& needle) {
   try {
@@ -205,6 +103,27 @@ TEST(IrOpTable, FloatTraitsGiveTheResultDtype) {
     EXPECT_EQ(infer_types(op, halves, attrs)[0].dtype, kFloat16);
   }
   EXPECT_GT(traited, 20);
+}
+
+// The accuracy traits the conformance tests read (ops.def): at most one per op; views and
+// products each have theirs, and every math-library op (costly and float-computing) is kApprox.
+TEST(IrOpTable, AccuracyTraitsAreConsistent) {
+  int exact = 0, approx = 0;
+  for (int i = 0; i < num_ops(); ++i) {
+    const OpId op = OpId(i);
+    SCOPED_TRACE(std::string(op_info(op).name));
+    int n = int(has_trait(op, kExact)) + int(has_trait(op, kExactValue)) + int(has_trait(op, kApprox));
+    EXPECT_LE(n, 1);
+    exact += has_trait(op, kExact);
+    approx += has_trait(op, kApprox);
+    if (op_info(op).category == Category::View) EXPECT_TRUE(has_trait(op, kExact));
+    if (op_info(op).category == Category::Control) EXPECT_EQ(n, 0);
+    if (has_trait(op, kTakesEpilogue)) EXPECT_TRUE(has_trait(op, kApprox));
+    if (has_trait(op, kCostly) && (has_trait(op, kFloatCompute) || has_trait(op, kFloatOnly)))
+      EXPECT_TRUE(has_trait(op, kApprox));
+  }
+  EXPECT_GT(exact, 20);
+  EXPECT_GT(approx, 30);
 }
 
 // The schema column of ops.def gives each attribute its default once (ir::attr_default): PyTorch's
@@ -399,6 +318,42 @@ TEST(IrText, ReadableForm) {
             "  %4 = add(%0, %3) {alpha=1} : f32[1000]{1}\n"
             "  return %4\n"
             "}\n");
+}
+
+// A number enters a graph as scalar<dt>; an input typed as a wrapped number would promote as one
+// in the graph's types but run as the 0-d tensor its caller passes (pow(i32, f64[] wrapped) is
+// f32, pow(i32, f64[]) is f64), so verify() refuses it, naming the input.
+TEST(IrVerify, AGraphInputIsNeverAWrappedNumber) {
+  Graph g = parse(
+      "graph @g(%x: i32[3]{1}, %e: f64[]{} wrapped) {\n"
+      "  %0 = pow(%x, %e) : f32[3]{1}\n"
+      "  return %0\n"
+      "}\n");
+  auto e = verify(g);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_NE(e->message.find("graph input %e has type f64[]{} wrapped: a number enters a graph as scalar<f64>"),
+            std::string::npos)
+      << e->message;
+  EXPECT_FALSE(verify(parse("graph @g(%x: i32[3]{1}, %e: scalar<f64>) {\n"
+                            "  %0 = pow(%x, %e) : f32[3]{1}\n"
+                            "  return %0\n"
+                            "}\n"))
+                   .has_value());
+}
+
+// clamp's bounds are both numbers or both tensors, as PyTorch's overloads take them.
+TEST(IrInfer, ClampRefusesANumberAndATensorBound) {
+  Type x = f32({2, 3});
+  std::vector<Attr> both = {{"has_max", true}, {"has_min", true}};
+  EXPECT_NO_THROW(infer_types(OpId::Clamp, {x, Type::scalar(kInt64), Type::scalar(kFloat64)}, both));
+  EXPECT_NO_THROW(infer_types(OpId::Clamp, {x, f32({3}), f32({2, 1})}, both));
+  try {
+    infer_types(OpId::Clamp, {x, Type::scalar(kInt64), f32({3})}, both);
+    ADD_FAILURE() << "a number and a tensor bound were accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("min and max must both be numbers or both be tensors"), std::string::npos)
+        << err.what();
+  }
 }
 
 TEST(IrText, AttributesAndTypesKeepExactValues) {

@@ -45,6 +45,9 @@ enum OpTrait : uint32_t {
   kTakesEpilogue = 1u << 2,
   kFloatCompute = 1u << 3,
   kFloatOnly = 1u << 4,
+  kExact = 1u << 5,
+  kExactValue = 1u << 6,
+  kApprox = 1u << 7,
 };
 // An op's row of the op table.
 struct OpInfo {
@@ -223,7 +226,8 @@ std::optional<VerifyError> verify_structure(const Graph& g);
 // The structural check, then types: every node's declared output types must equal what
 // infer_types (kiln/ir/infer.h) derives from its operands and attributes, and every region's
 // input types must be its cond node's branch operand types and its output types the node's:
-// "node 2 (%2 = add): declared f32[2,3]{3,1} but inferred f64[2,3]{3,1}".
+// "node 2 (%2 = add): declared f32[2,3]{3,1} but inferred f64[2,3]{3,1}". A graph input may not be
+// typed `wrapped` (a number input is scalar<dt>).
 std::optional<VerifyError> verify(const Graph& g);
 // How many regions nodes of `op` carry (cond: 2, then and else; every other op: 0).
 int num_regions(OpId op);

@@ -27,6 +27,7 @@
 
 #include "kiln/ir/exec.h"
 #include "kiln/ir/graph.h"
+#include "kiln/runtime/rules.h"
 #include "kiln/runtime/tensor.h"
 
 namespace kiln::passes {
@@ -34,9 +35,10 @@ namespace kiln::passes {
 // How an operand's index walks memory, from cheapest to dearest for a backend: contiguous
 // (one linear run, vectorisable), broadcast (contiguous apart from loops it does not vary in),
 // permuted (a permutation of a contiguous layout, e.g. a transpose), general (anything else:
-// slices with steps, diagonals, partial overlaps).
-enum class StrideClass : uint8_t { Contiguous, Broadcast, Permuted, General };
-std::string_view stride_class_name(StrideClass c);
+// slices with steps, diagonals, partial overlaps). The rule is rules::stride_class, which the
+// compile cache's signature keys on too.
+using StrideClass = rules::StrideClass;
+using rules::stride_class_name;
 
 enum class BufferKind : uint8_t { Input, Constant, Temp, Output };
 std::string_view buffer_kind_name(BufferKind k);

@@ -32,13 +32,15 @@ inline bool any_on_device(std::initializer_list<trace::Operand> in) {
   return false;
 }
 
-// Runs `op` through the installed handler; without one, a kiln::Error naming the op and device.
+// Runs `op`: a library op (has_library) on tensors of one device as its own call there
+// (run_library), any other through the installed handler; without one, a kiln::Error naming the
+// op and device.
 Tensor run(OpId op, std::span<const trace::Operand> inputs, std::vector<Attr> attrs);
 
 // Library ops computed on their operands' own device without going through the handler: the
 // matmul family (matmul, mm, bmm, addmm; GPU tensors go through cuBLAS) and einsum (views, sums
 // and one bmm per contraction, each on the device). The CUDA backend calls this for the opaque
-// kernels of its programs and for these ops' eager calls. Operands in the op's order;
+// kernels of its programs; run() calls it for these ops' eager calls. Operands in the op's order;
 // attributes as the op records them (addmm's alpha and beta, einsum's equation).
 bool has_library(OpId op);
 Tensor run_library(OpId op, std::span<const Tensor> operands, const std::vector<Attr>& attrs);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "kiln/runtime/array_ref.h"
@@ -145,8 +146,33 @@ std::vector<int64_t> contiguous_strides(IntArrayRef sizes, Fail&& fail) {
   return st;
 }
 
+// The bytes of a dense tensor of these sizes: the element count (checked) times the item size,
+// which must fit in int64 too (what empty() allocates).
+template <typename Fail>
+int64_t dense_bytes(IntArrayRef sizes, int64_t itemsize, Fail&& fail) {
+  int64_t n = numel(sizes, fail), bytes;
+  if (__builtin_mul_overflow(n, itemsize, &bytes)) [[unlikely]]
+    fail("sizes ", sizes.vec(), " hold ", n, " elements of ", itemsize, " bytes: more bytes than int64 can count");
+  return bytes;
+}
+
 // Row-major dense: the strides of every dim of size above 1 are the row-major ones.
 bool is_contiguous(IntArrayRef sizes, IntArrayRef strides);
+
+// The layout class of strided operands: what the compile cache keys on besides dtype, device
+// and sizes, and what the kernels specialise their addressing on. Dims of size 1 never count;
+// a dim of stride 0 (and any size but 1) is broadcast.
+//   Contiguous  the dims that vary are row-major dense
+//   Broadcast   row-major dense apart from broadcast dims
+//   Permuted    dense in some other order of the dims, with no broadcast dim
+//   General     anything else
+enum class StrideClass : uint8_t { Contiguous, Broadcast, Permuted, General };
+std::string_view stride_class_name(StrideClass c);
+// `broadcast`: the caller knows of a broadcast dim the strides do not show (a size-1 dim read
+// across a loop of more). `order`, where given and the class is Permuted, receives every dim,
+// outermost (largest stride) first, ties in dim order.
+StrideClass stride_class(IntArrayRef sizes, IntArrayRef strides, bool broadcast = false,
+                         std::vector<int64_t>* order = nullptr);
 
 // Strides that view (sizes, strides) as `new_sizes` without a copy, or nullopt where no view can
 // (then view() fails and reshape() copies). A tensor with no element (or none of its dims) views

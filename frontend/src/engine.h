@@ -134,7 +134,7 @@ struct Engine::State {
 // the optimizer or the backend fails on runs on the reference executor, with a warning.
 void compile_node(TreeNode& n, const CompileOptions& opts);
 // The merged graph of a speculation, compiled (throws on failure).
-std::shared_ptr<codegen::CompiledProgram> compile_speculation(const TreeNode& n, const ir::Graph& g,
+std::shared_ptr<exec::CompiledProgram> compile_speculation(const TreeNode& n, const ir::Graph& g,
                                                               const CompileOptions& opts);
 // Whether node `n`'s size guards hold for its inputs `ins`: its symbols' values go into `table`
 // (from the traced types when the inputs have them, else from the graph's types inferred again

@@ -4,7 +4,7 @@
 #include <unordered_map>
 
 #include "engine.h"
-#include "kiln/codegen/backend.h"
+#include "kiln/exec/backend.h"
 #include "kiln/ir/infer.h"
 #include "kiln/passes/kernel.h"
 #include "kiln/passes/pass.h"
@@ -14,9 +14,9 @@ namespace kiln::detail {
 
 namespace {
 
-using codegen::graph_device;
+using exec::graph_device;
 
-codegen::BackendOptions backend_options(const CompileOptions& opts) {
+exec::BackendOptions backend_options(const CompileOptions& opts) {
   return {.graphs = opts.mode == CompileOptions::Mode::ReduceOverhead};
 }
 
@@ -140,7 +140,7 @@ std::shared_ptr<Variant> variant_of(const TreeNode& n, const std::vector<Tensor>
 // The variant's program of size-generic kernels, compiled on its first run (sizes as arguments:
 // the first other size compiles them, later sizes find them in the kernel caches and only rerun
 // the passes). Null where the graph cannot be retyped or the backend refuses it.
-std::shared_ptr<codegen::CompiledProgram> program_of(const TreeNode& n, Variant& v) {
+std::shared_ptr<exec::CompiledProgram> program_of(const TreeNode& n, Variant& v) {
   std::lock_guard<std::mutex> lock(n.variants_mu);
   if (v.built) return v.program;
   v.built = true;
@@ -148,7 +148,7 @@ std::shared_ptr<codegen::CompiledProgram> program_of(const TreeNode& n, Variant&
   try {
     size_t graphs = 0;
     for (const auto& [k, other] : n.variants) graphs += other->program && other->program->replays();
-    v.program = codegen::compile_graph(
+    v.program = exec::compile_graph(
         *v.graph, {.generic = true, .graphs = n.variant_graphs && graphs < TreeNode::kMaxGraphVariants});
     v.program->set_label(n.label + " (size variant)");
   } catch (const Error&) {
@@ -171,11 +171,11 @@ void compile_node(TreeNode& n, const CompileOptions& opts) {
   }
   try {
     const Device dev = graph_device(n.graph);
-    n.compiled = codegen::compile_graph(n.graph, backend_options(opts));
+    n.compiled = exec::compile_graph(n.graph, backend_options(opts));
     n.label = node_label(opts, n);
     n.compiled->set_label(n.label);
     n.variant_graphs = dev.is_cuda() && backend_options(opts).graphs;
-    const codegen::CompileStats& st = n.compiled->stats();
+    const exec::CompileStats& st = n.compiled->stats();
     n.backend_note = dev.str() + ": " + std::to_string(st.compiled) + " of " + std::to_string(st.kernels) +
                      " kernels compiled (" + std::to_string(st.memory_hits) + " from memory, " +
                      std::to_string(st.disk_hits) + " from disk) in " + std::to_string(int(st.compile_ms)) + " ms";
@@ -196,9 +196,9 @@ void compile_node(TreeNode& n, const CompileOptions& opts) {
   }
 }
 
-std::shared_ptr<codegen::CompiledProgram> compile_speculation(const TreeNode& n, const ir::Graph& g,
+std::shared_ptr<exec::CompiledProgram> compile_speculation(const TreeNode& n, const ir::Graph& g,
                                                               const CompileOptions& opts) {
-  auto c = codegen::compile_graph(g, backend_options(opts));
+  auto c = exec::compile_graph(g, backend_options(opts));
   c->set_label(node_label(opts, n) + " speculating " + graph_tag(*n.children[0].second));
   return c;
 }
@@ -264,7 +264,7 @@ std::vector<Tensor> run_node(const TreeNode& n, const std::vector<Tensor>& ins) 
   for (size_t i = 0; i < ins.size(); ++i) slots[i].tensor = ins[i];
   if (auto outs = n.compiled->try_run(slots)) return std::move(*outs);
   std::shared_ptr<Variant> v = variant_of(n, ins);
-  if (std::shared_ptr<codegen::CompiledProgram> program = program_of(n, *v))
+  if (std::shared_ptr<exec::CompiledProgram> program = program_of(n, *v))
     if (auto outs = program->try_run(slots)) return std::move(*outs);
   return n.exe->run(ins);
 }

@@ -7,7 +7,7 @@
 
 namespace kiln::detail {
 
-using CompileGraph = std::function<std::shared_ptr<codegen::CompiledProgram>(const ir::Graph&)>;
+using CompileGraph = std::function<std::shared_ptr<exec::CompiledProgram>(const ir::Graph&)>;
 
 // Merges node `n`'s graph with its child `child`'s and compiles the result with `compile`. Null,
 // with n.speculation_note saying why, when the break is not one replay can run past: the exit

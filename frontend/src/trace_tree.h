@@ -87,7 +87,7 @@ struct Speculation {
   ir::Graph graph;            // the node's nodes, then the child's
   std::vector<Ref> inputs;    // where each input of `graph` comes from
   size_t own_outputs = 0;     // the first outputs are the node's (its `outputs` slots), the rest the child's
-  std::shared_ptr<codegen::CompiledProgram> compiled;
+  std::shared_ptr<exec::CompiledProgram> compiled;
   std::string note;           // for explain(): the kernels merged and apart
 };
 
@@ -117,7 +117,7 @@ struct Variant {
   std::vector<std::optional<int64_t>> symbols;  // as the node's `symbols` (nullopt: not known here)
   std::optional<ir::Graph> graph;               // the graph retyped, until its program is built
   bool built = false;                           // the program was tried
-  std::shared_ptr<codegen::CompiledProgram> program;  // null: the reference executor runs it
+  std::shared_ptr<exec::CompiledProgram> program;  // null: the reference executor runs it
 };
 
 struct TreeNode {
@@ -125,7 +125,7 @@ struct TreeNode {
   std::unique_ptr<ir::Executable> exe;
   // The graph optimized and compiled by the CPU backend, for inputs of the traced sizes and
   // strides (null: the reference executor `exe` runs it). `backend_note` says which and why.
-  std::shared_ptr<codegen::CompiledProgram> compiled;
+  std::shared_ptr<exec::CompiledProgram> compiled;
   std::string backend_note;
   std::string label;  // its name in the kernel profile (kiln/runtime/profile.h)
   // Programs for other input sizes (a dynamic dim's sizes), by the inputs' sizes and strides,

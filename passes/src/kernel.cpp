@@ -8,6 +8,11 @@ using kiln::ir::short_name;
 
 namespace kiln::passes {
 
+Tensor access_view(const Tensor& buffer, const Access& a) {
+  int64_t off = a.storage_relative ? a.offset : buffer.storage_offset() + a.offset;
+  return buffer.as_strided(a.sizes, a.strides, off);
+}
+
 std::string_view buffer_kind_name(BufferKind k) {
   switch (k) {
     case BufferKind::Input: return "input";

@@ -92,7 +92,7 @@ TEST_P(CpuGeneric, OneCompileServesEverySize) {
       in.push_back(tr ? x.t() : x);
     }
     auto prog = codegen::compile_cpu(mod.program, types, {.generic = true});
-    const codegen::CpuCompileStats& st = prog->stats();
+    const exec::CompileStats& st = prog->stats();
     EXPECT_TRUE(st.generic);
     EXPECT_EQ(st.compiled, st.kernels) << passes::print(*mod.program);
     if (s > 0) {

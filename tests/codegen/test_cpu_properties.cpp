@@ -38,14 +38,14 @@ void expect_compiled_program_matches(const ir::Graph& g, uint64_t seed, int& ker
   for (const ir::Value* v : g.inputs()) types.push_back(v->type);
   for (bool generic : {false, true}) {
     const std::string what = generic ? "size-generic kernels" : "specialised kernels";
-    std::shared_ptr<codegen::CompiledProgram> cp;
+    std::shared_ptr<exec::CompiledProgram> cp;
     try {
       cp = codegen::compile_cpu(program, types, {.generic = generic});
     } catch (const std::exception& e) {
       ADD_FAILURE() << what << ": compile_cpu threw: " << e.what() << "\n" << passes::print(*program);
       continue;
     }
-    const codegen::CompileStats& st = cp->stats();
+    const exec::CompileStats& st = cp->stats();
     kernels += st.kernels;
     compiled += st.compiled;
     for (const std::string& why : st.interpreted)

@@ -30,7 +30,7 @@ using namespace kiln;
 namespace {
 
 struct Compiled {
-  std::shared_ptr<codegen::CompiledProgram> program;
+  std::shared_ptr<exec::CompiledProgram> program;
   ir::Graph graph{"g"};
 };
 
@@ -72,7 +72,7 @@ TEST(CudaCompile, EveryWorkloadMatchesTheReferenceExecutor) {
   int epilogues = 0, compiled = 0, kernels = 0;
   for (auto& [name, g] : kiln::testing::workload_graphs()) {
     Compiled c = compile_graph(std::move(g));
-    const codegen::CompileStats& st = c.program->stats();
+    const exec::CompileStats& st = c.program->stats();
     epilogues += st.epilogues;
     compiled += st.compiled;
     kernels += st.kernels;

@@ -111,8 +111,8 @@ class Emulator {
 
   // The kernel implementations the program runner calls: each rendered kernel launched on
   // the emulator (small blocks and few of them), its status word raised as the backend would.
-  std::vector<passes::KernelImpl> impls(const Case& c) const {
-    std::vector<passes::KernelImpl> out(c.program->kernels.size());
+  std::vector<exec::KernelImpl> impls(const Case& c) const {
+    std::vector<exec::KernelImpl> out(c.program->kernels.size());
     for (const auto& r : c.kernels) {
       if (!r.kernel || r.kernel->epilogue) continue;
       const codegen::CudaKernel k = *r.kernel;
@@ -174,7 +174,7 @@ void expect_cases_match(const std::vector<Case>& cases, uint64_t seed = 7, const
     std::vector<ir::Slot> want = ir::Executable(c.graph).run_slots(in_ref);
     std::vector<Tensor> got;
     try {
-      got = passes::ProgramRunner(*c.program, emu.impls(c)).run(in_got);
+      got = exec::ProgramRunner(*c.program, emu.impls(c)).run(in_got);
     } catch (const std::exception& e) {
       ADD_FAILURE() << c.name << ": " << e.what() << "\n" << passes::print(*c.program);
       continue;
@@ -467,7 +467,7 @@ TEST(CudaEmulation, IntegerDivisionByZeroRaisesEagersError) {
   slots[0].tensor = in[0];
   slots[1].tensor = b;
   try {
-    passes::ProgramRunner(*cases[0].program, emu.impls(cases[0])).run(slots);
+    exec::ProgramRunner(*cases[0].program, emu.impls(cases[0])).run(slots);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ZeroDivisionError"), std::string::npos) << e.what();

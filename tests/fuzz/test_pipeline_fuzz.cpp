@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <kiln/codegen/cpu.h>
 #include <kiln/codegen/cuda.h>
-#include <kiln/codegen/program.h>
+#include <kiln/exec/program.h>
 #include <kiln/ir/exec.h>
 #include <kiln/ir/graph.h>
 #include <kiln/passes/kernel.h>
@@ -141,7 +141,7 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
     try {
       {
         std::vector<ir::Slot> in = workloads::graph_inputs(m.graph, 7);
-        passes::ProgramRunner runner(*m.module.program);
+        exec::ProgramRunner runner(*m.module.program);
         ASSERT_TRUE(same(m, runner.run(std::span<const ir::Slot>(in)), in)) << "interpreted:\n" << m.text;
       }
       std::vector<ir::Type> types;
@@ -151,7 +151,7 @@ TEST(PipelineFuzz, MutatedGraphsRunOrRaise) {
       for (bool generic : {false, true}) {
         codegen::CpuCompileOptions opts;
         opts.generic = generic;
-        std::shared_ptr<codegen::CompiledProgram> p = codegen::compile_cpu(m.module.program, types, opts);
+        std::shared_ptr<exec::CompiledProgram> p = codegen::compile_cpu(m.module.program, types, opts);
         std::vector<ir::Slot> in = workloads::graph_inputs(m.graph, 7);
         ASSERT_TRUE(same(m, p->run(std::span<const ir::Slot>(in)), in))
             << (generic ? "compiled, size-generic:\n" : "compiled:\n") << m.text;
@@ -196,7 +196,7 @@ TEST(PipelineFuzz, MutatedGraphsThroughCuda) {
         codegen::CudaCompileOptions opts;
         opts.generic = variant == kGeneric;
         opts.graphs = variant == kGraphs;
-        std::shared_ptr<codegen::CompiledProgram> p = codegen::compile_cuda(m.module.program, types, Device::cuda(), opts);
+        std::shared_ptr<exec::CompiledProgram> p = codegen::compile_cuda(m.module.program, types, Device::cuda(), opts);
         for (int run = 0; run < (variant == kGraphs ? 2 : 1); ++run) {
           std::vector<ir::Slot> in = kiln::testing::to_device(workloads::graph_inputs(m.graph, 7));
           ASSERT_TRUE(same(m, p->run(std::span<const ir::Slot>(in)), in))

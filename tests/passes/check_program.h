@@ -6,6 +6,7 @@
 #include "../common/close.h"
 #include <kiln/ir/exec.h>
 #include <kiln/kiln.h>
+#include <kiln/exec/runner.h>
 #include <kiln/passes/kernel.h>
 #include <kiln/passes/pass.h>
 
@@ -100,7 +101,7 @@ inline void expect_program_matches(const ir::Graph& g, const passes::KernelProgr
     return;
   }
   expect_run_matches(
-      g, [&](std::vector<ir::Slot>& in) { return passes::ProgramRunner(p).run(in); }, seed, what,
+      g, [&](std::vector<ir::Slot>& in) { return exec::ProgramRunner(p).run(in); }, seed, what,
       [&] { return passes::print(p); });
 }
 

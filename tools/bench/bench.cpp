@@ -4,9 +4,9 @@
 // the compulsory memory traffic against a STREAM copy measured in the same run, and the cold and
 // warm compile time measured in child processes. A table, JSON records (--json) and an SVG chart
 // (--svg). docs/bench.md describes every option and the JSON schema.
-#include <kiln/codegen/backend.h>
+#include <kiln/exec/backend.h>
 #include <kiln/codegen/cpu.h>
-#include <kiln/codegen/program.h>
+#include <kiln/exec/program.h>
 #include <kiln/ir/exec.h>
 #include <kiln/ir/graph.h>
 #include <kiln/passes/kernel.h>
@@ -314,7 +314,7 @@ WorkloadResult run_ir_file(const std::string& path, const Options& o) {
   // (compiled for the CPU where kiln has its LLVM backend, else the kernel interpreter)
   const bool codegen = codegen::has_cpu_codegen();
   r.variants[1].extra["engine"] = codegen ? "optimizer + CPU backend (passes::optimize, codegen::compile_cpu)"
-                                          : "optimizer + kernel interpreter (passes::optimize, passes::ProgramRunner; "
+                                          : "optimizer + kernel interpreter (passes::optimize, exec::ProgramRunner; "
                                             "kiln built without LLVM)";
   std::ifstream in(path);
   KILN_CHECK(in, "bench", "cannot read ", path);
@@ -335,12 +335,12 @@ WorkloadResult run_ir_file(const std::string& path, const Options& o) {
   ir::Executable exe(g);
   auto t0 = std::chrono::steady_clock::now();
   passes::Module m = passes::optimize(g);
-  std::shared_ptr<codegen::CompiledProgram> compiled;
-  std::optional<passes::ProgramRunner> interpreted;
+  std::shared_ptr<exec::CompiledProgram> compiled;
+  std::optional<exec::ProgramRunner> interpreted;
   if (codegen) {
     std::vector<ir::Type> types;
     for (const ir::Value* v : g.inputs()) types.push_back(v->type);
-    compiled = codegen::compile_program(m.program, std::move(types), Device::cpu());
+    compiled = exec::compile_program(m.program, std::move(types), Device::cpu());
   } else {
     interpreted.emplace(*m.program);
   }

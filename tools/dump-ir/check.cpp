@@ -1,8 +1,8 @@
 // dump-ir --run: random inputs for a graph, and the kernel program checked against the reference
 // executor output by output.
-#include <kiln/codegen/backend.h>
+#include <kiln/exec/backend.h>
 #include <kiln/codegen/cpu.h>
-#include <kiln/codegen/program.h>
+#include <kiln/exec/program.h>
 #include <kiln/passes/kernel.h>
 
 #include <algorithm>
@@ -153,13 +153,13 @@ std::vector<Tensor> run_and_check(const passes::Module& m, const ir::Graph& refe
     }
   };
   std::vector<ir::Slot> prog_in = make_inputs();
-  passes::ProgramRunner runner(*m.program);
+  exec::ProgramRunner runner(*m.program);
   std::vector<Tensor> got = runner.run(std::span<const ir::Slot>(prog_in));
   check_all(got, "");
   if (codegen::has_cpu_codegen() && m.program->laid_out && m.program->planned) {
     std::vector<ir::Type> types;
     for (const ir::Value* v : reference.inputs()) types.push_back(v->type);
-    std::shared_ptr<codegen::CompiledProgram> compiled = codegen::compile_program(m.program, std::move(types), Device::cpu());
+    std::shared_ptr<exec::CompiledProgram> compiled = exec::compile_program(m.program, std::move(types), Device::cpu());
     std::vector<ir::Slot> compiled_in = make_inputs();
     check_all(compiled->run(std::span<const ir::Slot>(compiled_in)), "compiled ");
   }

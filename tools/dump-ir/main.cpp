@@ -23,7 +23,7 @@
 //   dump-ir softmax -O --time-passes                 a timing table after each graph's pipeline
 //   dump-ir softmax -O --verify-each                 the verifiers after every pass (debug: always)
 //   dump-ir layernorm -O --stats                     kernels, bytes read/written per kernel, peak
-//   dump-ir saved.ir -O --run                        the kernel program (passes::ProgramRunner) vs
+//   dump-ir saved.ir -O --run                        the kernel program (exec::ProgramRunner) vs
 //                                                    the reference executor on the unoptimized graph
 //
 // Any of --passes, -O, --disable-pass, --print-after(-all), --time-passes, --stats turns the

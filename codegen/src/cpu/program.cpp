@@ -527,7 +527,7 @@ std::optional<std::string> bare_library_op(const passes::Kernel& k) {
 
 // `owned`: the kernel `k` is, when it is not the program's own (row groups), kept alive with the launch.
 // (`copies`: as Launch's.)
-passes::KernelImpl make_impl(const passes::Kernel& k, KernelFns fn, const KernelCode& code, bool generic,
+exec::KernelImpl make_impl(const passes::Kernel& k, KernelFns fn, const KernelCode& code, bool generic,
                              std::shared_ptr<const passes::Kernel> owned = nullptr, int64_t copies = 1) {
   return [launch = Launch(k, fn, code, generic, copies), owned](std::span<const Tensor> buffers,
                                                                 std::span<const ir::Slot> inputs) {
@@ -543,7 +543,7 @@ struct SplitKernel {
   std::unique_ptr<ir::Executable> op;
 };
 
-passes::KernelImpl make_split_impl(std::shared_ptr<SplitKernel> s, KernelFns fn, const KernelCode& code, bool generic) {
+exec::KernelImpl make_split_impl(std::shared_ptr<SplitKernel> s, KernelFns fn, const KernelCode& code, bool generic) {
   return [s, launch = Launch(s->split.epilogue, fn, code, generic)](std::span<const Tensor> buffers, std::span<const ir::Slot> inputs) {
     std::vector<ir::Slot> in(s->split.op_loads.size());
     for (size_t j = 0; j < in.size(); ++j) {
@@ -582,14 +582,14 @@ std::optional<Grouped> row_groups(const passes::Kernel& k, bool generic) {
 }
 }  // namespace
 
-std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram> program,
+std::shared_ptr<exec::CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram> program,
                                              std::vector<ir::Type> input_types, CpuCompileOptions opts) {
   auto t0 = std::chrono::steady_clock::now();
   const passes::KernelProgram& p = *program;
-  CompileStats stats;
+  exec::CompileStats stats;
   stats.kernels = int(p.kernels.size());
   stats.generic = opts.generic;
-  std::vector<passes::KernelImpl> impls(p.kernels.size());
+  std::vector<exec::KernelImpl> impls(p.kernels.size());
 #if !KILN_WITH_LLVM
   for (size_t i = 0; i < p.kernels.size(); ++i)
     stats.interpreted.push_back("k" + std::to_string(i) + ": kiln built without LLVM");
@@ -632,7 +632,7 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
     Lowered low = lower_kernel(k);
     if (!low.code && k.kind == passes::KernelKind::Opaque && bare_library_op(k)) {
       // (the runner calls the op's eager kernel, OpenBLAS for the float products, and keeps its
-      // result as the buffer: passes::ProgramRunner)
+      // result as the buffer: exec::ProgramRunner)
       stats.library.push_back("k" + std::to_string(i) + ": " + *bare_library_op(k));
       continue;
     }
@@ -647,7 +647,7 @@ std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::Kerne
   }
 #endif
   stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return std::make_shared<CompiledProgram>(std::move(program), std::move(input_types), Device::cpu(), std::move(stats),
+  return std::make_shared<exec::CompiledProgram>(std::move(program), std::move(input_types), Device::cpu(), std::move(stats),
                                            std::move(impls));
 }
 

@@ -14,7 +14,7 @@
 
 #include "eager.h"
 #include "library.h"
-#include "kiln/codegen/backend.h"
+#include "kiln/exec/backend.h"
 #include "kiln/codegen/cuda.h"
 #include "kiln/ir/infer.h"
 #include "kiln/passes/pass.h"
@@ -78,16 +78,16 @@ ir::Type result_type(OpId op, const std::vector<ir::Type>& types, const std::vec
   return outs[0];
 }
 
-std::shared_ptr<CompiledProgram> build(OpId op, std::span<const trace::Operand> in, const std::vector<Attr>& attrs) {
+std::shared_ptr<exec::CompiledProgram> build(OpId op, std::span<const trace::Operand> in, const std::vector<Attr>& attrs) {
   ir::Graph g("eager");
   std::vector<ir::Value*> values;
   std::vector<ir::Type> types = operand_types(in);
   for (size_t i = 0; i < types.size(); ++i) values.push_back(g.add_input("x" + std::to_string(i), types[i]));
   ir::Node* n = g.add_node(op, values, attrs, {result_type(op, types, attrs)});
   g.set_outputs({n->outputs[0]});
-  // On the device of its GPU operands (codegen::graph_device), with size-generic kernels: a new
+  // On the device of its GPU operands (exec::graph_device), with size-generic kernels: a new
   // size of an op seen before loads the kernel it already has.
-  auto compiled = compile_graph(g, {.generic = true});
+  auto compiled = exec::compile_graph(g, {.generic = true});
   compiled->set_label(std::string("eager ") + std::string(ir::op_info(op).name));
   return compiled;
 }
@@ -96,7 +96,7 @@ struct Programs {
   // (a program is small, but a process that sees ever new sizes must not keep them all)
   static constexpr size_t kMaxPrograms = 4096;
   std::mutex mu;
-  std::unordered_map<std::string, std::shared_ptr<CompiledProgram>> by_signature;
+  std::unordered_map<std::string, std::shared_ptr<exec::CompiledProgram>> by_signature;
   std::deque<std::string> order;  // keys, oldest first
 };
 Programs& programs() {
@@ -123,7 +123,7 @@ Tensor run_eager_on_cuda(OpId op, std::span<const trace::Operand> in, std::vecto
   std::mutex& mu = ps.mu;
   auto& cache = ps.by_signature;
   std::string key = signature(op, in, attrs);
-  std::shared_ptr<CompiledProgram> program;
+  std::shared_ptr<exec::CompiledProgram> program;
   {
     std::lock_guard<std::mutex> lock(mu);
     if (auto it = cache.find(key); it != cache.end()) program = it->second;

@@ -1,5 +1,5 @@
 // The handler of eager ops on GPU tensors (eager.cpp), installed in the runtime's device_ops
-// table when the CUDA backend loads (launch.cpp, which every user of the backend links).
+// table when kiln_codegen loads (backends.cpp: install_backends).
 #pragma once
 #include <span>
 #include <vector>

@@ -96,7 +96,7 @@ struct GraphReplay {
   // A capture over the fixed inputs, or with `call` over the caller's inputs where they are
   // (references to them are dropped after it: the graph keeps their addresses only); over new
   // output buffers, or `outputs` (a recapture's, which keep their addresses).
-  std::unique_ptr<Instance> capture(const passes::ProgramRunner& runner, std::span<const ir::Slot> call = {},
+  std::unique_ptr<Instance> capture(const exec::ProgramRunner& runner, std::span<const ir::Slot> call = {},
                                     const std::vector<Tensor>* outputs = nullptr) {
     auto in = std::make_unique<Instance>();
     in->buffers = shared;
@@ -118,7 +118,7 @@ struct GraphReplay {
 
   // A capture bound to the call's input addresses, when the caller has called with them lately:
   // one bound to them already, or a new or recaptured one. nullptr: copy into the fixed inputs.
-  Instance* pick_bound(const passes::ProgramRunner& runner, std::span<const ir::Slot> call) {
+  Instance* pick_bound(const exec::ProgramRunner& runner, std::span<const ir::Slot> call) {
     const std::vector<const char*> now = addresses(call);
     bool seen = std::find(recent.begin(), recent.end(), now) != recent.end();
     if (!seen && !recent.empty()) {
@@ -177,7 +177,7 @@ struct GraphReplay {
 
   // The instance this call replays, and whether its outputs go to the caller as they are;
   // captured here when none is free. {nullptr, false} when a capture fails.
-  std::pair<Instance*, bool> pick(const passes::ProgramRunner& runner, std::span<const ir::Slot> call) {
+  std::pair<Instance*, bool> pick(const exec::ProgramRunner& runner, std::span<const ir::Slot> call) {
     try {
       if (hands_out && binds && !call.empty())
         if (Instance* in = pick_bound(runner, call)) return {in, true};
@@ -205,7 +205,7 @@ struct GraphReplay {
     }
   }
 
-  std::vector<Tensor> run(const passes::ProgramRunner& runner, std::span<const ir::Slot> in) {
+  std::vector<Tensor> run(const exec::ProgramRunner& runner, std::span<const ir::Slot> in) {
     std::lock_guard<std::mutex> lock(mu);
     const int dev = device.index;
     const passes::KernelProgram& p = *program;
@@ -285,7 +285,7 @@ struct GraphReplay {
 }  // namespace
 
 std::string cuda_graph_refusal(const passes::KernelProgram& p, const std::vector<ir::Type>& input_types,
-                               const CompileStats& stats, bool any_checks, const std::string& library_refusal) {
+                               const exec::CompileStats& stats, bool any_checks, const std::string& library_refusal) {
   if (!stats.interpreted.empty()) return "a kernel runs on the host (" + stats.interpreted[0] + ")";
   // (cuBLAS calls are captured, with the allocations of their results as graph memory nodes)
   if (!library_refusal.empty()) return library_refusal;
@@ -297,13 +297,13 @@ std::string cuda_graph_refusal(const passes::KernelProgram& p, const std::vector
   return "";
 }
 
-CompiledProgram::Replay cuda_graph_replay(std::shared_ptr<const passes::KernelProgram> program,
+exec::CompiledProgram::Replay cuda_graph_replay(std::shared_ptr<const passes::KernelProgram> program,
                                           std::vector<ir::Type> input_types, Device device) {
   auto r = std::make_shared<GraphReplay>();
   r->program = std::move(program);
   r->input_types = std::move(input_types);
   r->device = device;
-  return [r](const passes::ProgramRunner& runner, std::span<const ir::Slot> in) { return r->run(runner, in); };
+  return [r](const exec::ProgramRunner& runner, std::span<const ir::Slot> in) { return r->run(runner, in); };
 }
 
 }  // namespace kiln::codegen

@@ -232,22 +232,15 @@ struct SplitLaunch {
 
 }  // namespace
 
-// Eager ops on GPU tensors run as single-op programs of this backend: installed when the
-// library loads, and again (idempotent) from every program that includes kiln/kiln.h.
-void install_backends() { device_ops::install(&run_eager_on_cuda); }
-namespace {
-[[maybe_unused]] const bool eager_installed = (install_backends(), true);
-}  // namespace
-
-std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,
+std::shared_ptr<exec::CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,
                                               std::vector<ir::Type> input_types, Device device, CudaCompileOptions opts) {
   auto t0 = std::chrono::steady_clock::now();
   KILN_CHECK(device.is_cuda(), "compile_cuda", "the device must be a GPU, not ", device.str());
   const cuda::DeviceInfo info = cuda::device_info(device.index);  // (raises the reason CUDA is unavailable)
   const passes::KernelProgram& p = *program;
-  CompileStats stats;
+  exec::CompileStats stats;
   stats.kernels = int(p.kernels.size());
-  std::vector<passes::KernelImpl> impls(p.kernels.size());
+  std::vector<exec::KernelImpl> impls(p.kernels.size());
   // The emulator runs each block's threads as host threads: smaller blocks keep them few.
   const int block = opts.block > 0 ? opts.block : cuda::emulated() ? 64 : kCudaBlock;
   std::vector<CudaRender> rendered = render_cuda(p, "kiln_cuda_k", opts.generic);
@@ -313,7 +306,7 @@ std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::Kern
   }
   std::string refusal = opts.graphs ? cuda_graph_refusal(p, input_types, stats, any_checks, library_refusal) : "";
   stats.compile_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  auto out = std::make_shared<CompiledProgram>(program, input_types, device, std::move(stats), std::move(impls));
+  auto out = std::make_shared<exec::CompiledProgram>(program, input_types, device, std::move(stats), std::move(impls));
   if (opts.graphs) {
     if (refusal.empty()) {
       for (auto& [slot, bytes] : split_launches) *slot = std::make_unique<DeviceScratch>(bytes, device.index);

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/codegen/program.h"
+#include "kiln/exec/program.h"
 
 namespace kiln::codegen {
 
@@ -35,7 +35,7 @@ struct CpuCompileOptions {
 
 // Compiles a kernel program for this CPU. `input_types` are the graph's input types (the sizes
 // and strides the program is specialised on). Throws kiln::Error only if LLVM itself fails.
-std::shared_ptr<CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram> program,
+std::shared_ptr<exec::CompiledProgram> compile_cpu(std::shared_ptr<const passes::KernelProgram> program,
                                              std::vector<ir::Type> input_types, CpuCompileOptions opts = {});
 
 // What dump-ir --emit shows for every kernel of a program.

@@ -54,7 +54,7 @@
 #include <vector>
 
 #include "kiln/codegen/cache.h"
-#include "kiln/codegen/program.h"
+#include "kiln/exec/program.h"
 #include "kiln/passes/kernel.h"
 
 namespace kiln::codegen {
@@ -190,7 +190,7 @@ struct CudaCompileOptions {
   // sizes of a dynamic dim, and eager ops on GPU tensors always.
   bool generic = false;
 };
-std::shared_ptr<CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,
+std::shared_ptr<exec::CompiledProgram> compile_cuda(std::shared_ptr<const passes::KernelProgram> program,
                                               std::vector<ir::Type> input_types, Device device = Device::cuda(),
                                               CudaCompileOptions opts = {});
 

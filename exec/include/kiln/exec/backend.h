@@ -1,19 +1,19 @@
 // The execution layer's entry: a graph optimized (kiln/passes/pass.h), handed to the backend of
-// its device, compiled into a CompiledProgram (kiln/codegen/program.h) that runs it.
+// its device, compiled into a CompiledProgram (kiln/exec/program.h) that runs it.
 //
-// Each backend implements Backend: the LLVM CPU backend (kiln/codegen/cpu.h) and the CUDA
-// backend (kiln/codegen/cuda.h). kiln::compile's graphs, their size variants and eager ops on
-// GPU tensors all come through compile_graph(); a tool that holds a kernel program already
-// (dump-ir's checks, kiln-bench) hands it to compile_program(). A third backend is one more
-// Backend, returned by backend_for() for its devices.
+// A backend implements Backend and registers itself for a device type: the LLVM CPU backend
+// (kiln/codegen/cpu.h) and the CUDA backend (kiln/codegen/cuda.h) do when kiln_codegen loads
+// (codegen::install_backends). kiln::compile's graphs, their size variants and eager ops on GPU
+// tensors all come through compile_graph(); a tool that holds a kernel program already (dump-ir's
+// checks, kiln-bench) hands it to compile_program(). A third backend is one more register_backend().
 #pragma once
 #include <memory>
 #include <string_view>
 #include <vector>
 
-#include "kiln/codegen/program.h"
+#include "kiln/exec/program.h"
 
-namespace kiln::codegen {
+namespace kiln::exec {
 
 struct BackendOptions {
   // Size-generic kernels: extents and strides as arguments, one kernel for every size of a
@@ -34,7 +34,11 @@ class Backend {
                                                    const BackendOptions& opts) const = 0;
 };
 
-// The backend that compiles for `device`.
+// Makes `backend` (which must live as long as the process) the one that compiles for devices of
+// `type`, replacing any before it.
+void register_backend(DeviceType type, const Backend* backend);
+
+// The backend that compiles for `device`; a kiln::Error naming the device where none is loaded.
 const Backend& backend_for(Device device);
 
 // The device a graph's work runs on: a GPU when any input or constant is there (one op never
@@ -50,4 +54,4 @@ std::shared_ptr<CompiledProgram> compile_program(std::shared_ptr<const passes::K
 // Optimizes `g` with the default pipeline and compiles its kernel program for its device.
 std::shared_ptr<CompiledProgram> compile_graph(const ir::Graph& g, const BackendOptions& opts = {});
 
-}  // namespace kiln::codegen
+}  // namespace kiln::exec

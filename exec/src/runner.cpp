@@ -1,14 +1,16 @@
-// The kernel interpreter (see kernel.h): runs a kernel program on the eager ops, honouring its
-// index expressions and its memory plan, so that fusion, layout and planning are tested without
-// any code generation.
+// The kernel program runner (see runner.h): on its own, the kernel interpreter, which runs a
+// kernel program on the eager ops, honouring its index expressions and its memory plan, so that
+// fusion, layout and planning are tested without any code generation.
 #include <unordered_set>
 
-#include "kiln/passes/kernel.h"
+#include "kiln/exec/runner.h"
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/profile.h"
 #include "kiln/runtime/storage.h"
 
-namespace kiln::passes {
+namespace kiln::exec {
+
+using namespace passes;
 
 struct ProgramRunner::Impl {
   const KernelProgram& p;
@@ -21,11 +23,6 @@ struct ProgramRunner::Impl {
   std::vector<std::string> names;  // per kernel: its name there
   std::vector<int64_t> traffic;    // per kernel: traffic_bytes, for the profile's GB/s
 };
-
-Tensor access_view(const Tensor& buffer, const Access& a) {
-  int64_t off = a.storage_relative ? a.offset : buffer.storage_offset() + a.offset;
-  return buffer.as_strided(a.sizes, a.strides, off);
-}
 
 ProgramRunner::ProgramRunner(const KernelProgram& p, std::vector<KernelImpl> impls, Device device)
     : impl_(std::make_unique<Impl>(Impl{p, {}, {}, std::move(impls), device, {}, {}, {}, {}})) {
@@ -207,4 +204,4 @@ std::vector<Tensor> ProgramRunner::run_on(std::span<const Tensor> buffers, std::
   return results;
 }
 
-}  // namespace kiln::passes
+}  // namespace kiln::exec

@@ -1,7 +1,7 @@
-// A kernel program compiled by a backend, ready to run: what compile_cpu (kiln/codegen/cpu.h)
-// and compile_cuda (kiln/codegen/cuda.h) return.
+// A kernel program compiled by a backend, ready to run: what every backend (kiln/exec/backend.h)
+// returns, compile_cpu (kiln/codegen/cpu.h) and compile_cuda (kiln/codegen/cuda.h) among them.
 //
-// The program runs through the kernel program runner (kiln/passes/kernel.h) on its device:
+// The program runs through the kernel program runner (kiln/exec/runner.h) on its device:
 // the backend's compiled form of each kernel it could compile, the runner's eager path for the
 // rest (library ops without a compiled form, conds; on a GPU through host copies).
 #pragma once
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "kiln/passes/kernel.h"
+#include "kiln/exec/runner.h"
 
-namespace kiln::codegen {
+namespace kiln::exec {
 
 struct CompileStats {
   int kernels = 0;          // in the program
@@ -30,13 +30,12 @@ struct CompileStats {
   // or "no CUDA graph: <why>" (a kernel that runs on the host, a check the host must read, ...).
   std::string graphs;
 };
-using CpuCompileStats = CompileStats;
 
 class CompiledProgram {
  public:
   // `impls`: per kernel the backend's compiled form, or empty for the runner to interpret.
   CompiledProgram(std::shared_ptr<const passes::KernelProgram> p, std::vector<ir::Type> input_types, Device device,
-                  CompileStats stats, std::vector<passes::KernelImpl> impls);
+                  CompileStats stats, std::vector<KernelImpl> impls);
   ~CompiledProgram();
 
   // Runs the program: inputs in graph input order (host numbers as scalar slots). The inputs
@@ -57,10 +56,10 @@ class CompiledProgram {
 
   // A backend that replays the program its own way (a CUDA graph over fixed buffers) installs
   // it here; run() then goes through it with the runner and the accepted inputs.
-  using Replay = std::function<std::vector<Tensor>(const passes::ProgramRunner&, std::span<const ir::Slot>)>;
+  using Replay = std::function<std::vector<Tensor>(const ProgramRunner&, std::span<const ir::Slot>)>;
   void set_replay(Replay r, std::string note);
   bool replays() const { return replay_ != nullptr; }  // (a CUDA graph was accepted)
-  const passes::ProgramRunner& runner() const { return runner_; }
+  const ProgramRunner& runner() const { return runner_; }
 
  private:
   Replay replay_;
@@ -68,7 +67,7 @@ class CompiledProgram {
   std::vector<ir::Type> input_types_;
   Device device_;
   CompileStats stats_;
-  passes::ProgramRunner runner_;
+  ProgramRunner runner_;
 };
 
-}  // namespace kiln::codegen
+}  // namespace kiln::exec

@@ -1,14 +1,14 @@
-// The compiled program both backends return (kiln/codegen/program.h): the input check and the
+// The compiled program every backend returns (kiln/exec/program.h): the input check and the
 // run through the kernel program runner on the program's device.
 #include <algorithm>
 
-#include "kiln/codegen/program.h"
+#include "kiln/exec/program.h"
 #include "kiln/runtime/error.h"
 
-namespace kiln::codegen {
+namespace kiln::exec {
 
 CompiledProgram::CompiledProgram(std::shared_ptr<const passes::KernelProgram> p, std::vector<ir::Type> input_types,
-                                 Device device, CompileStats stats, std::vector<passes::KernelImpl> impls)
+                                 Device device, CompileStats stats, std::vector<KernelImpl> impls)
     : program_(std::move(p)),
       input_types_(std::move(input_types)),
       device_(device),
@@ -54,4 +54,4 @@ std::vector<Tensor> CompiledProgram::run(std::span<const Tensor> inputs) const {
   return run(slots);
 }
 
-}  // namespace kiln::codegen
+}  // namespace kiln::exec

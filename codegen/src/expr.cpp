@@ -9,6 +9,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "kiln/ir/attrs.h"
 #include "kiln/ir/infer.h"
 
 namespace kiln::codegen {
@@ -165,10 +166,6 @@ class Builder {
     if (auto* b = std::get_if<bool>(&v)) return *b ? 1 : 0;
     throw Unsupported{"a non-numeric attribute"};
   }
-  static double attr_num(const ir::Node& n, std::string_view name, double dflt) {
-    const Attr* a = n.attr(name);
-    return a && !std::holds_alternative<NoneAttr>(a->value) ? num(a->value) : dflt;
-  }
   static bool is_int_const(const Instr& c, double v) {
     return c.op == EOp::Const && (is_floating(c.type) ? c.f == v : double(c.i) == v);
   }
@@ -243,8 +240,7 @@ class Builder {
       }
       case OpId::Gelu: {
         float_only();
-        const Attr* a = n.attr("approximate");
-        bool tanh_form = a && std::holds_alternative<std::string>(a->value) && std::get<std::string>(a->value) == "tanh";
+        bool tanh_form = ir::decode<OpId::Gelu>(n).approximate == "tanh";
         int x = in(n, 0, t);
         int inner;
         if (tanh_form) {
@@ -284,9 +280,10 @@ class Builder {
                      : r == DType::Float32  ? double(std::numeric_limits<float>::max())
                                             : std::numeric_limits<double>::max();
         int x = in(n, 0, t);
-        int nan_v = constant(t, attr_num(n, "nan", 0));
-        int pos_v = constant(t, attr_num(n, "posinf", big));
-        int neg_v = constant(t, attr_num(n, "neginf", -big));
+        ir::attrs::NanToNum at = ir::decode<OpId::NanToNum>(n);
+        int nan_v = constant(t, at.nan.value_or(0));
+        int pos_v = constant(t, at.posinf.value_or(big));
+        int neg_v = constant(t, at.neginf.value_or(-big));
         int is_inf = op(EOp::IsInf, DType::Bool, {x});
         int pos = op(EOp::Gt, DType::Bool, {x, constant(t, 0)});
         int inf_v = op(EOp::Select, t, {pos, pos_v, neg_v});
@@ -303,10 +300,10 @@ class Builder {
         if (r == DType::Float16 || r == DType::BFloat16) v = round_to_16(v, r);
         break;
       }
-      case OpId::Fill: v = constant(t, attr_num(n, "value", 0)); break;
+      case OpId::Fill: v = constant(t, ir::decode<OpId::Fill>(n).value.to_double()); break;
       case OpId::Add:
       case OpId::Sub: {
-        double alpha = attr_num(n, "alpha", 1);
+        double alpha = (n.op == OpId::Add ? ir::decode<OpId::Add>(n).alpha : ir::decode<OpId::Sub>(n).alpha).to_double();
         if (r == DType::Bool) {
           if (n.op == OpId::Sub) unsupported(n);
           v = logical(EOp::Or);
@@ -325,8 +322,7 @@ class Builder {
       }
       case OpId::Mul: v = r == DType::Bool ? logical(EOp::And) : b(EOp::Mul); break;
       case OpId::Div: {
-        const Attr* a = n.attr("rounding_mode");
-        std::string mode = a && std::holds_alternative<std::string>(a->value) ? std::get<std::string>(a->value) : "";
+        std::string mode = ir::decode<OpId::Div>(n).rounding_mode.value_or("");
         if (!fl) {
           // (true division of integers computes in a float type: only rounding modes get here)
           if (r == DType::Bool || (mode != "trunc" && mode != "floor")) unsupported(n);
@@ -397,9 +393,8 @@ class Builder {
       case OpId::BitwiseXor: if (fl) unsupported(n); v = b(EOp::Xor); break;
       case OpId::Where: v = op(EOp::Select, t, {in(n, 0, DType::Bool), in(n, 1, t), in(n, 2, t)}); break;
       case OpId::Clamp: {
-        const Attr* has_min = n.attr("has_min");
-        const Attr* has_max = n.attr("has_max");
-        bool lo = has_min && std::get<bool>(has_min->value), hi = has_max && std::get<bool>(has_max->value);
+        ir::attrs::Clamp at = ir::decode<OpId::Clamp>(n);
+        bool lo = at.has_min, hi = at.has_max;
         size_t next = 1;
         v = in(n, 0, t);
         if (lo) v = op(EOp::Max, t, {v, in(n, next++, t)});
@@ -416,14 +411,14 @@ class Builder {
         break;
       }
       case OpId::Addcmul: {
-        double value = attr_num(n, "value", 1);
+        double value = ir::decode<OpId::Addcmul>(n).value.to_double();
         int t1 = in(n, 1, t);
         if (value != 1) t1 = op(EOp::Mul, t, {constant(t, value), t1});  // (value * t1) * t2, as eager
         v = op(EOp::Add, t, {in(n, 0, t), op(EOp::Mul, t, {t1, in(n, 2, t)})});
         break;
       }
       case OpId::MaskedFill:
-        v = op(EOp::Select, t, {in(n, 1, DType::Bool), constant(t, attr_num(n, "value", 0)), in(n, 0, t)});
+        v = op(EOp::Select, t, {in(n, 1, DType::Bool), constant(t, ir::decode<OpId::MaskedFill>(n).value.to_double()), in(n, 0, t)});
         break;
       default:
         if (ir::op_info(n.op).category == ir::Category::Reduction) {
@@ -671,7 +666,7 @@ class Builder {
       case OpId::All: return reduce(Reducer::All, DType::Bool, x);
       case OpId::Norm: {
         if (!is_floating(t)) unsupported(n);
-        double p = attr_num(n, "p", 2);
+        double p = ir::decode<OpId::Norm>(n).p;
         int a = op(EOp::Abs, DType::Float64, {cvt(x, DType::Float64)});
         if (p == 2) return cvt(op(EOp::Sqrt, DType::Float64, {reduce(Reducer::Sum, DType::Float64, op(EOp::Mul, DType::Float64, {a, a}))}), t);
         if (p == 1) return cvt(reduce(Reducer::Sum, DType::Float64, a), t);
@@ -681,7 +676,7 @@ class Builder {
       case OpId::Var:
       case OpId::Std: {
         if (!is_floating(t)) unsupported(n);
-        double corr = attr_num(n, "correction", 1);
+        double corr = double(n.op == OpId::Var ? ir::decode<OpId::Var>(n).correction : ir::decode<OpId::Std>(n).correction);
         int x64 = cvt(x, DType::Float64);
         int n64 = count();
         int mean = op(EOp::Div, DType::Float64, {reduce(Reducer::Sum, DType::Float64, x64), n64});

@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "kiln/ir/attrs.h"
 #include "kiln/ir/infer.h"
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/ops.h"
@@ -18,47 +19,6 @@ namespace {
 
 using Frame = std::vector<Slot>;
 
-// ---- attribute decoding (done once, at prepare time) ----
-struct Attrs {
-  const Node& n;
-  // The attribute as given, else the op schema's default (attr_default, as inference reads it).
-  const AttrValue& get(std::string_view name) const {
-    if (const Attr* a = n.attr(name)) return a->value;
-    const AttrValue* d = attr_default(n.op, name);
-    KILN_CHECK(d, "exec", op_info(n.op).name, ": missing attribute '", name, "'");
-    return *d;
-  }
-  bool has(std::string_view name) const { return n.attr(name) != nullptr; }
-  template <typename T>
-  T as(std::string_view name) const {
-    const AttrValue& v = get(name);
-    if (auto* p = std::get_if<T>(&v)) return *p;
-    if constexpr (std::is_same_v<T, double>)
-      if (auto* i = std::get_if<int64_t>(&v)) return double(*i);
-    KILN_FAIL("exec", op_info(n.op).name, ": attribute '", name, "' has the wrong kind (", attr_str(v), ")");
-  }
-  int64_t i(std::string_view name) const { return as<int64_t>(name); }
-  bool b(std::string_view name) const { return as<bool>(name); }
-  double d(std::string_view name) const { return as<double>(name); }
-  IntList ints(std::string_view name) const { return as<IntList>(name); }
-  Scalar scalar(std::string_view name) const { return attr_scalar(get(name)); }
-  std::optional<double> opt_d(std::string_view name) const {
-    if (!has(name) || std::holds_alternative<NoneAttr>(get(name))) return std::nullopt;
-    return d(name);
-  }
-  std::optional<int64_t> opt_i(std::string_view name) const {
-    if (!has(name) || std::holds_alternative<NoneAttr>(get(name))) return std::nullopt;
-    return i(name);
-  }
-  std::optional<std::string> opt_s(std::string_view name) const {
-    if (!has(name) || std::holds_alternative<NoneAttr>(get(name))) return std::nullopt;
-    return as<std::string>(name);
-  }
-  std::optional<DType> opt_dtype(std::string_view name) const {
-    if (!has(name) || std::holds_alternative<NoneAttr>(get(name))) return std::nullopt;
-    return as<DType>(name);
-  }
-};
 
 }  // namespace
 
@@ -187,8 +147,15 @@ Fn tensor_first(TT tt, TS ts, std::string_view name) {
   }, name);
 }
 
+// Ops of one kind name their attributes alike: `f` reads them from the struct of whichever of
+// the two ops `n` is.
+template <OpId A, OpId B, typename F>
+auto either(const Node& n, F f) {
+  return n.op == A ? f(decode<A>(n)) : f(decode<B>(n));
+}
+
 Fn make_step(const Node& n, Plan& plan) {
-  Attrs a{n};
+  // Attributes are decoded once here, as each op's typed struct (kiln/ir/attrs.h).
   switch (n.op) {
     // The ops whose eager function runs them from their operands alone (ops.def's call column).
 #define KILN_OP(id, name, category, operands, traits, attributes, ...) \
@@ -196,26 +163,27 @@ Fn make_step(const Node& n, Plan& plan) {
 #include "kiln/runtime/ops.def"
 #undef KILN_OP
     case OpId::Gelu: {
-      std::string approx = a.as<std::string>("approximate");
+      std::string approx = decode<OpId::Gelu>(n).approximate;
       return unary([approx](const Tensor& x) { return gelu(x, approx); });
     }
     case OpId::NanToNum: {
-      auto nan = a.opt_d("nan"), pos = a.opt_d("posinf"), neg_ = a.opt_d("neginf");
+      attrs::NanToNum at = decode<OpId::NanToNum>(n);
+      auto nan = at.nan, pos = at.posinf, neg_ = at.neginf;
       return unary([=](const Tensor& x) { return nan_to_num(x, nan, pos, neg_); });
     }
     case OpId::Cast: {
-      DType dt = a.as<DType>("dtype");
+      DType dt = decode<OpId::Cast>(n).dtype;
       return unary([dt](const Tensor& x) { return x.to(dt); });
     }
     case OpId::Fill: {
-      Scalar v = a.scalar("value");
+      Scalar v = decode<OpId::Fill>(n).value;
       return unary([v](const Tensor& x) { return full(x.sizes(), v, TensorOptions(x.dtype()).device(x.device())); });
     }
 
     case OpId::Add:
     case OpId::Sub: {
-      Scalar alpha = a.scalar("alpha");
       bool is_sub = n.op == OpId::Sub;
+      Scalar alpha = either<OpId::Sub, OpId::Add>(n, [](const auto& at) { return at.alpha; });
       return [=](const Step& s, Frame& fr) {
         bool n0 = is_num(s, fr, 0), n1 = is_num(s, fr, 1);
         KILN_CHECK(!(n0 && n1), "exec", is_sub ? "sub" : "add", ": both operands are numbers");
@@ -232,7 +200,7 @@ Fn make_step(const Node& n, Plan& plan) {
       return commutative([](const Tensor& x, const Tensor& y) { return mul(x, y); },
                          [](const Tensor& x, const Scalar& y) { return mul(x, y); }, "mul");
     case OpId::Div: {
-      std::optional<std::string> mode = a.opt_s("rounding_mode");
+      std::optional<std::string> mode = decode<OpId::Div>(n).rounding_mode;
       auto m = [mode]() -> std::optional<std::string_view> {
         if (mode) return std::string_view(*mode);
         return std::nullopt;
@@ -272,7 +240,8 @@ Fn make_step(const Node& n, Plan& plan) {
         put(s, fr, where(c, T(s, fr, 1), T(s, fr, 2)));
       };
     case OpId::Clamp: {
-      bool has_min = a.b("has_min"), has_max = a.b("has_max");
+      attrs::Clamp at = decode<OpId::Clamp>(n);
+      bool has_min = at.has_min, has_max = at.has_max;
       KILN_CHECK(n.inputs.size() == size_t(1 + has_min + has_max), "exec", "clamp: has ", n.inputs.size(),
                  " operands but has_min=", has_min, " has_max=", has_max);
       return [=](const Step& s, Frame& fr) {
@@ -299,19 +268,20 @@ Fn make_step(const Node& n, Plan& plan) {
         put(s, fr, lerp(T(s, fr, 0), T(s, fr, 1), T(s, fr, 2)));
       };
     case OpId::Addcmul: {
-      Scalar v = a.scalar("value");
+      Scalar v = decode<OpId::Addcmul>(n).value;
       return [v](const Step& s, Frame& fr) { put(s, fr, addcmul(T(s, fr, 0), T(s, fr, 1), T(s, fr, 2), v)); };
     }
     case OpId::MaskedFill: {
-      Scalar v = a.scalar("value");
+      Scalar v = decode<OpId::MaskedFill>(n).value;
       return [v](const Step& s, Frame& fr) { put(s, fr, masked_fill(T(s, fr, 0), T(s, fr, 1), v)); };
     }
 
     // ---- reductions ----
 #define KILN_REDUCE_CASE(id, fn)                                                    \
   case OpId::id: {                                                                  \
-    IntList dims = a.ints("dims");                                                  \
-    bool keep = a.b("keepdim");                                                     \
+    attrs::id at = decode<OpId::id>(n);                                             \
+    IntList dims = at.dims;                                                         \
+    bool keep = at.keepdim;                                                         \
     return unary([dims, keep](const Tensor& x) { return fn(x, dims, keep); });       \
   }
     KILN_REDUCE_CASE(NanSum, nansum) KILN_REDUCE_CASE(Mean, mean) KILN_REDUCE_CASE(Prod, prod)
@@ -319,28 +289,31 @@ Fn make_step(const Node& n, Plan& plan) {
     KILN_REDUCE_CASE(All, all) KILN_REDUCE_CASE(LogSumExp, logsumexp)
 #undef KILN_REDUCE_CASE
     case OpId::Sum: {
-      IntList dims = a.ints("dims");
-      bool keep = a.b("keepdim");
-      auto dt = a.opt_dtype("dtype");
+      attrs::Sum at = decode<OpId::Sum>(n);
+      IntList dims = at.dims;
+      bool keep = at.keepdim;
+      std::optional<DType> dt = at.dtype;
       return unary([=](const Tensor& x) { return sum(x, dims, keep, dt); });
     }
     case OpId::Norm: {
-      IntList dims = a.ints("dims");
-      bool keep = a.b("keepdim");
-      double p = a.d("p");
+      attrs::Norm at = decode<OpId::Norm>(n);
+      IntList dims = at.dims;
+      bool keep = at.keepdim;
+      double p = at.p;
       return unary([=](const Tensor& x) { return norm(x, p, dims, keep); });
     }
     case OpId::Var:
     case OpId::Std: {
-      IntList dims = a.ints("dims");
-      bool keep = a.b("keepdim");
-      int64_t c = a.i("correction");
       bool is_std = n.op == OpId::Std;
+      auto [dims, keep, c] = either<OpId::Std, OpId::Var>(n, [](const auto& at) {
+        return std::tuple(at.dims, at.keepdim, at.correction);
+      });
       return unary([=](const Tensor& x) { return is_std ? kiln::std(x, dims, c, keep) : var(x, dims, c, keep); });
     }
     case OpId::Aminmax: {
-      IntList dims = a.ints("dims");
-      bool keep = a.b("keepdim");
+      attrs::Aminmax at = decode<OpId::Aminmax>(n);
+      IntList dims = at.dims;
+      bool keep = at.keepdim;
       return [=](const Step& s, Frame& fr) {
         const Tensor& x = T(s, fr, 0);
         // The API names one dim or none; a graph the passes rewrote may list several (what
@@ -353,8 +326,8 @@ Fn make_step(const Node& n, Plan& plan) {
     }
     case OpId::MaxDim:
     case OpId::MinDim: {
-      int64_t dim = a.i("dim");
-      bool keep = a.b("keepdim"), is_max = n.op == OpId::MaxDim;
+      bool is_max = n.op == OpId::MaxDim;
+      auto [dim, keep] = either<OpId::MaxDim, OpId::MinDim>(n, [](const auto& at) { return std::tuple(at.dim, at.keepdim); });
       return [=](const Step& s, Frame& fr) {
         auto [v, i] = is_max ? max(T(s, fr, 0), dim, keep) : min(T(s, fr, 0), dim, keep);
         put(s, fr, v, 0);
@@ -363,68 +336,73 @@ Fn make_step(const Node& n, Plan& plan) {
     }
     case OpId::Argmax:
     case OpId::Argmin: {
-      auto dim = a.opt_i("dim");
-      bool keep = a.b("keepdim"), is_max = n.op == OpId::Argmax;
+      bool is_max = n.op == OpId::Argmax;
+      auto [dim, keep] = either<OpId::Argmax, OpId::Argmin>(n, [](const auto& at) { return std::tuple(at.dim, at.keepdim); });
       return unary([=](const Tensor& x) { return is_max ? argmax(x, dim, keep) : argmin(x, dim, keep); });
     }
     case OpId::Softmax: {
-      int64_t dim = a.i("dim");
+      int64_t dim = decode<OpId::Softmax>(n).dim;
       return unary([dim](const Tensor& x) { return softmax(x, dim); });
     }
     case OpId::LogSoftmax: {
-      int64_t dim = a.i("dim");
+      int64_t dim = decode<OpId::LogSoftmax>(n).dim;
       return unary([dim](const Tensor& x) { return log_softmax(x, dim); });
     }
     case OpId::Cumsum: {
-      int64_t dim = a.i("dim");
+      int64_t dim = decode<OpId::Cumsum>(n).dim;
       return unary([dim](const Tensor& x) { return cumsum(x, dim); });
     }
 
     // ---- views ----
     case OpId::View: {
-      IntList sz = a.ints("sizes");
+      IntList sz = decode<OpId::View>(n).sizes;
       return unary([sz](const Tensor& x) { return x.view(sz); });
     }
     case OpId::Transpose: {
-      int64_t d0 = a.i("dim0"), d1 = a.i("dim1");
+      attrs::Transpose at = decode<OpId::Transpose>(n);
+      int64_t d0 = at.dim0, d1 = at.dim1;
       return unary([=](const Tensor& x) { return x.transpose(d0, d1); });
     }
     case OpId::Permute: {
-      IntList dims = a.ints("dims");
+      IntList dims = decode<OpId::Permute>(n).dims;
       return unary([dims](const Tensor& x) { return x.permute(dims); });
     }
     case OpId::Slice: {
       // (no end: to the end of the dim, as inference has it)
-      int64_t dim = a.i("dim"), st = a.i("start"), step = a.i("step");
-      int64_t en = a.has("end") ? a.i("end") : std::numeric_limits<int64_t>::max();
+      attrs::Slice at = decode<OpId::Slice>(n);
+      int64_t dim = at.dim, st = at.start, step = at.step;
+      int64_t en = at.end.value_or(std::numeric_limits<int64_t>::max());
       return unary([=](const Tensor& x) { return x.slice(dim, st, en, step); });
     }
     case OpId::Select: {
-      int64_t dim = a.i("dim"), index = a.i("index");
+      attrs::Select at = decode<OpId::Select>(n);
+      int64_t dim = at.dim, index = at.index;
       return unary([=](const Tensor& x) { return x.select(dim, index); });
     }
     case OpId::Expand: {
-      IntList sz = a.ints("sizes");
+      IntList sz = decode<OpId::Expand>(n).sizes;
       return unary([sz](const Tensor& x) { return x.expand(sz); });
     }
     case OpId::Squeeze: {
-      IntList dims = a.ints("dims");
+      IntList dims = decode<OpId::Squeeze>(n).dims;
       KILN_CHECK(dims.size() <= 1, "exec", "squeeze: at most one dim is supported, got ", dims.size());
       if (dims.empty()) return unary([](const Tensor& x) { return x.squeeze(); });
       int64_t d = dims[0];
       return unary([d](const Tensor& x) { return x.squeeze(d); });
     }
     case OpId::Unsqueeze: {
-      int64_t d = a.i("dim");
+      int64_t d = decode<OpId::Unsqueeze>(n).dim;
       return unary([d](const Tensor& x) { return x.unsqueeze(d); });
     }
     case OpId::Diagonal: {
-      int64_t off = a.i("offset"), d1 = a.i("dim1"), d2 = a.i("dim2");
+      attrs::Diagonal at = decode<OpId::Diagonal>(n);
+      int64_t off = at.offset, d1 = at.dim1, d2 = at.dim2;
       return unary([=](const Tensor& x) { return x.diagonal(off, d1, d2); });
     }
     case OpId::AsStrided: {
-      IntList sz = a.ints("sizes"), st = a.ints("strides");
-      std::optional<int64_t> off = a.opt_i("offset");  // none: the operand's own offset
+      attrs::AsStrided at = decode<OpId::AsStrided>(n);
+      IntList sz = at.sizes, st = at.strides;
+      std::optional<int64_t> off = at.offset;  // none: the operand's own offset
       return unary([=](const Tensor& x) { return x.as_strided(sz, st, off); });
     }
 
@@ -433,11 +411,12 @@ Fn make_step(const Node& n, Plan& plan) {
     case OpId::Clone: return unary([](const Tensor& x) { return x.clone(); });
     case OpId::Iota: return unary([](const Tensor& x) { return iota_value(x.sizes().vec(), x.device()); });
     case OpId::Addmm: {
-      Scalar beta = a.scalar("beta"), alpha = a.scalar("alpha");
+      attrs::Addmm at = decode<OpId::Addmm>(n);
+      Scalar beta = at.beta, alpha = at.alpha;
       return [=](const Step& s, Frame& fr) { put(s, fr, addmm(T(s, fr, 0), T(s, fr, 1), T(s, fr, 2), beta, alpha)); };
     }
     case OpId::Einsum: {
-      std::string eq = a.as<std::string>("equation");
+      std::string eq = decode<OpId::Einsum>(n).equation;
       return [eq](const Step& s, Frame& fr) {
         std::vector<Tensor> ops;
         for (size_t k = 0; k < s.in.size(); ++k) ops.push_back(T(s, fr, k));
@@ -445,7 +424,7 @@ Fn make_step(const Node& n, Plan& plan) {
       };
     }
     case OpId::Cat: {
-      int64_t dim = a.i("dim");
+      int64_t dim = decode<OpId::Cat>(n).dim;
       return [dim](const Step& s, Frame& fr) {
         std::vector<Tensor> ops;
         for (size_t k = 0; k < s.in.size(); ++k) ops.push_back(T(s, fr, k));
@@ -453,11 +432,11 @@ Fn make_step(const Node& n, Plan& plan) {
       };
     }
     case OpId::IndexSelect: {
-      int64_t dim = a.i("dim");
+      int64_t dim = decode<OpId::IndexSelect>(n).dim;
       return [dim](const Step& s, Frame& fr) { put(s, fr, index_select(T(s, fr, 0), dim, T(s, fr, 1))); };
     }
     case OpId::Gather: {
-      int64_t dim = a.i("dim");
+      int64_t dim = decode<OpId::Gather>(n).dim;
       return [dim](const Step& s, Frame& fr) { put(s, fr, gather(T(s, fr, 0), dim, T(s, fr, 1))); };
     }
     case OpId::Copy:
@@ -471,8 +450,8 @@ Fn make_step(const Node& n, Plan& plan) {
 
     // ---- control ----
     case OpId::Constant: {
-      if (a.has("value")) {
-        Scalar v = a.scalar("value");
+      if (const Attr* value = n.attr("value")) {
+        Scalar v = attr_scalar(value->value);
         return [v](const Step& s, Frame& fr) {
           Slot& o = fr[size_t(s.out[0])];
           o.scalar = v;

@@ -7,6 +7,7 @@
 // not restated, with inference's errors; each is overflow-checked: a type from text can claim
 // any sizes, and inference must reject them, never wrap around.
 #include "infer_context.h"
+#include "schema.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,38 +27,20 @@ namespace {
   throw std::logic_error(detail::cat("ops.def: the attribute schema of ", op_info(op).name, " ", why));
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return s;
-}
-
 // One op's schema text ("dims: ints = [], keepdim: bool = false") as its specs. The text is the
 // op table's, so a mistake in it is kiln's: it fails every use of the op, loudly.
 std::vector<AttrSpec> parse_schema(OpId op) {
+  std::string why;
+  std::vector<schema::Item> items = schema::parse(op_info(op).attributes, why);
+  if (!why.empty()) bad_schema(op, why);
   std::vector<AttrSpec> specs;
-  std::string_view text = op_info(op).attributes;
-  while (!trim(text).empty()) {
-    size_t comma = text.find(',');
-    std::string_view item = trim(text.substr(0, comma));
-    text = comma == std::string_view::npos ? std::string_view{} : text.substr(comma + 1);
-    size_t colon = item.find(':');
-    if (colon == std::string_view::npos) bad_schema(op, "has an item without a kind");
-    AttrSpec spec{trim(item.substr(0, colon)), 0};
-    std::string_view kinds = item.substr(colon + 1);
-    if (size_t eq = kinds.find('='); eq != std::string_view::npos) {
-      spec.dflt = trim(kinds.substr(eq + 1));
-      kinds = kinds.substr(0, eq);
-    }
-    for (std::string_view k = trim(kinds); !k.empty();) {
-      size_t bar = k.find('|');
-      std::string_view one = trim(k.substr(0, bar));
+  for (const schema::Item& item : items) {
+    AttrSpec spec{item.name, 0, item.dflt};
+    for (std::string_view one : item.kinds) {
       auto it = std::find(std::begin(kKindNames), std::end(kKindNames), one);
       if (it == std::end(kKindNames)) bad_schema(op, "names an unknown kind");
       spec.kinds |= 1u << size_t(it - std::begin(kKindNames));
-      k = bar == std::string_view::npos ? std::string_view{} : k.substr(bar + 1);
     }
-    if (spec.name.empty() || spec.kinds == 0) bad_schema(op, "has an item without a name or kind");
     specs.push_back(spec);
   }
   return specs;
@@ -129,7 +112,7 @@ Type unary(const Ctx& c) {
     if (d == kBool) c.fail("\"", c.name, "\" not implemented for 'bool'");
   };
   if (c.op == OpId::Gelu) {
-    std::string approx = c.req<std::string>("approximate");
+    std::string approx = c.decoded<OpId::Gelu>().approximate;
     if (approx != "none" && approx != "tanh")
       c.fail("approximate argument must be either none or tanh, got '", approx, "'");
   }
@@ -157,7 +140,7 @@ Type unary(const Ctx& c) {
       return same(kBool);
     case OpId::Cast: {
       // Tensor::to returns the tensor itself when the dtype already matches: an alias
-      DType to = c.req<DType>("dtype");
+      DType to = c.decoded<OpId::Cast>().dtype;
       if (to == d) {
         Type t = x;
         t.wrapped = false;
@@ -167,9 +150,7 @@ Type unary(const Ctx& c) {
     }
     case OpId::Fill: {
       // a tensor like the operand (empty(sizes, dtype)), filled through fill_'s value check
-      auto v = c.number("value");
-      if (!v) c.fail("missing attribute 'value' (bool|int|float)");
-      check_fill_value(c, *v, d);
+      check_fill_value(c, c.decoded<OpId::Fill>().value, d);
       return same(d);
     }
     default: break;
@@ -192,7 +173,7 @@ Type binary(const Ctx& c) {
       if (c.op == OpId::Sub && (a.dtype == kBool || b.dtype == kBool))
         c.fail("Subtraction, the `-` operator, with a bool tensor is not supported (", a.str(), ", ", b.str(), ")");
       // check_alpha
-      Scalar alpha = *c.number("alpha");
+      Scalar alpha = c.op == OpId::Add ? c.decoded<OpId::Add>().alpha : c.decoded<OpId::Sub>().alpha;
       if (alpha.is_bool() && ct != kBool) c.fail("Boolean alpha only supported for Boolean results (result type ", name(ct), ")");
       if (!is_floating(ct) && alpha.is_floating())
         c.fail("For integral input tensors, argument alpha must not be a floating point number (result type ", name(ct), ")");
@@ -201,7 +182,7 @@ Type binary(const Ctx& c) {
     case OpId::Mul: case OpId::Maximum: case OpId::Minimum:
       return elementwise_out(c, ct, ts);
     case OpId::Div: {
-      std::optional<std::string> mode = c.opt<std::string>("rounding_mode");
+      std::optional<std::string> mode = c.decoded<OpId::Div>().rounding_mode;
       if (!mode) return elementwise_out(c, float_compute(ct), ts);  // true division
       if (*mode != "trunc" && *mode != "floor")
         c.fail("div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '", *mode, "'");
@@ -233,7 +214,8 @@ Type ternary(const Ctx& c) {
       return elementwise_out(c, result_type({a, b}), {cond, a, b});
     }
     case OpId::Clamp: {
-      bool has_min = c.req<bool>("has_min"), has_max = c.req<bool>("has_max");
+      attrs::Clamp at = c.decoded<OpId::Clamp>();
+      bool has_min = at.has_min, has_max = at.has_max;
       if (!has_min && !has_max) c.fail("At least one of 'min' or 'max' must not be None (has_min and has_max are false)");
       c.arity(1 + size_t(has_min) + size_t(has_max));
       // clamp(Tensor, Scalar?, Scalar?) and clamp(Tensor, Tensor?, Tensor?): no overload mixes them
@@ -263,9 +245,7 @@ Type ternary(const Ctx& c) {
     case OpId::MaskedFill: {
       const Type &x = c.tensor(0), &mask = c.tensor(1);
       if (mask.dtype != kBool) c.fail("masked_fill only supports boolean masks, but got mask with dtype ", name(mask.dtype));
-      auto v = c.number("value");
-      if (!v) c.fail("missing attribute 'value' (bool|int|float)");
-      check_fill_value(c, *v, x.dtype);
+      check_fill_value(c, c.decoded<OpId::MaskedFill>().value, x.dtype);
       // the output takes the broadcast shape of x and the mask, in x's dtype
       return elementwise_out(c, x.dtype, {x, mask});
     }
@@ -324,10 +304,12 @@ std::vector<Type> along_dim(const Ctx& c, const Type& x, int64_t dim, bool keepd
 
 std::vector<Type> reduction(const Ctx& c) {
   const Type& x = c.tensor(0);
-  IntList dims = c.get<IntList>("dims", {});  // (none for the ops that take a `dim` instead)
+  // Every reduction names its dims as `dims`, or one as `dim` (the row ops, max/min, argmax):
+  // read here by name, as one convention of the family, rather than per op's struct.
+  IntList dims = c.get<IntList>("dims", {});
   switch (c.op) {
     case OpId::Sum: {
-      DType dt = c.opt<DType>("dtype").value_or(sum_dtype(x.dtype));
+      DType dt = c.decoded<OpId::Sum>().dtype.value_or(sum_dtype(x.dtype));
       Type out = reduced(c, x, dt);
       if (dt == kBool) c.fail("\"sum\" not implemented for 'bool'");
       return {out};
@@ -350,7 +332,7 @@ std::vector<Type> reduction(const Ctx& c) {
       return {reduced(c, x, x.dtype == kUInt8 ? kUInt8 : kBool)};  // uint8 in, uint8 out, as PyTorch
     case OpId::Norm: {
       check_float(c, x);
-      if (std::isinf(c.req<double>("p"))) check_nonempty(c, x, dims);
+      if (std::isinf(c.decoded<OpId::Norm>().p)) check_nonempty(c, x, dims);
       return {reduced(c, x, x.dtype)};
     }
     case OpId::Var: case OpId::Std:
@@ -374,7 +356,7 @@ std::vector<Type> reduction(const Ctx& c) {
       return {c.dense(x.dtype, x.sizes, x.device)};
     }
     case OpId::Cumsum:
-      c.wrap(c.req<int64_t>("dim"), int64_t(x.sizes.size()));
+      c.wrap(c.decoded<OpId::Cumsum>().dim, int64_t(x.sizes.size()));
       return {c.dense(sum_dtype(x.dtype), x.sizes, x.device)};
     default: break;
   }
@@ -393,26 +375,36 @@ Type view_op(const Ctx& c) {
   auto typed = [&](const rules::Strided& r) { return view_of(x, r.sizes, r.strides); };
   const auto fail = c.failer();
   switch (c.op) {
-    case OpId::View: return typed(rules::view(g, c.req<IntList>("sizes"), fail));
-    case OpId::Transpose: return typed(rules::transpose(g, c.req<int64_t>("dim0"), c.req<int64_t>("dim1"), fail));
-    case OpId::Permute: return typed(rules::permute(g, c.req<IntList>("dims"), fail));
-    case OpId::Slice:
-      return typed(rules::slice(g, c.req<int64_t>("dim"), c.req<int64_t>("start"), c.opt<int64_t>("end"),
-                                c.req<int64_t>("step"), fail));
-    case OpId::Select: return typed(rules::select(g, c.req<int64_t>("dim"), c.req<int64_t>("index"), fail));
-    case OpId::Expand: return typed(rules::expand(g, c.req<IntList>("sizes"), fail));
-    case OpId::Squeeze: return typed(rules::squeeze(g, c.req<IntList>("dims"), fail));
-    case OpId::Unsqueeze: return typed(rules::unsqueeze(g, c.req<int64_t>("dim"), fail));
-    case OpId::Diagonal:
-      return typed(rules::diagonal(g, c.req<int64_t>("offset"), c.req<int64_t>("dim1"), c.req<int64_t>("dim2"), fail));
+    case OpId::View: return typed(rules::view(g, c.decoded<OpId::View>().sizes, fail));
+    case OpId::Transpose: {
+      attrs::Transpose at = c.decoded<OpId::Transpose>();
+      return typed(rules::transpose(g, at.dim0, at.dim1, fail));
+    }
+    case OpId::Permute: return typed(rules::permute(g, c.decoded<OpId::Permute>().dims, fail));
+    case OpId::Slice: {
+      attrs::Slice at = c.decoded<OpId::Slice>();
+      return typed(rules::slice(g, at.dim, at.start, at.end, at.step, fail));
+    }
+    case OpId::Select: {
+      attrs::Select at = c.decoded<OpId::Select>();
+      return typed(rules::select(g, at.dim, at.index, fail));
+    }
+    case OpId::Expand: return typed(rules::expand(g, c.decoded<OpId::Expand>().sizes, fail));
+    case OpId::Squeeze: return typed(rules::squeeze(g, c.decoded<OpId::Squeeze>().dims, fail));
+    case OpId::Unsqueeze: return typed(rules::unsqueeze(g, c.decoded<OpId::Unsqueeze>().dim, fail));
+    case OpId::Diagonal: {
+      attrs::Diagonal at = c.decoded<OpId::Diagonal>();
+      return typed(rules::diagonal(g, at.offset, at.dim1, at.dim2, fail));
+    }
     case OpId::AsStrided: {
       // (the storage-size check needs the storage, which a type does not describe)
-      IntList ns = c.req<IntList>("sizes"), nst = c.req<IntList>("strides");
+      attrs::AsStrided at = c.decoded<OpId::AsStrided>();
+      const IntList &ns = at.sizes, &nst = at.strides;
       if (ns.size() != nst.size())
         c.fail("mismatch in length of strides (", nst.size(), ") and shape (", ns.size(), ")");
       for (size_t i = 0; i < ns.size(); ++i)
         if (ns[i] < 0 || nst[i] < 0) c.fail("negative size or stride: sizes ", ns, ", strides ", nst);
-      if (c.req<int64_t>("offset") < 0) c.fail("negative storage offset ", c.req<int64_t>("offset"));
+      if (at.offset && *at.offset < 0) c.fail("negative storage offset ", *at.offset);
       return view_of(x, ns, nst);
     }
     default: break;
@@ -439,7 +431,7 @@ Type cat(const Ctx& c) {  // join.cpp
     }
   const size_t nd = ref->sizes.size();
   if (nd == 0) c.fail("zero-dimensional tensor cannot be concatenated");
-  size_t d = size_t(c.wrap(c.req<int64_t>("dim"), int64_t(nd)));
+  size_t d = size_t(c.wrap(c.decoded<OpId::Cat>().dim, int64_t(nd)));
   DType dt = result_type(ts);
   Sizes shape = ref->sizes;
   shape[d] = 0;
@@ -462,7 +454,7 @@ Type index_select(const Ctx& c) {  // join.cpp
   if (index.dtype != kInt64 && index.dtype != kInt32)
     c.fail("index_select(): Expected dtype int32/int64 for index, got ", name(index.dtype));
   if (index.sizes.size() > 1) c.fail("index_select(): Index is supposed to be a vector, got shape ", index.sizes);
-  size_t d = size_t(c.wrap(c.req<int64_t>("dim"), int64_t(x.sizes.size())));
+  size_t d = size_t(c.wrap(c.decoded<OpId::IndexSelect>().dim, int64_t(x.sizes.size())));
   int64_t n = index.sizes.empty() ? 1 : index.sizes[0];
   Device dev = common_device(c, {x, index});
   if (x.sizes.empty()) {
@@ -478,7 +470,7 @@ Type gather(const Ctx& c) {  // join.cpp
   const Type &x = c.tensor(0), &index = c.tensor(1);
   if (index.dtype != kInt64) c.fail("gather(): Expected dtype int64 for index, got ", name(index.dtype));
   size_t nd = std::max<size_t>(x.sizes.size(), 1);
-  size_t d = size_t(c.wrap(c.req<int64_t>("dim"), int64_t(x.sizes.size())));
+  size_t d = size_t(c.wrap(c.decoded<OpId::Gather>().dim, int64_t(x.sizes.size())));
   if (std::max<size_t>(index.sizes.size(), 1) != nd)
     c.fail("Index tensor must have the same number of dimensions as input tensor (input ", x.sizes, ", index ", index.sizes, ")");
   Sizes xs = x.sizes.empty() ? Sizes{1} : x.sizes, is = index.sizes.empty() ? Sizes{1} : index.sizes;

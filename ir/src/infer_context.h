@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "kiln/ir/attrs.h"
 #include "kiln/ir/infer.h"
 #include "kiln/runtime/rules.h"
 
@@ -112,6 +113,14 @@ class Ctx {
     auto v = opt<T>(n);
     if (!v) fail("missing attribute '", n, "' (", kinds_str(spec(n).kinds), ")");
     return *v;
+  }
+  // The op's typed attribute struct (kiln/ir/attrs.h) for `o`, the op being inferred: a required
+  // attribute the node lacks is this op's error.
+  template <OpId o>
+  typename AttrsOf<o>::type decoded() const {
+    for (const AttrSpec& s : attr_specs(op))
+      if (s.dflt.empty() && !find(s.name)) fail("missing attribute '", s.name, "' (", kinds_str(s.kinds), ")");
+    return decode<o>(std::span<const Attr>(attrs));
   }
   // A bool|int|float attribute as the Scalar the eager op received.
   std::optional<Scalar> number(std::string_view n) const {

@@ -39,7 +39,7 @@ Type addmm(const Ctx& c) {
   const Type &self = c.tensor(0), &a = c.tensor(1), &b = c.tensor(2);
   Sizes shape = rules::addmm_shape(self.sizes, a.sizes, b.sizes, self.dtype, a.dtype, b.dtype, c.failer());
   // bool: gemm_into refuses a non-empty product, and scaling by a nonzero beta (mul_) an empty one
-  Scalar beta = *c.number("beta");
+  Scalar beta = c.decoded<OpId::Addmm>().beta;
   if (a.dtype == kBool && shape[0] > 0 && shape[1] > 0 && (a.sizes[1] > 0 || beta.to_double() != 0))
     c.fail("\"addmm_impl_cpu_\" not implemented for 'bool'");
   return c.dense(a.dtype, shape, common_device(c, {self, a, b}));
@@ -102,7 +102,7 @@ Type einsum(const Ctx& c) {
     if (t.dtype != ops[0].dtype) c.fail("expected scalar type ", name(ops[0].dtype), " but found ", name(t.dtype));
   common_device(c, ops);
   TypeOps steps{c};
-  return einsum_labels::run_einsum(c.req<std::string>("equation"), ops, steps);
+  return einsum_labels::run_einsum(c.decoded<OpId::Einsum>().equation, ops, steps);
 }
 
 }  // namespace kiln::ir::infer_detail

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <map>
 
+#include "kiln/ir/attrs.h"
+
 namespace kiln::passes::detail {
 
 namespace {
@@ -58,30 +60,31 @@ ViewKey view_key(const ir::Value* v) {
     auto stride = [&](int64_t d) { return in.strides[size_t(norm_dim(d, in.sizes.size()))]; };
     switch (n.op) {
       case OpId::Slice: {
-        int d = norm_dim(attr_int(n, "dim", 0), in.sizes.size());
-        int64_t size = in.sizes[size_t(d)], start = attr_int(n, "start", 0);
+        ir::attrs::Slice a = ir::decode<OpId::Slice>(n);
+        int d = norm_dim(a.dim, in.sizes.size());
+        int64_t size = in.sizes[size_t(d)], start = a.start;
         if (start < 0) start += size;
         start = std::clamp<int64_t>(start, 0, size);
         k.offset += start * stride(d);
         break;
       }
       case OpId::Select: {
-        int d = norm_dim(attr_int(n, "dim", 0), in.sizes.size());
-        int64_t index = attr_int(n, "index", 0);
+        ir::attrs::Select a = ir::decode<OpId::Select>(n);
+        int d = norm_dim(a.dim, in.sizes.size());
+        int64_t index = a.index;
         if (index < 0) index += in.sizes[size_t(d)];
         k.offset += index * stride(d);
         break;
       }
       case OpId::Diagonal: {
-        int64_t off = attr_int(n, "offset", 0);
-        k.offset += off >= 0 ? off * stride(attr_int(n, "dim2", 1)) : -off * stride(attr_int(n, "dim1", 0));
+        ir::attrs::Diagonal a = ir::decode<OpId::Diagonal>(n);
+        k.offset += a.offset >= 0 ? a.offset * stride(a.dim2) : -a.offset * stride(a.dim1);
         break;
       }
       case OpId::AsStrided: {
-        const ir::Attr* a = n.attr("offset");
-        if (a && std::holds_alternative<int64_t>(a->value)) {
+        if (std::optional<int64_t> off = ir::decode<OpId::AsStrided>(n).offset) {
           // An absolute storage offset: what came below it no longer matters.
-          k.offset += std::get<int64_t>(a->value);
+          k.offset += *off;
           k.storage_relative = true;
           cur = ir::alias_root(n.inputs[0]);
           k.root = cur;

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <kiln/ir/attrs.h>
 #include <kiln/ir/graph.h>
 #include <kiln/ir/exec.h>
 #include <kiln/ir/infer.h>
@@ -143,7 +144,9 @@ TEST(IrOpTable, AttributeSchemasGiveTheirDefaults) {
   EXPECT_EQ(dflt(OpId::Var, "correction"), "1");
   EXPECT_EQ(dflt(OpId::Gelu, "approximate"), "\"none\"");
   EXPECT_EQ(dflt(OpId::Slice, "step"), "1");
-  EXPECT_EQ(dflt(OpId::Slice, "end"), "(required)");
+  EXPECT_EQ(dflt(OpId::Slice, "end"), "none");  // (to the dim's size)
+  EXPECT_EQ(dflt(OpId::AsStrided, "offset"), "none");  // (the operand's own)
+  EXPECT_EQ(dflt(OpId::AsStrided, "sizes"), "(required)");
   EXPECT_EQ(dflt(OpId::Softmax, "dim"), "(required)");
   EXPECT_EQ(dflt(OpId::Argmax, "dim"), "none");
   // an attribute the schema does not name is refused, naming the ones it does
@@ -318,6 +321,48 @@ TEST(IrText, ReadableForm) {
             "  %4 = add(%0, %3) {alpha=1} : f32[1000]{1}\n"
             "  return %4\n"
             "}\n");
+}
+
+// Each op's attributes decode into its generated struct (kiln/ir/attrs.h): given values, the
+// schema's defaults for the rest, and a clear error for a missing or ill-kinded one.
+TEST(IrOpTable, AttributesDecodeIntoEachOpsStruct) {
+  attrs::Sum sum = decode<OpId::Sum>(std::vector<Attr>{{"dims", IntList{1, -1}}});
+  EXPECT_EQ(sum.dims, (IntList{1, -1}));
+  EXPECT_FALSE(sum.keepdim);
+  EXPECT_FALSE(sum.dtype.has_value());
+  attrs::Slice slice = decode<OpId::Slice>(std::vector<Attr>{{"end", int64_t(7)}, {"step", int64_t(2)}});
+  EXPECT_EQ(slice.dim, 0);
+  EXPECT_EQ(slice.start, 0);
+  EXPECT_EQ(slice.end, std::optional<int64_t>(7));
+  EXPECT_EQ(slice.step, 2);
+  attrs::Addmm addmm = decode<OpId::Addmm>(std::vector<Attr>{{"beta", 0.5}});
+  EXPECT_EQ(addmm.alpha.to_int(), 1);
+  EXPECT_EQ(addmm.beta.to_double(), 0.5);
+  EXPECT_EQ(decode<OpId::Norm>(std::vector<Attr>{{"p", int64_t(3)}}).p, 3.0);  // an int where a float goes
+  EXPECT_EQ(decode<OpId::Cast>(std::vector<Attr>{{"dtype", kBFloat16}}).dtype, kBFloat16);
+  EXPECT_EQ(decode<OpId::Div>(std::vector<Attr>{{"rounding_mode", AttrValue(std::string("floor"))}}).rounding_mode,
+            std::optional<std::string>("floor"));
+  try {
+    decode<OpId::Softmax>(std::vector<Attr>{});
+    ADD_FAILURE() << "a missing required attribute decoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("softmax: missing attribute 'dim'"), std::string::npos) << e.what();
+  }
+  try {
+    decode<OpId::Softmax>(std::vector<Attr>{{"dim", 1.5}});
+    ADD_FAILURE() << "an attribute of the wrong kind decoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("softmax: attribute 'dim' has the wrong kind (1.5)"), std::string::npos)
+        << e.what();
+  }
+  // and inference reports a missing one as its own error, as before
+  try {
+    infer_types(OpId::Softmax, {f32({4})}, {});
+    ADD_FAILURE() << "inference accepted a missing attribute";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[infer] softmax: missing attribute 'dim' (int)"), std::string::npos)
+        << e.what();
+  }
 }
 
 // A number enters a graph as scalar<dt>; an input typed as a wrapped number would promote as one
@@ -779,7 +824,7 @@ TEST(IrDefaults, LeftOutAttributesTakeTheSchemaDefaults) {
   EXPECT_TRUE(std::get<IntList>(*attr_default(OpId::Squeeze, "dims")).empty());
   EXPECT_EQ(std::get<std::string>(*attr_default(OpId::Gelu, "approximate")), "none");
   EXPECT_TRUE(std::holds_alternative<NoneAttr>(*attr_default(OpId::Argmax, "dim")));
-  EXPECT_EQ(attr_default(OpId::Slice, "end"), nullptr);       // (the dim's size)
+  EXPECT_TRUE(std::holds_alternative<NoneAttr>(*attr_default(OpId::Slice, "end")));  // (the dim's size)
   EXPECT_EQ(attr_default(OpId::Transpose, "dim0"), nullptr);  // required
   EXPECT_EQ(attr_default(OpId::Permute, "dims"), nullptr);    // required
   EXPECT_EQ(attr_default(OpId::Add, "beta"), nullptr);        // not an attribute of add

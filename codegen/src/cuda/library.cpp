@@ -7,6 +7,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "kiln/ir/attrs.h"
 #include "kiln/runtime/cuda.h"
 #include "kiln/runtime/device_ops.h"
 #include "kiln/runtime/error.h"
@@ -16,12 +17,6 @@
 namespace kiln::codegen {
 
 namespace {
-
-int64_t int_attr(const std::vector<Attr>& attrs, std::string_view name) {
-  for (const Attr& a : attrs)
-    if (auto* v = std::get_if<int64_t>(&a.value); v && a.name == name) return *v;
-  KILN_FAIL("cuda", "a library op lacks its integer attribute ", name);
-}
 
 int64_t wrap(int64_t d, int64_t rank) { return d < 0 ? d + rank : d; }
 
@@ -282,9 +277,9 @@ std::string cuda_library_graph_refusal(OpId op, DType result) {
 void run_cuda_library_into(OpId op, std::span<const Tensor> in, const std::vector<Attr>& attrs, Tensor dst) {
   trace::Pause pause;  // (the steps are eager ops: a trace running around this call records none of them)
   switch (op) {
-    case OpId::Cat: return cat_into(in, int_attr(attrs, "dim"), dst);
-    case OpId::Gather: return gather_into(in[0], int_attr(attrs, "dim"), in[1], dst);
-    case OpId::IndexSelect: return index_select_into(in[0], int_attr(attrs, "dim"), in[1], dst);
+    case OpId::Cat: return cat_into(in, ir::decode<OpId::Cat>(attrs).dim, dst);
+    case OpId::Gather: return gather_into(in[0], ir::decode<OpId::Gather>(attrs).dim, in[1], dst);
+    case OpId::IndexSelect: return index_select_into(in[0], ir::decode<OpId::IndexSelect>(attrs).dim, in[1], dst);
     default: break;
   }
   device_ops::run_library_into(op, in, attrs, dst);  // (a product writes into dst itself where it can)

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "../schedule.h"
+#include "kiln/ir/attrs.h"
 #include "kiln/ir/infer.h"
 #include "kiln/runtime/factories.h"
 #include "rewrite.h"
@@ -166,7 +167,7 @@ bool normal_pow2(int k, DType dt) {
 // rounded the same way, as long as c and 1/c are exact normal numbers of the computing dtype.
 Replacement div_pow2(Walk& w, const ir::Node& n) {
   if (n.op != OpId::Div) return {};
-  if (const ir::Attr* m = n.attr("rounding_mode"); m && !std::holds_alternative<NoneAttr>(m->value)) return {};
+  if (ir::decode<OpId::Div>(n).rounding_mode) return {};
   const ir::Value* c = n.inputs[1];
   DType dt = n.outputs[0]->type.dtype;
   auto value = w.num(c);

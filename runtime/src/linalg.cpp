@@ -491,7 +491,14 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 namespace device_ops {
 
 bool has_library(OpId op) {
-  return op == OpId::Matmul || op == OpId::Mm || op == OpId::Bmm || op == OpId::Addmm || op == OpId::Einsum;
+  // the products and einsum: the ops that take an epilogue (ops.def's kTakesEpilogue)
+  using namespace op_traits;
+  static constexpr uint32_t kTraits[] = {
+#define KILN_OP(id, name, category, operands, traits, ...) uint32_t(traits),
+#include "kiln/runtime/ops.def"
+#undef KILN_OP
+  };
+  return (kTraits[size_t(op)] & kTakesEpilogue) != 0;
 }
 
 namespace {

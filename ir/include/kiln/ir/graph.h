@@ -38,17 +38,9 @@ using kiln::AttrValue;
 using kiln::Attr;
 enum class Category : uint8_t { Elementwise, Reduction, View, Opaque, Control };
 
-// An op's traits (the op table's traits column, kiln/runtime/ops.def, which says what each means).
-enum OpTrait : uint32_t {
-  kCostly = 1u << 0,
-  kRowOp = 1u << 1,
-  kTakesEpilogue = 1u << 2,
-  kFloatCompute = 1u << 3,
-  kFloatOnly = 1u << 4,
-  kExact = 1u << 5,
-  kExactValue = 1u << 6,
-  kApprox = 1u << 7,
-};
+// An op's traits (kiln/runtime/trace.h; ops.def says what each means): ir::kCostly, ...
+using OpTrait = op_traits::OpTrait;
+using enum op_traits::OpTrait;
 // An op's row of the op table.
 struct OpInfo {
   std::string_view name;

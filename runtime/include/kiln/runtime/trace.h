@@ -32,6 +32,21 @@ enum class OpId : uint16_t {
 #undef KILN_OP
 };
 
+// The bits of the op table's traits column (ops.def says what each means). The IR reads them as
+// ir::kCostly, ... through ir::has_trait; the runtime reads the column itself where it needs one.
+namespace op_traits {
+enum OpTrait : uint32_t {
+  kCostly = 1u << 0,
+  kRowOp = 1u << 1,
+  kTakesEpilogue = 1u << 2,
+  kFloatCompute = 1u << 3,
+  kFloatOnly = 1u << 4,
+  kExact = 1u << 5,
+  kExactValue = 1u << 6,
+  kApprox = 1u << 7,
+};
+}  // namespace op_traits
+
 // Node attributes: named, typed values (dims, keepdim, alpha, rounding_mode, dtype, ...).
 using IntList = std::vector<int64_t>;
 struct NoneAttr {

@@ -780,6 +780,22 @@ TEST(IrExec, ACondResultIsNewMemory) {
   }
 }
 
+// aminmax names one dim or none in the API, but a graph the passes rewrote may list several:
+// the executor computes amin and amax over all of them, as inference types them.
+TEST(IrExec, AminmaxOverSeveralDimsIsAminAndAmaxOverThem) {
+  Graph g = parse(R"(graph @g(%x: f32[2,3,4]{12,4,1}) {
+  %0, %1 = aminmax(%x) {dims=[0, 2], keepdim=true} : f32[1,3,1]{3,1,1}, f32[1,3,1]{3,1,1}
+  return %0, %1
+})");
+  ASSERT_FALSE(verify(g).has_value()) << verify(g)->str();
+  Tensor x = randn({2, 3, 4});
+  std::vector<Tensor> out = Executable(g).run(std::vector<Tensor>{x});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].sizes().vec(), (std::vector<int64_t>{1, 3, 1}));
+  EXPECT_TRUE(out[0].eq(amin(x, {0, 2}, true)).all().item<bool>());
+  EXPECT_TRUE(out[1].eq(amax(x, {0, 2}, true)).all().item<bool>());
+}
+
 // A hand-written graph may leave out the attributes with a default in the op table's schema
 // (PyTorch's: add's alpha, a reduction's dims and keepdim, norm's p, ...): it verifies and runs
 // as if they were spelled out. Required ones stay required, in inference and in the executor.

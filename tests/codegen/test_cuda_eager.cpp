@@ -211,6 +211,15 @@ TEST(CudaEager, ErrorsAreEagersOwn) {
   std::string host = error_of([&] { i.add_(randn({4})); });
   ASSERT_FALSE(host.empty());
   EXPECT_EQ(error_of([&] { Tensor di = i.to(kGpu); di.add_(randn({4}).to(kGpu)); }), host);
+  // Products run from the runtime on the device (device_ops::run_library): a shape error is the
+  // eager op's, word for word, and mixed devices are refused.
+  Tensor m = randn({3, 4}), k = randn({5, 2});
+  std::string mm_host = error_of([&] { matmul(m, k); });
+  ASSERT_FALSE(mm_host.empty());
+  EXPECT_EQ(error_of([&] { matmul(m.to(kGpu), k.to(kGpu)); }), mm_host);
+  EXPECT_EQ(error_of([&] { einsum("ij,jk->ik", {m.to(kGpu), k.to(kGpu)}); }), error_of([&] { einsum("ij,jk->ik", {m, k}); }));
+  err = error_of([&] { matmul(m.to(kGpu), randn({4, 2})); });
+  EXPECT_NE(err.find("device"), std::string::npos) << err;
   // Integer division by zero: ZeroDivisionError from the kernel's status word.
   Tensor n = full({8}, 6, kInt64).to(kGpu), d = zeros({8}, kInt64).to(kGpu);
   EXPECT_EQ(error_of([&] { div(n, d, "floor"); }), error_of([&] { div(cpu(n), cpu(d), "floor"); }));

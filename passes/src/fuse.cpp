@@ -558,16 +558,4 @@ int fuse(Module& m, bool fusion) {
   return rewrites;
 }
 
-int layout(Module& m) {
-  KILN_CHECK(m.program, "passes", "layout: no kernel program");
-  std::vector<std::vector<int>> groups;
-  for (const Kernel& k : m.program->kernels) groups.push_back(k.nodes);
-  LayoutPolicy all{true, true, true};
-  auto program = std::make_shared<KernelProgram>(lower(m.graph, groups, all));
-  if (m.program->planned) plan_memory_of(*program);
-  const int rewrites = differences(*m.program, *program);
-  m.program = std::move(program);
-  return rewrites;
-}
-
 }  // namespace kiln::passes

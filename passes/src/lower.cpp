@@ -3,19 +3,19 @@
 // A kernel's iteration space S is, for elementwise work, the broadcast shape of what it computes;
 // for reductions, the shape of the reduced operand. Every value a kernel touches maps onto S
 // right-aligned, as broadcasting does (a reduction that drops its dims maps onto the kept ones).
-// The loop nest runs over S's dims of size > 1, reduced dims innermost; the layout policy
-// orders the other loops by the dominant operand's strides and merges adjacent loops that every
-// operand walks contiguously. Each operand's index is then one stride per loop (0 where it is
+// The loop nest runs over S's dims of size > 1, reduced dims innermost; layout (layout.h)
+// decides their order, which adjacent loops merge and how temporaries are laid out, from the
+// operands' strides over S. Each operand's index is then one stride per loop (0 where it is
 // broadcast) and an offset: the views between it and its buffer are folded in, never copied.
 #include "lower.h"
 
 #include <algorithm>
 #include <functional>
 #include <map>
-#include <numeric>
 #include <set>
 
 #include "kiln/ir/infer.h"
+#include "layout.h"
 #include "schedule.h"
 
 namespace kiln::passes {
@@ -279,11 +279,10 @@ class Lowerer {
 
   // ---- one kernel's loop nest ----
   // build_loops makes the kernel of a group of nodes over iteration space S (reducing `red`), in
-  // steps that share a Nest: the operands it reads and the values it stores; the loop order (the
-  // layout decision: which dims run innermost); the buffers of the temporaries it writes, laid
-  // out in that order; the loops, coalesced where every operand walks dims as one; the body in
-  // loop space (its loads, its nodes, its stores); last the accesses' stride classes and the
-  // kernel's kind.
+  // steps that share a Nest: the operands it reads and the values it stores, described over S
+  // (a LoopSpace); layout's plan for them (layout.h: the loop order, the temporaries' layouts,
+  // the loops); the temporaries' buffers, as planned; the body in the plan's loops (its loads,
+  // its nodes, its stores); last the accesses' stride classes and the kernel's kind.
   struct Store {
     const ir::Value* v;    // the value written
     const ir::Value* dst;  // where (a copy's destination, or v itself)
@@ -296,9 +295,7 @@ class Lowerer {
     const std::vector<int>& red;
     std::vector<Operand> loads = {};  // read from memory, in order of first use
     std::vector<Store> stores = {};
-    std::vector<int> order = {};                      // S dims, outermost first
-    std::vector<std::vector<int64_t>> store_st = {};  // each store's strides over S
-    std::vector<std::vector<int>> loops = {};         // groups of S dims, one loop each
+    LoopPlan plan = {};
     std::set<const ir::Value*> reduced = {};          // values some reduction of the kernel reads
     std::map<const ir::Value*, ir::Value*> val = {};  // graph value -> body value
     std::map<const ir::Value*, ir::Value*> at_row = {};      // loads made a second time at the row
@@ -308,10 +305,10 @@ class Lowerer {
   Kernel build_loops(Kernel& k, const std::vector<int>& nodes, const std::vector<int64_t>& S, const std::vector<int>& red) {
     Nest n{k, nodes, std::set<int>(nodes.begin(), nodes.end()), S, red};
     gather_operands(n);
-    order_loops(n);
+    n.plan = plan_loops(describe(n), pol_);
     place_temporaries(n);
-    for (const Store& s : n.stores) n.store_st.push_back(store_strides(n, s));
-    form_loops(n);
+    k.loops = n.plan.extents;
+    k.reduce_from = n.plan.reduce_from;
     find_reduced(n);
     emit_loads(n);
     emit_nodes(n);
@@ -352,100 +349,45 @@ class Lowerer {
     }
   }
 
-  // A store's strides over S: its buffer's layout where it has one, else its type's row-major one.
-  std::vector<int64_t> store_strides(const Nest& n, const Store& s) {
-    const ir::Value* root = ir::alias_root(s.dst);
-    const std::vector<int>* km = s.dst == s.v ? kept_map(s.v, n.S, n.red) : nullptr;
-    if (s.dst == s.v && !buffer_.count(root)) return to_space(s.v->type.sizes, s.v->type.strides, n.S, km);
-    ViewKey w = loc(s.dst);
-    return to_space(w.sizes, w.strides, n.S, km);
-  }
-
-  // The layout decision: the loop order. The kept dims (S dims of more than one element that
-  // are not reduced) in the order of the dominant operand's strides, largest outermost, then the
-  // reduced dims. The temporaries' layouts follow it (place_temporaries), then coalescing.
-  void order_loops(Nest& n) {
-    const std::vector<int64_t>& S = n.S;
-    const std::vector<int>& red = n.red;
-    std::vector<int> kept_dims;
-    for (size_t d = 0; d < S.size(); ++d)
-      if (S[d] != 1 && !std::count(red.begin(), red.end(), int(d))) kept_dims.push_back(int(d));
-    if (pol_.reorder && kept_dims.size() > 1) {
-      // The dominant operand: a store whose layout is fixed, else the load varying in most dims.
-      std::vector<int64_t> dom;
-      int best = -1;
-      for (const Store& s : n.stores) {
-        if (s.dst == s.v && free_layout_.count(s.v)) continue;
-        dom = store_strides(n, s);
-        best = 1 << 20;
-        break;
+  // The kernel as layout sees it: loads' strides over S, and each store's dims, the S dim each
+  // maps onto, and its layout: its buffer's where it has one, else its type's, which layout may
+  // choose anew for a temporary whose layout is free.
+  LoopSpace describe(const Nest& n) {
+    LoopSpace s{n.S, n.red, {}, {}};
+    for (const Operand& o : n.loads) s.loads.push_back(o.s_strides);
+    for (const Store& st : n.stores) {
+      const ir::Value* root = ir::alias_root(st.dst);
+      StoreSpace d;
+      d.free = st.dst == st.v && free_layout_.count(st.v) && !buffer_.count(root);
+      if (st.dst == st.v && !buffer_.count(root)) {
+        d.sizes = st.v->type.sizes;
+        d.strides = st.v->type.strides;
+      } else {
+        ViewKey w = loc(st.dst);
+        d.sizes = w.sizes;
+        d.strides = w.strides;
       }
-      if (best < 0)
-        for (const Operand& o : n.loads) {
-          int varying = int(std::count_if(o.s_strides.begin(), o.s_strides.end(), [](int64_t x) { return x != 0; }));
-          if (varying > best) {
-            best = varying;
-            dom = o.s_strides;
-          }
-        }
-      if (!dom.empty())
-        std::stable_sort(kept_dims.begin(), kept_dims.end(), [&](int x, int y) {
-          auto key = [&](int d) { return dom[size_t(d)] == 0 ? INT64_MAX : dom[size_t(d)]; };
-          return key(x) > key(y);
-        });
+      const std::vector<int>* km = st.dst == st.v ? kept_map(st.v, n.S, n.red) : nullptr;
+      for (size_t j = 0; j < d.sizes.size(); ++j)
+        d.sdim.push_back(km ? (j < km->size() ? (*km)[j] : -1) : int(n.S.size() - d.sizes.size() + j));
+      s.stores.push_back(std::move(d));
     }
-    n.order = kept_dims;
-    for (int d : red) n.order.push_back(d);
-    if (n.order.empty() && !S.empty()) n.order.push_back(int(S.size() - 1));
+    return s;
   }
 
-  // Temporaries this kernel writes get their buffers now, laid out in the loop order where
-  // their layout is free.
+  // Temporaries this kernel writes get their buffers now, laid out as the plan says.
   void place_temporaries(Nest& n) {
-    for (const Store& s : n.stores) {
+    for (size_t j = 0; j < n.stores.size(); ++j) {
+      const Store& s = n.stores[j];
       if (s.dst != s.v || buffer_.count(s.v)) continue;
       Buffer b;
       b.kind = output_values_.count(s.v) ? BufferKind::Output : BufferKind::Temp;
       b.dtype = s.v->type.dtype;
       b.value = s.v->id;
       b.sizes = s.v->type.sizes;
-      b.strides = s.v->type.strides;
-      if (pol_.temp_layouts && free_layout_.count(s.v)) b.strides = layout_in_order(s.v, n.S, n.red, n.order);
+      b.strides = n.plan.layouts[j];
       b.numel = span(b.sizes, b.strides);
       add_buffer(s.v, std::move(b));
-    }
-  }
-
-  // The loops: groups of S dims in the loop order, merged where every operand walks them as one.
-  void form_loops(Nest& n) {
-    const std::vector<int64_t>& S = n.S;
-    const std::vector<int>& red = n.red;
-    Kernel& k = n.k;
-    auto& loops = n.loops;
-    for (size_t j = 0; j < n.order.size(); ++j) {
-      int d = n.order[j];
-      bool is_red = std::count(red.begin(), red.end(), d) > 0;
-      if (pol_.coalesce && !loops.empty()) {
-        int prev = loops.back().back();
-        bool prev_red = std::count(red.begin(), red.end(), prev) > 0;
-        auto fits = [&](const std::vector<int64_t>& st) { return st[size_t(prev)] == st[size_t(d)] * S[size_t(d)]; };
-        bool ok = prev_red == is_red;
-        for (const Operand& o : n.loads) ok = ok && fits(o.s_strides);
-        for (const auto& st : n.store_st) ok = ok && fits(st);
-        if (ok) {
-          loops.back().push_back(d);
-          continue;
-        }
-      }
-      loops.push_back({d});
-    }
-    k.reduce_from = int(loops.size());
-    for (size_t l = 0; l < loops.size(); ++l) {
-      int64_t ext = 1;
-      for (int d : loops[l]) ext *= S[size_t(d)];
-      k.loops.push_back(ext);
-      if (std::count(red.begin(), red.end(), loops[l].front()) && k.reduce_from == int(loops.size()))
-        k.reduce_from = int(l);
     }
   }
 
@@ -470,10 +412,10 @@ class Lowerer {
 
   // An access's sizes and strides over the loops, from its strides over S.
   void to_loops(const Nest& n, const std::vector<int64_t>& st, Access& acc, bool load) {
-    for (size_t l = 0; l < n.loops.size(); ++l) {
-      int64_t s = st[size_t(n.loops[l].back())];
+    for (size_t l = 0; l < n.plan.loops.size(); ++l) {
+      int64_t s = st[size_t(n.plan.loops[l].back())];
       bool varies = load && int(l) >= n.k.reduce_from;
-      for (int d : n.loops[l]) varies = varies || st[size_t(d)] != 0;
+      for (int d : n.plan.loops[l]) varies = varies || st[size_t(d)] != 0;
       acc.sizes.push_back(varies ? n.k.loops[l] : 1);
       acc.strides.push_back(varies ? s : 0);
     }
@@ -497,8 +439,8 @@ class Lowerer {
       std::string name = "in" + std::to_string(j);
       if (arg_of_.count(o.v)) {
         acc.arg = arg_of_.at(o.v);
-        acc.sizes.assign(n.loops.size(), 1);
-        acc.strides.assign(n.loops.size(), 0);
+        acc.sizes.assign(n.plan.loops.size(), 1);
+        acc.strides.assign(n.plan.loops.size(), 0);
         n.val[o.v] = k.body.add_input(name, o.v->type);
       } else {
         acc.buffer = buffer_of(o.where.root);
@@ -542,8 +484,8 @@ class Lowerer {
 
   // The loop that S dim d belongs to, or -1.
   static int64_t loop_of(const Nest& n, int d) {
-    for (size_t l = 0; l < n.loops.size(); ++l)
-      if (std::count(n.loops[l].begin(), n.loops[l].end(), d)) return int64_t(l);
+    for (size_t l = 0; l < n.plan.loops.size(); ++l)
+      if (std::count(n.plan.loops[l].begin(), n.plan.loops[l].end(), d)) return int64_t(l);
     return int64_t(-1);
   }
 
@@ -585,11 +527,11 @@ class Lowerer {
             IntList dl;
             for (int d : r.dims)
               if (int64_t l = loop_of(n, d); l >= 0 && !std::count(dl.begin(), dl.end(), l)) dl.push_back(l);
-            if (dl.empty() && !r.dims.empty()) dl.push_back(int64_t(n.loops.size()) - 1);
+            if (dl.empty() && !r.dims.empty()) dl.push_back(int64_t(n.plan.loops.size()) - 1);
             at.value = dl;
           } else if (at.name == "dim" && std::holds_alternative<int64_t>(at.value)) {
             int64_t l = loop_of(n, r.dims.empty() ? 0 : r.dims.front());
-            at.value = l >= 0 ? l : int64_t(n.loops.size()) - 1;
+            at.value = l >= 0 ? l : int64_t(n.plan.loops.size()) - 1;
           } else if (at.name == "keepdim") {
             at.value = !zero_d;
           }
@@ -644,7 +586,7 @@ class Lowerer {
       ViewKey w = loc(s.dst);
       acc.buffer = buffer_of(w.root);
       acc.dtype = s.dst->type.dtype;
-      to_loops(n, n.store_st[j], acc, false);
+      to_loops(n, n.plan.store_st[j], acc, false);
       acc.offset = w.offset;
       finish_access(acc, w.storage_relative);
       for (size_t q = 0; q < k.stores.size(); ++q)
@@ -682,36 +624,6 @@ class Lowerer {
         if ((after_red && full) || row_op) k.kind = KernelKind::RowWise;
       }
     }
-  }
-
-  // Row-major strides for `v` in the order the loops visit S's dims (inner loops fastest).
-  std::vector<int64_t> layout_in_order(const ir::Value* v, const std::vector<int64_t>& S, const std::vector<int>& red,
-                                       const std::vector<int>& order) {
-    const std::vector<int>* km = kept_map(v, S, red);
-    const auto& sizes = v->type.sizes;
-    // S dim of each of v's dims.
-    std::vector<int> sdim(sizes.size());
-    for (size_t k = 0; k < sizes.size(); ++k) sdim[k] = km ? (*km)[k] : int(S.size() - sizes.size() + k);
-    std::vector<size_t> dims(sizes.size());
-    std::iota(dims.begin(), dims.end(), 0);
-    auto pos = [&](size_t k) {
-      auto it = std::find(order.begin(), order.end(), sdim[k]);
-      return it == order.end() ? -1 : int(it - order.begin());
-    };
-    std::stable_sort(dims.begin(), dims.end(), [&](size_t x, size_t y) { return pos(x) < pos(y); });
-    std::vector<int64_t> st(sizes.size(), 1);
-    int64_t s = 1;
-    for (size_t j = dims.size(); j-- > 0;) {
-      st[dims[j]] = s;
-      s *= std::max<int64_t>(sizes[dims[j]], 1);
-    }
-    // Keep the type's strides when the order changes nothing (size-1 dims differ only).
-    if (sizes.size() == v->type.strides.size()) {
-      bool same = true;
-      for (size_t d = 0; d < sizes.size(); ++d) same = same && (sizes[d] == 1 || st[d] == v->type.strides[d]);
-      if (same) return v->type.strides;
-    }
-    return st;
   }
 
   // A kernel for an opaque op (and its epilogue) or a cond: operands read whole.

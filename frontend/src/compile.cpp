@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "engine.h"
+#include "kiln/runtime/autograd.h"
 #include "kiln/runtime/log.h"
 #include "speculate.h"
 #include "tracer.h"
@@ -644,6 +645,15 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
     s.eager_calls++;
     return run_eager();
   }
+  // While autograd records, a call that reads a tensor requiring grad runs eagerly: replays
+  // return tensors without gradient history (compiled autograd is not built yet).
+  const bool grad_live = autograd::may_record();
+  if (grad_live)
+    for (const CallArg& a : args)
+      if (a.is_tensor && a.tensor.requires_grad()) {
+        s.autograd_eager_calls++;
+        return run_eager();
+      }
   Key key;
   bool dynamic_key;
   std::string why;
@@ -660,6 +670,14 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
       if (!e.eager_reason.empty()) {
         lock.unlock();
         s.eager_calls++;
+        return run_eager();
+      }
+      if (grad_live && std::any_of(e.captures.begin(), e.captures.end(), [](const std::weak_ptr<TensorImpl>& w) {
+            auto impl = w.lock();
+            return impl && Tensor(impl).requires_grad();
+          })) {
+        lock.unlock();
+        s.autograd_eager_calls++;
         return run_eager();
       }
       State::Replay r = s.replay(e, args);
@@ -758,6 +776,7 @@ CompileStats Engine::stats() const {
   st.breaks = s.breaks;
   st.eager_calls = s.eager_calls;
   st.budget_eager_calls = s.budget_eager_calls;
+  st.autograd_eager_calls = s.autograd_eager_calls;
   st.speculated = s.speculated;
   st.misspeculated = s.misspeculated;
   return st;

@@ -98,7 +98,7 @@ struct Engine::State {
   std::atomic<bool> warned_budget{false};
 
   std::atomic<uint64_t> calls{0}, hits{0}, misses{0}, guard_failures{0}, compiles{0}, breaks{0}, eager_calls{0},
-      budget_eager_calls{0};
+      budget_eager_calls{0}, autograd_eager_calls{0};
   mutable std::atomic<uint64_t> speculated{0}, misspeculated{0};
 
   struct Replay {

@@ -273,6 +273,12 @@ void Tracer::split_if_long() {
   n->children[0].first.clear();
 }
 
+void Tracer::autograd_recorded(OpId op) {
+  if (!not_replayable_.empty()) return;
+  not_replayable_ = "autograd recorded its ops (a tensor the function reads requires grad): compiled functions do "
+                    "not record gradient history yet, so a replay would return tensors without it";
+}
+
 void Tracer::host_access(const Tensor& t, trace::HostAccess what, const std::source_location& where, const void* pc) {
   if (!not_replayable_.empty()) return;
   std::string loc = describe_location(where, pc);

@@ -40,6 +40,7 @@ class Tracer final : public trace::Recorder {
                       std::function<Tensor(std::span<const Tensor>)> replay,
                       const std::source_location& where) override;
   void metadata_read(const Tensor& t, trace::Metadata what, int64_t dim, const void* pc) override;
+  void autograd_recorded(OpId op) override;
   SymInt sym_size(const Tensor& t, int64_t dim) override;
   bool owns(uint64_t trace) const override { return trace == id_ || (parent_ && parent_->owns(trace)); }
   void constrain(const SymExpr& form, int64_t lo, int64_t hi, bool inside, const char* what,
@@ -56,7 +57,8 @@ class Tracer final : public trace::Recorder {
   // only child of the previous one (under the key its guard saw).
   std::unique_ptr<TreeNode> finish(const std::vector<Tensor>& outputs);
 
-  // Non-empty when the trace cannot be replayed (data_ptr escaped to the host).
+  // Non-empty when the trace cannot be replayed (data_ptr escaped to the host, or autograd
+  // recorded the ops: a replay would return tensors without their gradient history).
   const std::string& not_replayable() const { return not_replayable_; }
   const std::vector<std::weak_ptr<TensorImpl>>& captures() const { return captures_; }
   size_t breaks() const { return breaks_; }

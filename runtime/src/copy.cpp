@@ -109,6 +109,16 @@ bool copy_by_tiles(const cpu::Iter& it, size_t w) {
 }  // namespace
 
 Tensor& Tensor::copy_(const Tensor& src_in) {
+  if (autograd::detail::active() && autograd::detail::any_requires_grad({*this, src_in})) [[unlikely]] {
+    Tensor old = autograd::detail::before_inplace(*this, "copy_");
+    {
+      AutoGradMode off(false);
+      copy_(src_in);
+    }
+    trace::Operand in[] = {old, src_in};
+    autograd::detail::attach_inplace(*this, OpId::Copy, in, [] { return std::vector<Attr>{}; });
+    return *this;
+  }
   // While tracing: the copy runs as eager runs it, and is recorded as a write-back of src.
   if (trace::Recorder* r = trace::active()) [[unlikely]] {
     {
@@ -118,6 +128,7 @@ Tensor& Tensor::copy_(const Tensor& src_in) {
     r->write_back(*this, src_in);
     return *this;
   }
+  storage()->bump_version();
   if (!is_cpu() || !src_in.is_cpu()) return copy_across_devices(*this, src_in);
   broadcast_shapes(sizes(), src_in.sizes(), "copy_");
   KILN_CHECK(src_in.dim() <= dim(), "copy_", "source of shape ", src_in.sizes().vec(),
@@ -155,6 +166,16 @@ T checked_fill_value(const Scalar& v, std::string_view op) {
 }  // namespace
 
 Tensor& Tensor::fill_(const Scalar& v) {
+  if (autograd::detail::active() && autograd::detail::any_requires_grad({*this})) [[unlikely]] {
+    Tensor old = autograd::detail::before_inplace(*this, "fill_");
+    {
+      AutoGradMode off(false);
+      fill_(v);
+    }
+    trace::Operand in[] = {old};
+    autograd::detail::attach_inplace(*this, OpId::Fill, in, [&] { return std::vector<Attr>{{"value", scalar_attr(v)}}; });
+    return *this;
+  }
   // While tracing: a `fill` node (a filled tensor like this one) and its write-back.
   if (trace::Recorder* r = trace::active()) [[unlikely]] {
     Tensor filled;
@@ -168,6 +189,7 @@ Tensor& Tensor::fill_(const Scalar& v) {
     r->write_back(*this, filled);
     return *this;
   }
+  storage()->bump_version();
   if (!is_cpu()) {
     // The value is checked and converted by a host fill of one element, which goes over and is
     // broadcast into this tensor by a device copy. A stride-0 dim (an expanded view) names one

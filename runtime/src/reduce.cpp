@@ -227,17 +227,38 @@ Tensor amin(const Tensor& x, IntArrayRef dims, bool keepdim) {
   check_nonempty("amin", x, dims);
   return reduce<MinOp>("amin", x, dims, keepdim, x.dtype());
 }
-std::tuple<Tensor, Tensor> aminmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  if (trace::Recorder* r = trace::active()) [[unlikely]] {
-    Tensor out[2];
+namespace {
+// An op of one operand with two outputs (max and min with a dim, aminmax) reports itself to
+// autograd (when an operand requires grad) or to the tracer, computing with each off inside;
+// nullopt when neither records.
+template <typename Attrs, typename Compute>
+std::optional<std::tuple<Tensor, Tensor>> report_two(OpId op, const Tensor& x, Attrs&& attrs, Compute&& compute) {
+  trace::Operand in[] = {x};
+  Tensor out[2];
+  if (autograd::detail::active() && autograd::detail::any_requires_grad(in)) {
+    {
+      AutoGradMode off(false);
+      std::tie(out[0], out[1]) = compute();
+    }
+    autograd::detail::attach(op, in, attrs, out);
+  } else if (trace::Recorder* r = trace::active()) {
     {
       trace::Pause p;
-      std::tie(out[0], out[1]) = aminmax(x, dim, keepdim);
+      std::tie(out[0], out[1]) = compute();
     }
-    trace::Operand in[] = {x};
-    r->record(OpId::Aminmax, in, {{"dims", dim ? IntList{*dim} : IntList{}}, {"keepdim", keepdim}}, out);
-    return {out[0], out[1]};
+    r->record(op, in, attrs(), out);
+  } else {
+    return std::nullopt;
   }
+  return std::tuple<Tensor, Tensor>{out[0], out[1]};
+}
+}  // namespace
+
+std::tuple<Tensor, Tensor> aminmax(const Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  if (auto out = report_two(OpId::Aminmax, x,
+                            [&] { return std::vector<Attr>{{"dims", dim ? IntList{*dim} : IntList{}}, {"keepdim", keepdim}}; },
+                            [&] { return aminmax(x, dim, keepdim); })) [[unlikely]]
+    return *out;
   KILN_CHECK(x.numel() > 0 || dim, "aminmax", "aminmax(): cannot compute aminmax over an empty dimension as the "
              "operation has no identity.");
   // amin's pass and amax's (each on the tensor's device); a compiled aminmax is one kernel
@@ -426,32 +447,18 @@ std::tuple<Tensor, Tensor> arg_extremum(std::string_view op, const Tensor& x, in
 }  // namespace
 
 std::tuple<Tensor, Tensor> max(const Tensor& x, int64_t dim, bool keepdim) {
-  if (trace::Recorder* r = trace::active()) [[unlikely]] {
-    Tensor out[2];
-    {
-      trace::Pause p;
-      std::tie(out[0], out[1]) = max(x, dim, keepdim);
-    }
-    trace::Operand in[] = {x};
-    r->record(OpId::MaxDim, in, {{"dim", dim}, {"keepdim", keepdim}}, out);
-    return {out[0], out[1]};
-  }
+  if (auto out = report_two(OpId::MaxDim, x, [&] { return std::vector<Attr>{{"dim", dim}, {"keepdim", keepdim}}; },
+                            [&] { return max(x, dim, keepdim); })) [[unlikely]]
+    return *out;
   if (!x.device().is_cpu()) [[unlikely]]  // on a GPU: the values and their first index, as two kernels
     // (argmax refuses bool, which max with a dim takes: its index is that of the uint8 copy)
     return {amax(x, {dim}, keepdim), argmax(x.dtype() == kBool ? x.to(kUInt8) : x, dim, keepdim)};
   return arg_extremum("max", x, dim, keepdim, true);
 }
 std::tuple<Tensor, Tensor> min(const Tensor& x, int64_t dim, bool keepdim) {
-  if (trace::Recorder* r = trace::active()) [[unlikely]] {
-    Tensor out[2];
-    {
-      trace::Pause p;
-      std::tie(out[0], out[1]) = min(x, dim, keepdim);
-    }
-    trace::Operand in[] = {x};
-    r->record(OpId::MinDim, in, {{"dim", dim}, {"keepdim", keepdim}}, out);
-    return {out[0], out[1]};
-  }
+  if (auto out = report_two(OpId::MinDim, x, [&] { return std::vector<Attr>{{"dim", dim}, {"keepdim", keepdim}}; },
+                            [&] { return min(x, dim, keepdim); })) [[unlikely]]
+    return *out;
   if (!x.device().is_cpu()) [[unlikely]]  // on a GPU: the values and their first index, as two kernels
     // (argmin refuses bool, which min with a dim takes: its index is that of the uint8 copy)
     return {amin(x, {dim}, keepdim), argmin(x.dtype() == kBool ? x.to(kUInt8) : x, dim, keepdim)};

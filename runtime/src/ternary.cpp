@@ -133,8 +133,17 @@ std::vector<Attr> clamp_attrs(const std::optional<B>& lo, const std::optional<B>
 }
 template <typename B>
 std::optional<Tensor> clamp_hooks(const Tensor& x, const std::optional<B>& lo, const std::optional<B>& hi) {
-  trace::Recorder* r = trace::active();
   std::vector<trace::Operand> in = clamp_operands(x, lo, hi);
+  if (autograd::detail::active() && autograd::detail::any_requires_grad(in)) [[unlikely]] {
+    Tensor out;
+    {
+      AutoGradMode off(false);
+      out = clamp(x, lo, hi);
+    }
+    autograd::detail::attach(OpId::Clamp, in, [&] { return clamp_attrs(lo, hi); }, {&out, 1});
+    return out;
+  }
+  trace::Recorder* r = trace::active();
   bool on_device = false;
   for (const trace::Operand& o : in) on_device |= o.tensor && !o.tensor->device().is_cpu();
   if (!r && !on_device) [[likely]]

@@ -3,6 +3,7 @@
 // exactly what eager computes), reports the result as one node, and returns it. Then, traced or
 // not, an op with an operand on a GPU goes to that device's handler (device_ops.h).
 #pragma once
+#include "autograd/graph.h"
 #include "kiln/runtime/device_ops.h"
 #include "kiln/runtime/trace.h"
 
@@ -25,8 +26,31 @@
                                    std::vector<::kiln::Attr>{KILN_UNPACK attrs});            \
   }
 
+// KILN_AUTOGRAD_OVER(OpId, (declaration of kiln_ag_in_), (attrs...), call): while autograd
+// records and an operand in kiln_ag_in_ requires grad, the op computes with autograd off (traced
+// as usual), then records its node. KILN_AUTOGRAD takes the operands as a list.
+#define KILN_AUTOGRAD_OVER(id, declare_in, attrs, ...)                                        \
+  if (::kiln::autograd::detail::active()) [[unlikely]] {                                     \
+    KILN_UNPACK declare_in;                                                                  \
+    const std::span<const ::kiln::trace::Operand> kiln_ag_span_(kiln_ag_in_.begin(), kiln_ag_in_.size()); \
+    if (::kiln::autograd::detail::any_requires_grad(kiln_ag_span_)) {                        \
+      ::kiln::Tensor kiln_out_;                                                              \
+      {                                                                                      \
+        ::kiln::AutoGradMode kiln_off_(false);                                               \
+        kiln_out_ = __VA_ARGS__;                                                             \
+      }                                                                                      \
+      ::kiln::autograd::detail::attach(::kiln::OpId::id, kiln_ag_span_,                      \
+          [&] { return std::vector<::kiln::Attr>{KILN_UNPACK attrs}; }, {&kiln_out_, 1});    \
+      return kiln_out_;                                                                      \
+    }                                                                                        \
+  }
+#define KILN_AUTOGRAD(id, operands, attrs, ...)                                               \
+  KILN_AUTOGRAD_OVER(id, (std::initializer_list<::kiln::trace::Operand> kiln_ag_in_{KILN_UNPACK operands}), \
+                     attrs, __VA_ARGS__)
+
 // KILN_TRACE(OpId, (operands...), (attrs...), call): a functional op with one output.
 #define KILN_TRACE(id, operands, attrs, ...)                                                  \
+  KILN_AUTOGRAD(id, operands, attrs, __VA_ARGS__)                                            \
   if (::kiln::trace::Recorder* kiln_rec_ = ::kiln::trace::active()) [[unlikely]] {           \
     KILN_PAUSED_RESULT(__VA_ARGS__)                                                          \
     std::vector<::kiln::Attr> kiln_attrs_;                                                   \
@@ -56,9 +80,25 @@
   KILN_TRACE_INPLACE_WITH(self, id, (std::vector<::kiln::trace::Operand>{KILN_UNPACK operands}), \
                           (std::vector<::kiln::Attr>{KILN_UNPACK attrs}), __VA_ARGS__)
 
+// Under autograd (an operand requires grad) the write is recorded as the op on a snapshot of
+// self (autograd::detail::before_inplace), and self takes the op's node as its history.
 // The same with the operands and attributes as expressions (a std::vector<trace::Operand> and a
 // std::vector<Attr>), evaluated only when tracing or on a GPU.
 #define KILN_TRACE_INPLACE_WITH(self, id, operands, attrs, ...)                               \
+  if (::kiln::autograd::detail::active()) [[unlikely]] {                                     \
+    std::vector<::kiln::trace::Operand> kiln_ag_in_ = operands;                              \
+    if (::kiln::autograd::detail::any_requires_grad(kiln_ag_in_)) {                          \
+      ::kiln::Tensor kiln_old_ = ::kiln::autograd::detail::before_inplace(self, __func__);   \
+      {                                                                                      \
+        ::kiln::AutoGradMode kiln_off_(false);                                               \
+        __VA_ARGS__;                                                                         \
+      }                                                                                      \
+      kiln_ag_in_[0] = ::kiln::trace::Operand(kiln_old_);                                    \
+      ::kiln::autograd::detail::attach_inplace(self, ::kiln::OpId::id, kiln_ag_in_,          \
+                                              [&] { return attrs; });                        \
+      return self;                                                                           \
+    }                                                                                        \
+  }                                                                                          \
   if (::kiln::trace::Recorder* kiln_rec_ = ::kiln::trace::active()) [[unlikely]] {           \
     std::vector<::kiln::trace::Operand> kiln_in_;                                            \
     std::vector<::kiln::Attr> kiln_attrs_;                                                   \
@@ -78,10 +118,14 @@
     ::kiln::detail::check_inplace(__func__, self, kiln_res_.dtype(), kiln_res_.sizes());     \
     (self).copy_(kiln_res_);                                                                 \
     return self;                                                                             \
-  }
+  }                                                                                          \
+  /* (every other path above ends in this one, or in copy_: one write, one version) */      \
+  (self).storage()->bump_version();
 
 // KILN_TRACE_LIST(OpId, tensors, (attrs...), call): a functional op over a list of tensors.
 #define KILN_TRACE_LIST(id, tensors, attrs, ...)                                              \
+  KILN_AUTOGRAD_OVER(id, (std::vector<::kiln::trace::Operand> kiln_ag_in_(tensors.begin(), tensors.end())), \
+                     attrs, __VA_ARGS__)                                                     \
   if (::kiln::trace::Recorder* kiln_rec_ = ::kiln::trace::active()) [[unlikely]] {           \
     KILN_PAUSED_RESULT(__VA_ARGS__)                                                          \
     std::vector<::kiln::Attr> kiln_attrs_;                                                   \

@@ -751,3 +751,52 @@ TEST(Soundness, WritesBeforeAFailingGuardAreUndoneAcrossCuts) {
     expect_same(x, want);
   }
 }
+
+// Autograd and compile(): a call that reads a tensor requiring grad (an argument, or a capture
+// such as a model's weight) runs eagerly, so its results carry their gradient history; a replay
+// of a compiled graph would return tensors without it. Calls under NoGradGuard still compile.
+TEST(Soundness, CallsReadingTensorsThatRequireGradKeepTheirGradients) {
+  Tensor w = randn({4, 3}, kFloat64).requires_grad_();
+  auto f = compile([&](const Tensor& x) { return (x.matmul(w).tanh() * x.sum(1, true)).sum(); });
+  Tensor x = randn({2, 4}, kFloat64);
+  Tensor eager_grad;
+  {
+    Tensor loss = (x.matmul(w).tanh() * x.sum(1, true)).sum();
+    eager_grad = autograd::grad({loss}, {w})[0];
+  }
+  for (int i = 0; i < 3; ++i) {
+    w.mutable_grad() = Tensor();
+    Tensor loss = f(x);
+    ASSERT_TRUE(loss.requires_grad()) << f.explain();
+    loss.backward();
+    expect_same(w.grad(), eager_grad);
+  }
+  // An argument that requires grad: its gradient too.
+  Tensor xr = x.clone().requires_grad_();
+  f(xr).backward();
+  EXPECT_TRUE(xr.grad().defined());
+  EXPECT_GT(f.stats().autograd_eager_calls, 0u) << f.explain();
+}
+
+TEST(Soundness, AGraphCompiledWithoutGradIsNotReplayedWhenItsCaptureNowRequiresGrad) {
+  Tensor w = randn({3}, kFloat64);
+  auto f = compile([&](const Tensor& x) { return (x * w).exp().sum(); });
+  Tensor x = randn({3}, kFloat64);
+  {
+    NoGradGuard no_grad;
+    f(x);
+    f(x);
+  }
+  EXPECT_GE(f.stats().hits, 1u);
+  w.requires_grad_();
+  Tensor loss = f(x);
+  ASSERT_TRUE(loss.requires_grad());
+  loss.backward();
+  expect_same(w.grad(), x * (x * w.detach()).exp());
+  {
+    NoGradGuard no_grad;
+    const uint64_t hits = f.stats().hits;
+    f(x);
+    EXPECT_EQ(f.stats().hits, hits + 1);  // without grad mode the compiled graph serves again
+  }
+}

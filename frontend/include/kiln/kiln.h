@@ -1,5 +1,6 @@
 // kiln: a tracing JIT compiler for tensor programs. Include this one header.
 #pragma once
+#include "kiln/runtime/autograd.h"
 #include "kiln/runtime/device.h"
 #include "kiln/runtime/dtype.h"
 #include "kiln/runtime/error.h"

@@ -1,6 +1,8 @@
 // Storage: a reference-counted block of device memory that tensors view into.
 #pragma once
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -28,6 +30,9 @@ class Storage {
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
   bool is_pinned() const { return pinned_; }
+  // Writes in place so far (autograd checks that what it saved was not overwritten since).
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   void* data_;
@@ -35,6 +40,7 @@ class Storage {
   Device device_;
   Deleter deleter_;
   bool pinned_ = false;
+  std::atomic<uint64_t> version_{0};
 };
 
 // The CPU caching allocator. Fresh pages cost a page fault per 4 KiB on first write (2-5 GB/s

@@ -33,6 +33,10 @@ std::vector<int64_t> contiguous_strides(IntArrayRef sizes);
 }  // namespace shape
 
 class Tensor;
+namespace autograd {
+struct Meta;
+class Node;
+}  // namespace autograd
 namespace trace {
 // The metadata of a tensor that host code can read (and so base a decision on).
 enum class Metadata : uint8_t { Sizes, Size, Numel, Strides, Stride, Contiguity, Offset };
@@ -57,6 +61,7 @@ struct TensorImpl {
   DType dtype = DType::Float32;
   bool contiguous = true;  // cached: row-major dense
   uint64_t serial = next_tensor_serial();
+  std::shared_ptr<autograd::Meta> autograd;  // requires_grad, grad, grad_fn (autograd.h); null: none
   void refresh();          // recomputes numel and contiguous after sizes/strides change
 };
 
@@ -309,6 +314,23 @@ class Tensor {
   Tensor bmm(const Tensor& o) const;
   Tensor index_select(int64_t dim, const Tensor& index) const;
   Tensor gather(int64_t dim, const Tensor& index) const;
+
+  // ---- autograd (kiln/runtime/autograd.h) ----
+  Tensor& requires_grad_(bool requires_grad = true);  // floating dtypes only; leaves only for false
+  bool requires_grad() const;
+  bool is_leaf() const;  // made by the user (or requiring no grad), not by a recorded op
+  const Tensor& grad() const;  // undefined until a backward reaches it
+  Tensor& mutable_grad();      // (to zero it or set it)
+  std::shared_ptr<autograd::Node> grad_fn() const;  // null for a leaf
+  int64_t output_nr() const;
+  Tensor detach() const;  // the same memory, out of the graph
+  Tensor& detach_();
+  void retain_grad() const;  // keep a non-leaf's gradient in its .grad
+  bool retains_grad() const;
+  // Gradients of this tensor (a one-element one, or with `gradient`) into the leaves' .grad.
+  void backward(const Tensor& gradient = {}, std::optional<bool> retain_graph = std::nullopt,
+                bool create_graph = false, const std::vector<Tensor>& inputs = {}) const;
+  int64_t _version() const;  // writes in place so far to this tensor's memory
 
   // ---- compound assignment (in place) ----
   Tensor& operator+=(const Tensor& o) { return add_(o); }

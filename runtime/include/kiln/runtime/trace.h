@@ -113,6 +113,9 @@ class Recorder {
   virtual void data_dependent(std::string_view op, std::span<const Tensor> inputs, const Tensor& output,
                               std::function<Tensor(std::span<const Tensor>)> replay,
                               const std::source_location& where) = 0;
+  // Autograd recorded `op` (an operand requires grad while grad mode is on): a replay of the
+  // graph would return tensors without that history. The default ignores it.
+  virtual void autograd_recorded(OpId op) {}
   // The user's code read `what` of `t` (dim: the dim for Size and Stride, else -1) at the code
   // address `pc`. The default ignores it (a recorder that does not replay needs no guards).
   virtual void metadata_read(const Tensor& t, Metadata what, int64_t dim, const void* pc) {}

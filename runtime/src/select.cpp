@@ -256,6 +256,8 @@ Tensor nonzero(const Tensor& x, std::source_location where) {
 }
 
 Tensor masked_select(const Tensor& x, const Tensor& mask, std::source_location where) {
+  autograd::detail::refuse_while_recording("masked_select", {x, mask},
+                                           "use where(mask, x, 0) and a sum, or select under NoGradGuard");
   return data_dependent(
       "masked_select", {x, mask},
       [&] { return via_host({x, mask}, [](const auto& h) { return masked_select_impl(h[0], h[1]); }); },

@@ -188,6 +188,15 @@ TEST(Autograd, CopyIntoATensorCarriesTheGradientToTheSource) {
   expect_values(x.grad(), {2}, {6, 6});
 }
 
+TEST(Autograd, OpsWithoutADerivativeYetRefuseRatherThanCutTheGraph) {
+  Tensor x = leaf({1, -2, 3}, {3});
+  expect_error([&] { masked_select(x, x > 0); }, "cannot differentiate masked_select yet");
+  expect_error([&] { x.to(Device::cuda()); }, "cannot differentiate to yet");
+  expect_error([&] { x.pin_memory(); }, "cannot differentiate pin_memory yet");
+  NoGradGuard no_grad;  // without autograd recording they run
+  expect_values(masked_select(x, x > 0), {2}, {1, 3});
+}
+
 // ---- PyTorch's values at non-differentiable points ----
 TEST(Autograd, NonDifferentiablePointsFollowPyTorch) {
   auto g1 = [](std::function<Tensor(const Tensor&)> f, std::vector<double> v) {

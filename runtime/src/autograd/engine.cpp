@@ -169,6 +169,11 @@ bool any_requires_grad(std::span<const trace::Operand> in) {
   return false;
 }
 
+void refuse_while_recording(std::string_view op, std::initializer_list<trace::Operand> in, std::string_view hint) {
+  if (!active() || !any_requires_grad(in)) return;
+  KILN_FAIL(op, "kiln's autograd cannot differentiate ", op, " yet, and an operand requires grad; ", hint);
+}
+
 namespace {
 std::shared_ptr<OpFn> make_node(OpId op, std::span<const trace::Operand> in,
                                 const std::function<std::vector<Attr>()>& attrs, std::span<Tensor> outputs) {

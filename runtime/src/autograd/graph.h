@@ -70,6 +70,11 @@ inline bool any_requires_grad(std::initializer_list<trace::Operand> in) {
   return any_requires_grad(std::span<const trace::Operand>(in.begin(), in.size()));
 }
 
+// An op autograd does not differentiate yet (no node of the op table: a device copy, a
+// data-dependent selection): while autograd records and an operand requires grad it raises,
+// rather than return a result cut off from the graph.
+void refuse_while_recording(std::string_view op, std::initializer_list<trace::Operand> in, std::string_view hint);
+
 // Records op `op` on `in` (computed, with autograd off, into `outputs`) as a node whose
 // outputs are `outputs`. `attrs` is called only where the node needs its attributes.
 void attach(OpId op, std::span<const trace::Operand> in, const std::function<std::vector<Attr>()>& attrs,

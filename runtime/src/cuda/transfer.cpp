@@ -9,6 +9,7 @@
 #include "kiln/runtime/error.h"
 #include "kiln/runtime/factories.h"
 #include "kiln/runtime/tensor.h"
+#include "../autograd/graph.h"
 #include "../ops_common.h"
 #include "driver.h"
 
@@ -35,6 +36,8 @@ char* at(const Tensor& t, int64_t element) {
 
 Tensor Tensor::to(Device d, bool non_blocking) const {
   if (d == device()) return *this;
+  autograd::detail::refuse_while_recording("to", {*this}, "make the tensor on its device and call requires_grad_() "
+                                           "there, or move it under NoGradGuard");
   KILN_CHECK(!(is_cuda() && d.is_cuda()), "to", "copies between two GPUs (", device().str(), " to ", d.str(),
              ") are not supported; go through the cpu");
   if (d.is_cuda()) {
@@ -63,6 +66,7 @@ Tensor Tensor::to(Device d, bool non_blocking) const {
 }
 
 Tensor Tensor::pin_memory() const {
+  autograd::detail::refuse_while_recording("pin_memory", {*this}, "pin it under NoGradGuard");
   KILN_CHECK(is_cpu(), "pin_memory", "only cpu tensors can be pinned, not ", device().str());
   if (is_pinned()) return *this;
   Tensor src = contiguous();

@@ -110,7 +110,7 @@ bool copy_by_tiles(const cpu::Iter& it, size_t w) {
 
 Tensor& Tensor::copy_(const Tensor& src_in) {
   if (autograd::detail::active() && autograd::detail::any_requires_grad({*this, src_in})) [[unlikely]] {
-    Tensor old = autograd::detail::before_inplace(*this, "copy_");
+    Tensor old = autograd::detail::before_inplace(*this, OpId::Copy, "copy_");
     {
       AutoGradMode off(false);
       copy_(src_in);
@@ -167,7 +167,7 @@ T checked_fill_value(const Scalar& v, std::string_view op) {
 
 Tensor& Tensor::fill_(const Scalar& v) {
   if (autograd::detail::active() && autograd::detail::any_requires_grad({*this})) [[unlikely]] {
-    Tensor old = autograd::detail::before_inplace(*this, "fill_");
+    Tensor old = autograd::detail::before_inplace(*this, OpId::Fill, "fill_");
     {
       AutoGradMode off(false);
       fill_(v);

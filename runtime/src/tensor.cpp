@@ -39,6 +39,9 @@ Tensor make_view(const Tensor& base, rules::Strided g) {
 rules::Strided geometry(const Tensor& t) { return {t.sizes().vec(), t.strides().vec(), t.storage_offset()}; }
 }  // namespace
 
+// (autograd.h: the same memory, out of the graph)
+Tensor Tensor::detach() const { return make_view(*this, impl().sizes, impl().strides, impl().offset); }
+
 namespace {
 // A slice bound as slice() resolves it: negative counts from the end, then clamped to [0, n].
 int64_t slice_bound(const Tensor& t, int64_t d, std::optional<int64_t> b, int64_t dflt) {

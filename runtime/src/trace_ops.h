@@ -88,7 +88,7 @@
   if (::kiln::autograd::detail::active()) [[unlikely]] {                                     \
     std::vector<::kiln::trace::Operand> kiln_ag_in_ = operands;                              \
     if (::kiln::autograd::detail::any_requires_grad(kiln_ag_in_)) {                          \
-      ::kiln::Tensor kiln_old_ = ::kiln::autograd::detail::before_inplace(self, __func__);   \
+      ::kiln::Tensor kiln_old_ = ::kiln::autograd::detail::before_inplace(self, ::kiln::OpId::id, __func__); \
       {                                                                                      \
         ::kiln::AutoGradMode kiln_off_(false);                                               \
         __VA_ARGS__;                                                                         \

@@ -133,6 +133,16 @@ TEST(Autograd, GradReturnsGradientsWithoutTouchingDotGrad) {
   expect_values(gh[0], {2}, {4, 8});
 }
 
+TEST(Autograd, BackwardWithInputsWritesOnlyTheirGrad) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = leaf({3, 4}, {2});
+  Tensor h = x * 2;
+  (h * y).sum().backward(Tensor(), std::nullopt, false, {y, h});
+  expect_values(y.grad(), {2}, {2, 4});
+  expect_values(h.grad(), {2}, {3, 4});  // a non-leaf input gets its .grad, as in PyTorch
+  EXPECT_FALSE(x.grad().defined());
+}
+
 TEST(Autograd, CreateGraphGivesSecondDerivatives) {
   Tensor x = leaf({1, 2, -1}, {3});
   Tensor y = (x * x * x).sum();

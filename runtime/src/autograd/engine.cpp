@@ -30,11 +30,7 @@ namespace autograd {
 namespace {
 std::atomic<uint64_t> next_sequence{0};
 
-std::string describe(const Tensor& t) {
-  std::string s = std::string(name(t.dtype())) + "[";
-  for (size_t d = 0; d < t.impl().sizes.size(); ++d) s += (d ? "," : "") + std::to_string(t.impl().sizes[d]);
-  return s + "]";
-}
+std::string describe(const Tensor& t) { return std::string(name(t.dtype())) + kiln::detail::shape_str(t.impl().sizes); }
 
 // A tensor as a node saved it: its values (and version, to detect a later write in place) and,
 // for an output of the node itself, nothing more (the node rebuilds its place in the graph on
@@ -229,7 +225,7 @@ void attach(OpId op, std::span<const trace::Operand> in, const std::function<std
   set_history(make_node(op, in, attrs, outputs), outputs);
 }
 
-Tensor before_inplace(const Tensor& self, std::string_view op) {
+Tensor before_inplace(const Tensor& self, OpId id, std::string_view op) {
   Meta* m = meta_of(self);
   KILN_CHECK(!(m && m->requires_grad && !m->grad_fn), op,
              "a leaf tensor that requires grad is being used in an in-place operation (",
@@ -237,12 +233,13 @@ Tensor before_inplace(const Tensor& self, std::string_view op) {
   // A view's write reaches its base, and a base's write its views: autograd here does not yet
   // carry one's new history to the other, so it refuses rather than give wrong gradients.
   KILN_CHECK(self.storage().use_count() <= 1, op, "an in-place operation on a tensor (", describe(self),
-             ") whose memory another tensor shares (a view, or the base of one) is not supported by kiln's "
-             "autograd yet; use the out-of-place op");
+             ") whose memory another tensor shares (a view, the base of one, or an output autograd saved) is not "
+             "supported by kiln's autograd yet; use the out-of-place op");
+  // The old values are copied only where the op's rule reads its operands (mul_, not add_).
   Tensor old;
   {
     AutoGradMode off(false);
-    old = self.clone();
+    old = derivative(id).saves_inputs ? self.clone() : self.detach();
   }
   if (m && m->requires_grad) {
     Meta& o = ensure_meta(old);
@@ -452,17 +449,25 @@ void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& gra
   Run run;
   run.create_graph = create_graph;
   run.keep_graph = retain_graph || create_graph;
+  // With `inputs`, only their .grad is written: a leaf's by its sink, a non-leaf's from the
+  // gradient that reaches it.
+  std::vector<Tensor> reached(inputs.size());
   if (!inputs.empty()) {
     run.restrict_leaves = true;
     for (size_t i = 0; i < inputs.size(); ++i) {
       Meta* m = meta_of(inputs[i]);
       KILN_CHECK(m && m->requires_grad, "backward", "input ", i, " does not require grad");
       Edge e = edge_of(inputs[i]);
-      run.targets.push_back({e, nullptr});
-      run.accumulate_only.insert(e.fn.get());
+      run.targets.push_back({e, m->grad_fn ? &reached[i] : nullptr});
+      if (!m->grad_fn) run.accumulate_only.insert(e.fn.get());
     }
   }
   execute(roots, roots_g, run);
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (reached[i].defined() && !meta_of(inputs[i])->retains_grad) {  // (retain_grad wrote it already)
+      Tensor& g = meta_of(inputs[i])->grad;
+      g = g.defined() ? g + reached[i] : (create_graph ? reached[i] : reached[i].detach().clone());
+    }
 }
 
 }  // namespace autograd
@@ -506,18 +511,6 @@ std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
 int64_t Tensor::output_nr() const {
   Meta* m = meta_of(*this);
   return m ? m->output_nr : 0;
-}
-Tensor Tensor::detach() const {
-  auto impl = std::make_shared<TensorImpl>();
-  const TensorImpl& s = this->impl();
-  impl->storage = s.storage;
-  impl->sizes = s.sizes;
-  impl->strides = s.strides;
-  impl->offset = s.offset;
-  impl->numel = s.numel;
-  impl->dtype = s.dtype;
-  impl->contiguous = s.contiguous;
-  return Tensor(std::move(impl));
 }
 Tensor& Tensor::detach_() {
   if (Meta* m = meta_of(*this)) {

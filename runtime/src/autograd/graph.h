@@ -83,7 +83,7 @@ void attach(OpId op, std::span<const trace::Operand> in, const std::function<std
 // (not a leaf that requires grad, no views sharing the memory) and returns self's values
 // before the write, with self's place in the graph; after the write, `attach_inplace` records
 // op on `in` (in[0] being that snapshot) with `self` as its output.
-Tensor before_inplace(const Tensor& self, std::string_view op);
+Tensor before_inplace(const Tensor& self, OpId id, std::string_view op);
 void attach_inplace(Tensor& self, OpId op, std::span<const trace::Operand> in,
                     const std::function<std::vector<Attr>()>& attrs);
 

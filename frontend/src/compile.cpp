@@ -6,9 +6,11 @@
 #include <iostream>
 #include <mutex>
 #include <sstream>
+#include <unordered_set>
 
 #include "engine.h"
 #include "kiln/runtime/autograd.h"
+#include "kiln/runtime/factories.h"
 #include "kiln/runtime/log.h"
 #include "speculate.h"
 #include "tracer.h"
@@ -79,6 +81,12 @@ Key signature(std::span<const CallArg> args, const DynamicDims& dynamic) {
       }
     k.push_back(alias);
     k.push_back(same);
+  }
+  // While autograd records, what it records depends on which arguments require grad.
+  if (autograd::may_record()) {
+    k.push_back(-100);
+    for (const CallArg& a : args)
+      if (a.is_tensor) k.push_back(a.tensor.requires_grad() ? 1 : 0);
   }
   return k;
 }
@@ -354,8 +362,70 @@ std::string Engine::State::budget_causes_text() const {
   return s.empty() ? "\n  - (no cause recorded)" : s;
 }
 
+namespace {
+std::string leaf_text(Ref leaf) {
+  return (leaf.space == Ref::Space::Arg ? "argument " : "captured tensor #") + std::to_string(leaf.index);
+}
+
+// Why node `n` cannot run on this call's host state (empty: it can): a library's guard, a
+// leaf's .grad defined where it was not (or the reverse), a .grad read as a graph input whose
+// type differs from the traced one.
+std::string host_checks(const TreeNode& n, Env& env) {
+  for (const HostOp& h : n.host_ops)
+    if (h.kind == HostOp::Kind::Guard && !h.holds()) return "host state changed: " + h.what;
+  for (const GradGuard& g : n.grad_guards)
+    if (env.at(g.leaf).grad().defined() != g.defined)
+      return "the .grad of " + leaf_text(g.leaf) + (g.defined ? " is undefined" : " is defined") + " (it was " +
+             (g.defined ? "defined" : "undefined") + " when traced)";
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    const Ref r = n.inputs[k];
+    if (r.space != Ref::Space::ArgGrad && r.space != Ref::Space::CaptureGrad) continue;
+    const Tensor& t = env.at(r);
+    const ir::Type& want = n.graph.inputs()[k]->type;
+    if (!t.defined() || t.dtype() != want.dtype || t.device() != want.device || t.sizes().vec() != want.sizes ||
+        t.strides().vec() != want.strides)
+      return "the .grad of " + leaf_text({r.space == Ref::Space::ArgGrad ? Ref::Space::Arg : Ref::Space::Capture, r.index}) +
+             " changed type, sizes or strides since it was traced";
+  }
+  return {};
+}
+
+void run_host_ops(const TreeNode& n, Env& env) {
+  for (const HostOp& h : n.host_ops) {
+    if (h.kind == HostOp::Kind::Effect) h.effect();
+    if (h.kind == HostOp::Kind::Number) env.at({Ref::Space::Live, h.slot}) = scalar_tensor(h.read(), TensorOptions(kFloat64));
+  }
+}
+
+// Leaves each touched leaf's .grad as the eager run left it. A .grad is a tensor of its own, as
+// eager's are (a program may hand out one buffer for equal values, or an input): those are copied.
+void set_grads(const TreeNode& n, Env& env, const std::vector<Tensor>& returned) {
+  std::unordered_set<const void*> taken;
+  for (const Tensor& t : returned)
+    if (t.defined()) taken.insert(t.storage().get());
+  for (const Tensor& t : env.args)
+    if (t.defined()) taken.insert(t.storage().get());
+  for (const Tensor& t : env.captures)
+    if (t.defined()) taken.insert(t.storage().get());
+  for (const GradSet& g : n.grad_sets) {
+    Tensor grad;
+    if (g.source) {
+      grad = env.at(*g.source);
+      if (!taken.insert(grad.storage().get()).second) grad = grad.clone();
+    }
+    env.at(g.leaf).mutable_grad() = std::move(grad);
+  }
+}
+}  // namespace
+
 Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const CallArg> args) const {
   Replay r;
+  if (!e.root && !e.not_kept.empty()) {
+    r.why = "the last trace was not kept: " + e.not_kept;
+    r.cause = {"not kept", "a tensor made during the call and kept outside it", "traces",
+               "return the tensor, or update a tensor made before the call in place (t.copy_(...))", ""};
+    return r;
+  }
   Env env;
   env.args.resize(args.size());
   for (size_t i = 0; i < args.size(); ++i)
@@ -374,8 +444,18 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
       return r;
     }
     env.captures[i] = Tensor(std::move(sp));
+    if (i < e.captures.size() && i < e.capture_grad.size() && e.capture_grad[i] >= 0 && autograd::may_record() &&
+        env.captures[i].requires_grad() != bool(e.capture_grad[i])) {
+      const std::string now = env.captures[i].requires_grad() ? "now requires grad" : "no longer requires grad";
+      r.why = "captured tensor #" + std::to_string(i) + " " + now + ": trace again";
+      r.cause = {"captured tensor #" + std::to_string(i) + " requires_grad", "captured tensor #" + std::to_string(i),
+                 "requires_grad flags", "set requires_grad before the first call", ""};
+      r.reset = true;
+      return r;
+    }
   }
   env.values.resize(e.value_slots);
+  env.live.resize(e.live_slots);
   // Writes into arguments or captures made before a guard that then fails are undone, so the
   // fresh trace starts from the caller's values.
   std::vector<std::pair<Tensor, Tensor>> saved;
@@ -391,15 +471,28 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
   // Under dynamic dims a place of the tree may hold several traces (alternatives), told apart by
   // their size guards: the first whose guards hold for these sizes runs.
   SymbolTable table;
+  // So may host state: a trace per state of the leaves' .grad, or of a library's guarded state.
   auto select = [&](const TreeNode* n) -> const TreeNode* {
-    if (!e.generic) return n;
     for (const TreeNode* m = n; m; m = m->alternative.get()) {
-      if (!m->has_size_guards()) return m;
-      std::string why;
-      const SizeGuard* failed = nullptr;
-      if (size_guards_hold(*m, inputs_of(*m), table, &why, &failed)) return m;
-      r.why = why;
-      r.cause = size_guard_cause(failed, why);
+      if (e.generic && m->has_size_guards()) {
+        std::string why;
+        const SizeGuard* failed = nullptr;
+        if (!size_guards_hold(*m, inputs_of(*m), table, &why, &failed)) {
+          r.why = why;
+          r.cause = size_guard_cause(failed, why);
+          continue;
+        }
+      }
+      if (m->replay_checks()) {
+        std::string why = host_checks(*m, env);
+        if (!why.empty()) {
+          r.why = why;
+          r.cause = {"host state", "host state a library or autograd keeps", "values",
+                     "(the state a compiled function reads: .grad defined or not, an optimizer's options)", ""};
+          continue;
+        }
+      }
+      return m;
     }
     return nullptr;
   };
@@ -411,6 +504,7 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
   std::vector<Tensor> ahead;
   bool ran = false;
   while (true) {
+    if (!ran) run_host_ops(*n, env);  // (select() checked them)
     if (n->exit != Exit::Return && n->guarded_below)
       for (Ref w : n->written) saved.push_back({env.at(w), env.at(w).clone()});
     const int guess = ran ? -1 : n->predictor.guess();
@@ -439,6 +533,7 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
     ran = false;
     if (n->exit == Exit::Return) {
       for (Ref ref : n->returns) r.outputs.push_back(env.at(ref));
+      if (!n->grad_sets.empty()) set_grads(*n, env, r.outputs);
       r.ok = true;
       return r;
     }
@@ -508,10 +603,12 @@ void Engine::State::merge(Entry& e, std::unique_ptr<TreeNode> chain) {
     std::unique_ptr<TreeNode>* alt = slot;
     while (*alt && !(*alt)->same_step(*nw, e.generic)) alt = &(*alt)->alternative;
     if (!*alt) {
-      bool guarded = e.generic && *slot;
-      for (const TreeNode* m = slot->get(); m && guarded; m = m->alternative.get()) guarded = m->has_size_guards();
+      bool guarded = *slot != nullptr;
+      for (const TreeNode* m = slot->get(); m && guarded; m = m->alternative.get())
+        guarded = (e.generic && m->has_size_guards()) || m->checks_can_fail();
       if (guarded) {
-        // Every trace here has size guards, and they failed for the sizes this one was traced at.
+        // Every trace here has guards (size guards, checks of host state), and they failed for
+        // the call this one was traced at.
         *alt = std::move(*owner);
       } else {
         // A different graph where the tree had one (a function whose trace does not depend on
@@ -583,13 +680,14 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
   const size_t number = ++compiles;
   breaks += tracer.breaks();
   std::unique_ptr<TreeNode> chain;
-  if (tracer.not_replayable().empty()) {
+  tracer.check_end(outs);
+  if (tracer.not_replayable().empty() && tracer.not_kept().empty()) {
     chain = tracer.finish(outs);
     for (TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get())
       compile_node(*n, opts);
     if (opts.speculate && opts.backend == CompileOptions::Backend::Compiled)
       for (TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get())
-        if (n->exit != Exit::Return)
+        if (n->exit != Exit::Return && !n->children[0].second->replay_checks())
           n->speculations.push_back(
               speculate(*n, 0, [&](const ir::Graph& g) { return compile_speculation(*n, g, opts); }));
     log_trace(*chain, number, why);
@@ -612,22 +710,35 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
   }
   Entry& e = *slot;
   note("trace #" + std::to_string(number) + " " + e.signature + ": " + why);
+  if (!chain && !tracer.not_kept().empty()) {
+    e.not_kept = tracer.not_kept();
+    note("  not kept: " + e.not_kept);
+    logs::emit(logs::Channel::Recompiles, who() + ": trace #" + std::to_string(number) + " not kept: " + e.not_kept);
+    return outs;
+  }
   if (!chain) {
     e.eager_reason = tracer.not_replayable();
     note("  not replayable: " + e.eager_reason + "; this signature runs eagerly from now on");
     return outs;
   }
+  e.not_kept.clear();
   if (reset) {
     // A capture was released: the tree's graphs read it, so they all go.
     e.root.reset();
     e.captures.clear();
+    e.capture_grad.clear();
     e.value_slots = 0;
     note("  a captured tensor was released: the signature's trace tree is traced anew");
   } else if (e.captures.size() != known) {
     return outs;  // another thread extended the captures meanwhile
   }
   e.captures = tracer.captures();
+  e.capture_grad.resize(e.captures.size(), -1);
+  for (size_t i = 0; i < tracer.capture_grad_flags().size() && i < e.capture_grad.size(); ++i)
+    if (tracer.capture_grad_flags()[i] >= 0) e.capture_grad[i] = tracer.capture_grad_flags()[i];
   for (const TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
+    for (const HostOp& h : n->host_ops)
+      if (h.kind == HostOp::Kind::Number) e.live_slots = std::max<size_t>(e.live_slots, h.slot + 1);
     for (uint32_t s : n->outputs) e.value_slots = std::max<size_t>(e.value_slots, s + 1);
     if (n->exit == Exit::DataDependent) e.value_slots = std::max<size_t>(e.value_slots, n->dd_output + 1);
   }
@@ -645,15 +756,6 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
     s.eager_calls++;
     return run_eager();
   }
-  // While autograd records, a call that reads a tensor requiring grad runs eagerly: replays
-  // return tensors without gradient history (compiled autograd is not built yet).
-  const bool grad_live = autograd::may_record();
-  if (grad_live)
-    for (const CallArg& a : args)
-      if (a.is_tensor && a.tensor.requires_grad()) {
-        s.autograd_eager_calls++;
-        return run_eager();
-      }
   Key key;
   bool dynamic_key;
   std::string why;
@@ -670,14 +772,6 @@ std::vector<Tensor> Engine::call(std::span<const CallArg> args, const std::funct
       if (!e.eager_reason.empty()) {
         lock.unlock();
         s.eager_calls++;
-        return run_eager();
-      }
-      if (grad_live && std::any_of(e.captures.begin(), e.captures.end(), [](const std::weak_ptr<TensorImpl>& w) {
-            auto impl = w.lock();
-            return impl && Tensor(impl).requires_grad();
-          })) {
-        lock.unlock();
-        s.autograd_eager_calls++;
         return run_eager();
       }
       State::Replay r = s.replay(e, args);
@@ -776,7 +870,6 @@ CompileStats Engine::stats() const {
   st.breaks = s.breaks;
   st.eager_calls = s.eager_calls;
   st.budget_eager_calls = s.budget_eager_calls;
-  st.autograd_eager_calls = s.autograd_eager_calls;
   st.speculated = s.speculated;
   st.misspeculated = s.misspeculated;
   return st;

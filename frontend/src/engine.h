@@ -77,7 +77,11 @@ struct Engine::State {
     std::string eager_reason;
     std::string signature;
     std::vector<ArgDesc> args;  // of the call that created it
-    size_t value_slots = 0;
+    size_t value_slots = 0, live_slots = 0;
+    // Per capture: whether it required grad when traced (-1: not read). While autograd records,
+    // a replay needs the same flags (they decide what the eager run records).
+    std::vector<int8_t> capture_grad;
+    std::string not_kept;  // why the last trace was not kept (the next call traces again)
     bool generic = false;  // traced under dynamic dims: replays check the size guards
   };
   mutable std::shared_mutex mu;
@@ -98,7 +102,7 @@ struct Engine::State {
   std::atomic<bool> warned_budget{false};
 
   std::atomic<uint64_t> calls{0}, hits{0}, misses{0}, guard_failures{0}, compiles{0}, breaks{0}, eager_calls{0},
-      budget_eager_calls{0}, autograd_eager_calls{0};
+      budget_eager_calls{0};
   mutable std::atomic<uint64_t> speculated{0}, misspeculated{0};
 
   struct Replay {

@@ -117,8 +117,7 @@ std::string Explanation::str() const {
   if (!budget.empty()) o << "recompile budget: " << budget << "\n";
   o << "stats: calls " << stats.calls << ", hits " << stats.hits << ", misses " << stats.misses << ", guard failures "
     << stats.guard_failures << ", compiles " << stats.compiles << ", breaks " << stats.breaks << ", eager calls "
-    << stats.eager_calls << " (past the budget " << stats.budget_eager_calls << "), eager for autograd "
-    << stats.autograd_eager_calls << ", speculated " << stats.speculated
+    << stats.eager_calls << " (past the budget " << stats.budget_eager_calls << "), speculated " << stats.speculated
     << ", misspeculated " << stats.misspeculated << "\n";
   return o.str();
 }

@@ -7,6 +7,7 @@
 // lead to child nodes.
 #pragma once
 #include <atomic>
+#include <algorithm>
 #include <deque>
 #include <functional>
 #include <map>
@@ -23,19 +24,58 @@
 
 namespace kiln::detail {
 
+// Where a value of a call comes from: an argument, a captured tensor, a value handed across a
+// graph break, the .grad of an argument or a captured tensor (read when the call starts), or a
+// live host number (trace::live_number, read again at each call).
 struct Ref {
-  enum class Space : uint8_t { Arg, Capture, Value } space;
+  enum class Space : uint8_t { Arg, Capture, Value, ArgGrad, CaptureGrad, Live } space;
   uint32_t index;
   bool operator==(const Ref&) const = default;
 };
 
 struct Env {
-  std::vector<Tensor> args, captures, values;
+  std::vector<Tensor> args, captures, values, live;
+  std::vector<Tensor> arg_grads, capture_grads;  // resolved on first use
   Tensor& at(Ref r) {
-    auto& v = r.space == Ref::Space::Arg ? args : r.space == Ref::Space::Capture ? captures : values;
+    if (r.space == Ref::Space::ArgGrad || r.space == Ref::Space::CaptureGrad) {
+      const bool arg = r.space == Ref::Space::ArgGrad;
+      auto& g = arg ? arg_grads : capture_grads;
+      if (g.size() <= r.index) g.resize(r.index + 1);
+      if (!g[r.index].defined()) g[r.index] = at({arg ? Ref::Space::Arg : Ref::Space::Capture, r.index}).grad();
+      return g[r.index];
+    }
+    auto& v = r.space == Ref::Space::Arg ? args : r.space == Ref::Space::Capture ? captures
+              : r.space == Ref::Space::Live                                      ? live
+                                                                                 : values;
     if (v.size() <= r.index) v.resize(r.index + 1);
     return v[r.index];
   }
+};
+
+// Host state a library keeps beside its tensors (trace.h's host_effect, live_number, host_guard),
+// replayed in the order recorded before the node's graph runs (guards first).
+struct HostOp {
+  enum class Kind : uint8_t { Guard, Effect, Number } kind;
+  std::function<bool()> holds;
+  std::function<void()> effect;
+  std::function<double()> read;
+  uint32_t slot = 0;  // Number: its Live slot
+  std::string what;
+  bool same(const HostOp& o) const { return kind == o.kind && slot == o.slot && what == o.what; }
+};
+
+// The .grad of an argument or captured tensor (`leaf`) as the call found it: defined or not. A
+// replay checks it before the node that first touched it runs.
+struct GradGuard {
+  Ref leaf;
+  bool defined = false;
+  bool operator==(const GradGuard&) const = default;
+};
+// What the call leaves in a leaf's .grad: the value in `source`, or nothing (set to none).
+struct GradSet {
+  Ref leaf;
+  std::optional<Ref> source;
+  bool operator==(const GradSet&) const = default;
 };
 
 // What ends a graph.
@@ -149,6 +189,26 @@ struct TreeNode {
 
   Exit exit = Exit::Return;
   std::vector<Ref> returns;
+  // Autograd's and libraries' host state (above): checked and replayed before the graph runs;
+  // grad_sets after the last graph (on the Return node).
+  std::vector<GradGuard> grad_guards;
+  std::vector<HostOp> host_ops;
+  std::vector<GradSet> grad_sets;
+  bool has_effects() const {
+    return std::any_of(host_ops.begin(), host_ops.end(), [](const HostOp& h) { return h.kind == HostOp::Kind::Effect; });
+  }
+  // Checks a replay makes before the graph runs, besides size guards (a speculation cannot run
+  // the graph ahead of them).
+  bool checks_can_fail() const {
+    return !grad_guards.empty() ||
+           std::any_of(host_ops.begin(), host_ops.end(), [](const HostOp& h) { return h.kind == HostOp::Kind::Guard; });
+  }
+  bool replay_checks() const {
+    if (!grad_guards.empty() || !host_ops.empty()) return true;
+    return std::any_of(inputs.begin(), inputs.end(), [](Ref r) {
+      return r.space == Ref::Space::ArgGrad || r.space == Ref::Space::CaptureGrad || r.space == Ref::Space::Live;
+    });
+  }
   trace::HostAccess access = trace::HostAccess::Bool;
   Ref guarded{Ref::Space::Value, 0};
   std::vector<Ref> dd_inputs;
@@ -195,8 +255,11 @@ struct TreeNode {
     if (!(generic ? erased_hash == other.erased_hash : hash == other.hash) || inputs != other.inputs ||
         outputs != other.outputs || exit != other.exit || returns != other.returns || guarded != other.guarded ||
         access != other.access || dd_inputs != other.dd_inputs || dd_output != other.dd_output ||
-        opaque != other.opaque || symbols != other.symbols || size_guards.size() != other.size_guards.size())
+        opaque != other.opaque || symbols != other.symbols || size_guards.size() != other.size_guards.size() ||
+        grad_guards != other.grad_guards || grad_sets != other.grad_sets || host_ops.size() != other.host_ops.size())
       return false;
+    for (size_t i = 0; i < host_ops.size(); ++i)
+      if (!host_ops[i].same(other.host_ops[i])) return false;
     for (size_t i = 0; i < size_guards.size(); ++i)
       if (!size_guards[i].same(other.size_guards[i])) return false;
     // (equal hashes, then the graphs themselves: a hash collision must not merge two programs)
@@ -206,7 +269,7 @@ struct TreeNode {
   // Sets guarded_below on this node, the nodes below it and its alternatives; returns this
   // node's.
   bool mark_guards() {
-    bool below = exit == Exit::HostValue || exit == Exit::DataDependent || has_size_guards();
+    bool below = exit == Exit::HostValue || exit == Exit::DataDependent || has_size_guards() || replay_checks();
     for (auto& [key, child] : children) below = child->mark_guards() || below;
     guarded_below = below;
     if (alternative) alternative->mark_guards();

@@ -10,9 +10,11 @@
 #include <cctype>
 #include <cstring>
 #include <limits>
+#include <unordered_set>
 
 #include "kiln/ir/exec.h"
 #include "kiln/ir/infer.h"
+#include "kiln/runtime/autograd.h"
 #include "kiln/runtime/factories.h"
 
 namespace kiln::detail {
@@ -71,9 +73,11 @@ Tracer::Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorIm
   head_->graph = ir::Graph("graph0");
   tail_ = head_.get();
   segments_ = 1;
+  capture_grad_.assign(captures_.size(), -1);
   for (size_t i = 0; i < args.size(); ++i) {
     if (!args[i].is_tensor) continue;
     const Tensor& t = args[i].tensor;
+    arg_index_.emplace(t.impl_ptr().get(), uint32_t(i));
     ir::Value* v = tail_->graph.add_input("a" + std::to_string(i), type_of(t));
     tail_->inputs.push_back({Ref::Space::Arg, uint32_t(i)});
     // The same tensor passed twice is one value; its second input is unused.
@@ -85,7 +89,10 @@ Tracer::Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorIm
 void Tracer::bind(const Tensor& t, ir::Value* v) { known_[t.impl_ptr().get()] = Known{t.impl_ptr(), v}; }
 
 ir::Value* Tracer::add_input(const Tensor& t, Ref ref) {
-  std::string name = ref.space == Ref::Space::Arg ? "a" : ref.space == Ref::Space::Capture ? "c" : "v";
+  // (a: argument, c: capture, v: value across a break, ga/gc: an argument's or capture's .grad,
+  // h: a live host number)
+  static const char* const prefix[] = {"a", "c", "v", "ga", "gc", "h"};
+  const std::string name = prefix[size_t(ref.space)];
   ir::Value* v = tail_->graph.add_input(name + std::to_string(ref.index), type_of(t));
   tail_->inputs.push_back(ref);
   bind(t, v);
@@ -98,15 +105,27 @@ ir::Value* Tracer::value_of(const Tensor& t) {
   auto it = known_.find(impl);
   if (it != known_.end() && !it->second.impl.expired()) return it->second.value;
   if (impl->serial < start_serial_) {
+    // A leaf's .grad as the call found it: read from the leaf at each call.
+    if (auto g = grad_inputs_.find(impl); g != grad_inputs_.end()) return add_input(t, g->second);
     // A tensor that existed before the trace began: captured by the function's closure.
     // It becomes a graph input, read at call time, never a constant.
-    for (size_t i = 0; i < captures_.size(); ++i)
-      if (captures_[i].lock().get() == impl) return add_input(t, {Ref::Space::Capture, uint32_t(i)});
-    captures_.push_back(t.impl_ptr());
-    return add_input(t, {Ref::Space::Capture, uint32_t(captures_.size() - 1)});
+    return add_input(t, outside_ref(t));
   }
   KILN_FAIL("compile", "a tensor of shape ", t.sizes().vec(), " and dtype ", name(t.dtype()),
             " was made while tracing by an operation the tracer did not see; this is a kiln bug");
+}
+
+Ref Tracer::outside_ref(const Tensor& t) {
+  const TensorImpl* impl = t.impl_ptr().get();
+  if (auto a = arg_index_.find(impl); a != arg_index_.end()) return {Ref::Space::Arg, a->second};
+  size_t i = 0;
+  while (i < captures_.size() && captures_[i].lock().get() != impl) ++i;
+  if (i == captures_.size()) {
+    captures_.push_back(t.impl_ptr());
+    capture_grad_.push_back(-1);
+  }
+  if (capture_grad_[i] < 0) capture_grad_[i] = t.requires_grad() ? 1 : 0;
+  return {Ref::Space::Capture, uint32_t(i)};
 }
 
 std::vector<ir::Value*> Tracer::operand_values(std::span<const trace::Operand> inputs) {
@@ -273,10 +292,53 @@ void Tracer::split_if_long() {
   n->children[0].first.clear();
 }
 
-void Tracer::autograd_recorded(OpId op) {
+// Autograd recording is the eager run's business: the ops it records are traced as they run
+// (forward and, when the function calls backward(), backward), and finish() checks that no
+// gradient history outlives the call.
+void Tracer::autograd_recorded(OpId) {}
+
+void Tracer::grad_access(const Tensor& t) {
+  if (!not_replayable_.empty() || made_here(t)) return;
+  const TensorImpl* impl = t.impl_ptr().get();
+  for (const GradLeaf& l : grad_leaves_)
+    if (l.impl.lock().get() == impl) return;
+  KILN_CHECK(!parent_, "compile", "a kiln::cond branch read or changed the .grad of a tensor made before the call; "
+             "read it outside the branch and pass it as an operand");
+  const Ref leaf = outside_ref(t);
+  const Tensor& g = t.grad();  // (recording is paused: no hook)
+  grad_leaves_.push_back({leaf, t.impl_ptr(), g.defined() ? g.impl_ptr() : nullptr, g.defined()});
+  tail_->grad_guards.push_back({leaf, g.defined()});
+  if (g.defined() && !made_here(g)) {
+    auto k = known_.find(g.impl_ptr().get());
+    if (k == known_.end() || k->second.impl.expired())
+      grad_inputs_[g.impl_ptr().get()] = {leaf.space == Ref::Space::Arg ? Ref::Space::ArgGrad : Ref::Space::CaptureGrad,
+                                          leaf.index};
+  }
+}
+
+void Tracer::host_effect(std::function<void()> effect, std::string what) {
   if (!not_replayable_.empty()) return;
-  not_replayable_ = "autograd recorded its ops (a tensor the function reads requires grad): compiled functions do "
-                    "not record gradient history yet, so a replay would return tensors without it";
+  KILN_CHECK(!parent_, "compile", "a kiln::cond branch changed host state (", what, "): both branches are traced, "
+             "so the change would be made twice; make it outside the branch");
+  tail_->host_ops.push_back({HostOp::Kind::Effect, {}, std::move(effect), {}, 0, std::move(what)});
+  has_effects_ = true;
+}
+
+Tensor Tracer::live_number(double now, std::function<double()> read, std::string what) {
+  Tensor t = scalar_tensor(now, TensorOptions(kFloat64));
+  if (!not_replayable_.empty()) return t;
+  KILN_CHECK(!parent_, "compile", "a kiln::cond branch read a live host number (", what, "); read it outside the "
+             "branch and pass it as an operand");
+  const uint32_t slot = next_live_slot_++;
+  add_input(t, {Ref::Space::Live, slot});
+  tail_->host_ops.push_back({HostOp::Kind::Number, {}, {}, std::move(read), slot, std::move(what)});
+  return t;
+}
+
+void Tracer::host_guard(std::function<bool()> holds, std::string what) {
+  if (!not_replayable_.empty()) return;
+  KILN_CHECK(!parent_, "compile", "a kiln::cond branch depends on host state (", what, "); decide outside the branch");
+  tail_->host_ops.push_back({HostOp::Kind::Guard, std::move(holds), {}, {}, 0, std::move(what)});
 }
 
 void Tracer::host_access(const Tensor& t, trace::HostAccess what, const std::source_location& where, const void* pc) {
@@ -322,12 +384,78 @@ void Tracer::data_dependent(std::string_view op, std::span<const Tensor> inputs,
   add_input(output, {Ref::Space::Value, n->dd_output});
 }
 
+namespace {
+std::string tensor_text(const Tensor& t) {
+  std::string s = "a tensor of shape [";
+  for (size_t d = 0; d < t.impl().sizes.size(); ++d) s += (d ? ", " : "") + std::to_string(t.impl().sizes[d]);
+  return s + "] and dtype " + std::string(name(t.dtype()));
+}
+}  // namespace
+
+void Tracer::check_end(const std::vector<Tensor>& outputs) {
+  trace::Pause pause;
+  if (!not_replayable_.empty()) return;
+  for (size_t i = 0; i < outputs.size(); ++i)
+    if (outputs[i].defined() && autograd::detail::history_live(outputs[i])) {
+      not_replayable_ = "it returns " + tensor_text(outputs[i]) + " (output " + std::to_string(i) +
+                        ") whose gradient history is still live (backward() through it runs after the call): a replay "
+                        "would return it without that history. Call backward() inside the compiled function (its "
+                        "replays then write the .grad of the leaves), or compile under NoGradGuard for inference";
+      return;
+    }
+  // Host effects are replayed before their graph runs, and cannot be undone: no check may fail
+  // after them.
+  bool effects_before = false;
+  for (const TreeNode* n = head_.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
+    bool fails = effects_before && (n->has_size_guards() || n->replay_checks());
+    effects_before = effects_before || n->has_effects();
+    fails = fails || (effects_before && (n->exit == Exit::HostValue || n->exit == Exit::DataDependent));
+    if (fails) {
+      not_replayable_ = "a library changed its own host state (an optimizer step) in a call whose later part is "
+                        "guarded (a graph break, a size read, a .grad read): a replay could not undo that change if "
+                        "the guard failed. Keep the graph break and the optimizer step in separate compiled functions";
+      return;
+    }
+  }
+  // Tensors made during the call and still alive: returned, or the .grad the call leaves in a
+  // leaf, or held somewhere the trace cannot see (a replay would not update them).
+  std::unordered_set<const TensorImpl*> accounted;
+  for (const Tensor& t : outputs)
+    if (t.defined()) accounted.insert(t.impl_ptr().get());
+  for (const GradLeaf& l : grad_leaves_)
+    if (auto leaf = l.impl.lock(); leaf && Tensor(leaf).grad().defined()) accounted.insert(Tensor(leaf).grad().impl_ptr().get());
+  for (const auto& [impl, k] : known_) {
+    auto sp = k.impl.lock();
+    if (!sp || sp->serial < start_serial_ || accounted.count(impl)) continue;
+    not_kept_ = tensor_text(Tensor(sp)) + " made during the call is still alive after it, but it is neither returned "
+                "nor a .grad (stored in host state, as an optimizer stores new moments on its first step): a replay "
+                "would not update it, so this trace is not kept and the next call traces again";
+    return;
+  }
+}
+
 std::unique_ptr<TreeNode> Tracer::finish(const std::vector<Tensor>& outputs) {
   trace::Pause pause;  // the tracer reads metadata for itself, not for the user
-  KILN_CHECK(not_replayable_.empty(), "compile", "finish() on a trace that cannot be replayed");
+  KILN_CHECK(not_replayable_.empty() && not_kept_.empty(), "compile", "finish() on a trace that cannot be replayed");
   std::vector<ir::Value*> outs;
   for (const Tensor& t : outputs) outs.push_back(value_of(t));
   const size_t returned = outs.size();
+  // The .grad each touched leaf is left with: a value of the graph (an output), a tensor made
+  // before the call, or none.
+  std::vector<std::pair<GradSet, bool>> sets;  // (set, its source is the next extra output)
+  for (const GradLeaf& l : grad_leaves_) {
+    auto leaf = l.impl.lock();
+    if (!leaf) continue;
+    const Tensor& g = Tensor(leaf).grad();
+    if (!g.defined()) {
+      if (l.started_defined) sets.push_back({{l.leaf, std::nullopt}, false});
+    } else if (made_here(g)) {
+      outs.push_back(value_of(g));
+      sets.push_back({{l.leaf, std::nullopt}, true});
+    } else if (g.impl_ptr() != l.start.lock()) {
+      sets.push_back({{l.leaf, outside_ref(g)}, false});
+    }
+  }
   if (outs.empty()) {
     // A function whose effect is writes into its arguments or captures (an optimizer step):
     // the last write-back into a graph input is the graph's output, which keeps the graph a
@@ -346,6 +474,11 @@ std::unique_ptr<TreeNode> Tracer::finish(const std::vector<Tensor>& outputs) {
   for (size_t k = 0; k < outs.size(); ++k) {
     tail_->outputs.push_back(next_value_slot_++);
     if (k < returned) tail_->returns.push_back({Ref::Space::Value, tail_->outputs.back()});
+  }
+  size_t extra = returned;
+  for (auto& [set, from_graph] : sets) {
+    if (from_graph) set.source = Ref{Ref::Space::Value, tail_->outputs.at(extra++)};
+    tail_->grad_sets.push_back(set);
   }
   for (TreeNode* n = head_.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
     n->hash = ir::hash(n->graph);

@@ -41,6 +41,10 @@ class Tracer final : public trace::Recorder {
                       const std::source_location& where) override;
   void metadata_read(const Tensor& t, trace::Metadata what, int64_t dim, const void* pc) override;
   void autograd_recorded(OpId op) override;
+  void grad_access(const Tensor& t) override;
+  void host_effect(std::function<void()> effect, std::string what) override;
+  Tensor live_number(double now, std::function<double()> read, std::string what) override;
+  void host_guard(std::function<bool()> holds, std::string what) override;
   SymInt sym_size(const Tensor& t, int64_t dim) override;
   bool owns(uint64_t trace) const override { return trace == id_ || (parent_ && parent_->owns(trace)); }
   void constrain(const SymExpr& form, int64_t lo, int64_t hi, bool inside, const char* what,
@@ -56,10 +60,19 @@ class Tracer final : public trace::Recorder {
   // Ends the trace: the function returned `outputs`. Returns the chain of nodes, each the
   // only child of the previous one (under the key its guard saw).
   std::unique_ptr<TreeNode> finish(const std::vector<Tensor>& outputs);
+  // Before finish(): whether the trace may be replayed (not_replayable) or kept (not_kept) at all.
+  void check_end(const std::vector<Tensor>& outputs);
 
-  // Non-empty when the trace cannot be replayed (data_ptr escaped to the host, or autograd
-  // recorded the ops: a replay would return tensors without their gradient history).
+  // Non-empty when the trace cannot be replayed (data_ptr escaped to the host, a returned
+  // tensor's gradient history is still live): the signature runs eagerly.
   const std::string& not_replayable() const { return not_replayable_; }
+  // Non-empty (after finish) when this trace cannot be kept but a later one may be: a tensor made
+  // during the call outlived it without being returned (stored in host state, as an optimizer
+  // stores its new moments on its first step). The next call traces again.
+  const std::string& not_kept() const { return not_kept_; }
+  // Whether the leaves' requires_grad flags were read (autograd recorded ops): `captures()`'s
+  // flags as the trace found them, -1 where not read.
+  const std::vector<int8_t>& capture_grad_flags() const { return capture_grad_; }
   const std::vector<std::weak_ptr<TensorImpl>>& captures() const { return captures_; }
   size_t breaks() const { return breaks_; }
   // Graphs cut for length (max_graph_ops), and where the user's code was at the first cut.
@@ -72,6 +85,10 @@ class Tracer final : public trace::Recorder {
     ir::Value* value;
   };
   ir::Value* value_of(const Tensor& t);
+  // The slot of a tensor made before the trace: its argument, or its capture (added when new;
+  // `as_input` makes it a graph input too).
+  Ref outside_ref(const Tensor& t);
+  bool made_here(const Tensor& t) const { return t.impl().serial >= start_serial_; }
   ir::Value* add_input(const Tensor& t, Ref ref);
   std::vector<ir::Value*> operand_values(std::span<const trace::Operand> inputs);  // numbers become constants
   void write_back_value(const Tensor& dst, ir::Value* src);  // dst now holds src's values
@@ -119,6 +136,20 @@ class Tracer final : public trace::Recorder {
   size_t max_graph_ops_ = 0;
   std::string split_where_;
   std::string not_replayable_;
+  std::string not_kept_;
+  std::unordered_map<const TensorImpl*, uint32_t> arg_index_;  // the arguments' tensors
+  std::vector<int8_t> capture_grad_;  // per capture: requires_grad when first met (-1: unknown)
+  // Leaves (arguments, captures) whose .grad the trace touched, and the .grad each had when
+  // first touched (a tensor made before the trace reads as the leaf's .grad at replay).
+  struct GradLeaf {
+    Ref leaf;
+    std::weak_ptr<TensorImpl> impl, start;
+    bool started_defined = false;
+  };
+  std::vector<GradLeaf> grad_leaves_;
+  std::unordered_map<const TensorImpl*, Ref> grad_inputs_;  // a leaf's starting .grad -> its Grad slot
+  uint32_t next_live_slot_ = 0;
+  bool has_effects_ = false;
 };
 
 // "file:line (function)" for a source location; for a code address, the enclosing symbol.

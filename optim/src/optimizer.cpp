@@ -1,5 +1,7 @@
 // The optimizers: PyTorch's single-tensor algorithms, applied to each parameter with a gradient.
 #include <array>
+#include <cstdio>
+#include <optional>
 #include <cmath>
 #include <functional>
 
@@ -71,6 +73,21 @@ Tensor& buffer(ParamState& s, const char* name, const Tensor& like) {
 }
 }  // namespace
 
+// ---- inside a compiled function ----
+// A step traced by kiln::compile is replayed without running this code, so the state it keeps
+// on the host (step counts, options, which buffers exist) is declared to the trace
+// (trace.h): options other than the learning rate are guarded (a change traces again), the
+// learning rate and the bias corrections are live numbers (read at every replay: a schedule
+// never retraces), and the step counts' increments are replayed.
+namespace {
+bool tracing() { return trace::active() != nullptr; }
+std::string where(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+}  // namespace
+
 // ---- SGD ----
 SGD::SGD(std::vector<Tensor> params, SGDOptions defaults) : SGD(one_group(std::move(params)), defaults) {}
 SGD::SGD(std::vector<OptimizerParamGroup> groups, SGDOptions defaults)
@@ -82,8 +99,18 @@ SGD::SGD(std::vector<OptimizerParamGroup> groups, SGDOptions defaults)
 
 void SGD::step() {
   NoGradGuard no_grad;
+  const bool traced = tracing();
   for (OptimizerParamGroup& g : param_groups()) {
     const auto& o = static_cast<const SGDOptions&>(g.options());
+    std::optional<SymFloat> lr;
+    if (traced) {
+      trace::host_guard(
+          [&o, m = o.momentum(), d = o.dampening(), wd = o.weight_decay(), n = o.nesterov()] {
+            return o.momentum() == m && o.dampening() == d && o.weight_decay() == wd && o.nesterov() == n;
+          },
+          "SGD options (momentum, dampening, weight_decay, nesterov) of the group at " + where(&o));
+      lr = SymFloat(trace::live_number([&o] { return o.lr(); }, "SGD learning rate of the group at " + where(&o)));
+    }
     for (Tensor& p : g.params()) {
       if (!p.grad().defined()) continue;
       Tensor d = p.grad();
@@ -91,6 +118,9 @@ void SGD::step() {
       if (o.momentum() != 0) {
         ParamState& s = state_of(p);
         Tensor& buf = s.buffers["momentum_buffer"];
+        if (traced)
+          trace::host_guard([&buf, had = buf.defined()] { return buf.defined() == had; },
+                            "whether the momentum buffer at " + where(&buf) + " exists");
         if (!buf.defined()) {
           buf = d.clone();
         } else {
@@ -98,8 +128,13 @@ void SGD::step() {
         }
         d = o.nesterov() ? d + buf * o.momentum() : buf;
         s.step++;
+        if (traced) trace::host_effect([&s] { s.step++; }, "SGD step count at " + where(&s));
       }
-      p.add_(d, -o.lr());
+      if (lr) {
+        p.sub_(d * *lr);
+      } else {
+        p.add_(d, -o.lr());
+      }
     }
   }
 }
@@ -170,9 +205,12 @@ struct AdamCompiled {
 namespace {
 // A group's Adam (AdamW: `decoupled`) step: eager, parameter by parameter, or compiled over the
 // parameters with gradients that share a step count.
-void adam_group(std::vector<Tensor>& params, double lr, double beta1, double beta2, double eps,
-                double wd, bool decoupled, bool amsgrad, AdamCompiled* compiled,
+// `lr_of` reads the group's learning rate: while traced, at every replay.
+void adam_group(std::vector<Tensor>& params, const std::function<double()>& lr_of, double beta1, double beta2,
+                double eps, double wd, bool decoupled, bool amsgrad, AdamCompiled* compiled,
                 const std::function<ParamState&(const Tensor&)>& state_of) {
+  const double lr = lr_of();
+  const bool traced = tracing();
   const AdamFlags f{decoupled && wd != 0, !decoupled && wd != 0, amsgrad};
   // Parameters with gradients, batched by step count (they share the bias corrections).
   std::map<int64_t, std::array<std::vector<Tensor>, 5>> batches;
@@ -186,6 +224,44 @@ void adam_group(std::vector<Tensor>& params, double lr, double beta1, double bet
     b[2].push_back(buffer(s, "exp_avg", p));
     b[3].push_back(buffer(s, "exp_avg_sq", p));
     if (amsgrad) b[4].push_back(buffer(s, "max_exp_avg_sq", p));
+  }
+  if (traced) {
+    // The batches follow the step counts' differences (equal counts share a batch); each
+    // replay adds one to every count, then reads the learning rate and bias corrections.
+    std::vector<ParamState*> states;
+    std::vector<int64_t> diffs;
+    for (Tensor& p : params)
+      if (p.grad().defined()) states.push_back(&state_of(p));
+    for (ParamState* st : states) diffs.push_back(st->step - states.front()->step);
+    const std::string at = where(states.empty() ? nullptr : states.front());
+    trace::host_guard(
+        [states, diffs] {
+          for (size_t i = 0; i < states.size(); ++i)
+            if (states[i]->step - states.front()->step != diffs[i]) return false;
+          return true;
+        },
+        "Adam step counts' pattern of the group at " + at);
+    trace::host_effect(
+        [states] {
+          for (ParamState* st : states) st->step++;
+        },
+        "Adam step counts of the group at " + at);
+    for (auto& [step, b] : batches) {
+      ParamState* first = &state_of(b[0][0]);
+      auto live = [&](std::function<double()> f, const char* what) {
+        return SymFloat(trace::live_number(std::move(f), std::string(what) + " of the group at " + at));
+      };
+      const AdamStep<SymFloat> h{live([lr_of, wd] { return 1 - lr_of() * wd; }, "Adam decay"), wd, beta1,
+                                 1 - beta1, beta2, 1 - beta2,
+                                 live([lr_of, first, beta1] { return lr_of() / (1 - std::pow(beta1, double(first->step))); },
+                                      "Adam step size"),
+                                 live([first, beta2] { return std::sqrt(1 - std::pow(beta2, double(first->step))); },
+                                      "Adam bias correction"),
+                                 eps};
+      for (size_t i = 0; i < b[0].size(); ++i)
+        adam_math(b[0][i], b[1][i], b[2][i], b[3][i], amsgrad ? b[4][i] : Tensor(), h, f);
+    }
+    return;
   }
   for (auto& [step, b] : batches) {
     const AdamStep<double> h{1 - lr * wd, wd, beta1, 1 - beta1, beta2, 1 - beta2,
@@ -217,8 +293,15 @@ void AdamFamily<Options, Decoupled>::step() {
   for (OptimizerParamGroup& g : param_groups()) {
     const auto& o = static_cast<const Options&>(g.options());
     const auto [b1, b2] = o.betas();
+    if (tracing())
+      trace::host_guard(
+          [&o, b = o.betas(), eps = o.eps(), wd = o.weight_decay(), ams = o.amsgrad()] {
+            return o.betas() == b && o.eps() == eps && o.weight_decay() == wd && o.amsgrad() == ams;
+          },
+          std::string(Decoupled ? "AdamW" : "Adam") + " options (betas, eps, weight_decay, amsgrad) of the group at " +
+              where(&o));
     if (o.fused() && !compiled_) compiled_ = std::make_unique<AdamCompiled>();
-    adam_group(g.params(), o.lr(), b1, b2, o.eps(), o.weight_decay(), Decoupled, o.amsgrad(),
+    adam_group(g.params(), [&o] { return o.lr(); }, b1, b2, o.eps(), o.weight_decay(), Decoupled, o.amsgrad(),
                o.fused() ? compiled_.get() : nullptr, [&](const Tensor& p) -> ParamState& { return state_of(p); });
   }
 }

@@ -40,7 +40,19 @@ rules::Strided geometry(const Tensor& t) { return {t.sizes().vec(), t.strides().
 }  // namespace
 
 // (autograd.h: the same memory, out of the graph)
-Tensor Tensor::detach() const { return make_view(*this, impl().sizes, impl().strides, impl().offset); }
+Tensor Tensor::detach() const {
+  Tensor out = make_view(*this, impl().sizes, impl().strides, impl().offset);
+  // While tracing, the view is an alias of the same value (autograd's business is not the
+  // graph's: no node records it for autograd).
+  if (trace::Recorder* r = trace::active()) {
+    trace::Pause p;
+    const trace::Operand in[] = {trace::Operand(*this)};
+    r->record(OpId::AsStrided, in,
+              {{"sizes", impl().sizes}, {"strides", impl().strides}, {"offset", AttrValue(NoneAttr{})}},
+              std::span<const Tensor>(&out, 1));
+  }
+  return out;
+}
 
 namespace {
 // A slice bound as slice() resolves it: negative counts from the end, then clamped to [0, n].

@@ -1,6 +1,8 @@
 // The tracing hook: the thread's recorder and the attribute helpers (see trace.h).
 #include "kiln/runtime/trace.h"
 
+#include "kiln/runtime/factories.h"
+
 namespace kiln {
 
 AttrValue scalar_attr(const Scalar& s) {
@@ -61,6 +63,37 @@ __attribute__((noinline)) void metadata_read(const Tensor& t, Metadata what, int
 SymInt Recorder::sym_size(const Tensor& t, int64_t dim) {
   Pause p;
   return t.size(dim);
+}
+
+Tensor Recorder::live_number(double now, std::function<double()>, std::string) {
+  Pause p;
+  return scalar_tensor(now, TensorOptions(kFloat64));
+}
+
+void grad_access(const Tensor& t) {
+  if (Recorder* r = tls_recorder) {
+    Pause p;
+    r->grad_access(t);
+  }
+}
+void host_effect(std::function<void()> effect, std::string what) {
+  if (Recorder* r = tls_recorder) {
+    Pause p;
+    r->host_effect(std::move(effect), std::move(what));
+  }
+}
+Tensor live_number(std::function<double()> read, std::string what) {
+  const double now = read();
+  Recorder* r = tls_recorder;
+  if (!r) return scalar_tensor(now, TensorOptions(kFloat64));
+  Pause p;
+  return r->live_number(now, std::move(read), std::move(what));
+}
+void host_guard(std::function<bool()> holds, std::string what) {
+  if (Recorder* r = tls_recorder) {
+    Pause p;
+    r->host_guard(std::move(holds), std::move(what));
+  }
 }
 
 Pause::Pause() : saved_(tls_recorder) { tls_recorder = nullptr; }

@@ -117,11 +117,18 @@ TEST(IrOpTable, AccuracyTraitsAreConsistent) {
     EXPECT_LE(n, 1);
     exact += has_trait(op, kExact);
     approx += has_trait(op, kApprox);
-    if (op_info(op).category == Category::View) EXPECT_TRUE(has_trait(op, kExact));
-    if (op_info(op).category == Category::Control) EXPECT_EQ(n, 0);
-    if (has_trait(op, kTakesEpilogue)) EXPECT_TRUE(has_trait(op, kApprox));
-    if (has_trait(op, kCostly) && (has_trait(op, kFloatCompute) || has_trait(op, kFloatOnly)))
+    if (op_info(op).category == Category::View) {
+      EXPECT_TRUE(has_trait(op, kExact));
+    }
+    if (op_info(op).category == Category::Control) {
+      EXPECT_EQ(n, 0);
+    }
+    if (has_trait(op, kTakesEpilogue)) {
       EXPECT_TRUE(has_trait(op, kApprox));
+    }
+    if (has_trait(op, kCostly) && (has_trait(op, kFloatCompute) || has_trait(op, kFloatOnly))) {
+      EXPECT_TRUE(has_trait(op, kApprox));
+    }
   }
   EXPECT_GT(exact, 20);
   EXPECT_GT(approx, 30);

@@ -87,7 +87,6 @@ struct CompileStats {
   uint64_t breaks = 0;          // graph breaks met while tracing
   uint64_t eager_calls = 0;     // calls run eagerly (nested in another trace, not replayable, or past the budget)
   uint64_t budget_eager_calls = 0;  // of those, calls that needed a trace past the recompile budget
-  uint64_t autograd_eager_calls = 0;  // calls run eagerly because a tensor they read requires grad
                                       // (autograd records them; compiled functions do not yet)
   uint64_t speculated = 0;      // guards met with the next graph's results already computed
   uint64_t misspeculated = 0;   // guards that went another way than the speculated graph

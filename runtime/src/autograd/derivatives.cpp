@@ -127,8 +127,6 @@ Tensor embed(const Tensor& g, const std::vector<int64_t>& sizes, const char* op,
 // An operand's sizes (rules that need them save the operand).
 const std::vector<int64_t>& sizes_of(const Tensor& t) { return t.impl().sizes; }
 
-Grads none(const RuleCtx& c) { return Grads(c.needs.size()); }
-
 // d(out)/d(x) * g for a unary op from a factor.
 template <typename F>
 Grads unary(const RuleCtx& c, F factor) {

@@ -5,6 +5,7 @@
 #include <queue>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "derivatives.h"
 #include "graph.h"
@@ -98,6 +99,7 @@ class OpFn final : public Fn {
     results.assign(results.size(), Saved{});
     released = true;
   }
+  bool spent() const override { return released; }
 };
 
 // A leaf's gradient sink: accumulates into its .grad.
@@ -109,6 +111,7 @@ class AccumulateGrad final : public Fn {
     Tensor g = grads.empty() ? Tensor() : grads[0];
     if (!g.defined()) return {};
     Tensor t(leaf);
+    trace::grad_access(t);
     Meta& m = ensure_meta(t);
     if (!m.grad.defined()) {
       // (a fresh tensor of the leaf's layout: the gradient may be a view or shared)
@@ -129,6 +132,26 @@ std::vector<std::shared_ptr<Node>> Fn::next_functions() const {
   for (const Edge& e : next) out.push_back(e.fn);
   return out;
 }
+
+namespace detail {
+bool history_live(const Tensor& t) {
+  Meta* m = meta_of(t);
+  if (!m || !m->requires_grad) return false;
+  if (!m->grad_fn) return true;
+  // Live while some path from t reaches a leaf through nodes a backward has not freed.
+  std::vector<const Fn*> stack{m->grad_fn.get()};
+  std::unordered_set<const Fn*> seen;
+  while (!stack.empty()) {
+    const Fn* f = stack.back();
+    stack.pop_back();
+    if (!seen.insert(f).second || f->spent()) continue;
+    if (f->sink) return true;
+    for (const Edge& e : f->next)
+      if (e.fn) stack.push_back(e.fn.get());
+  }
+  return false;
+}
+}  // namespace detail
 
 Meta* meta_of(const Tensor& t) { return t.defined() ? t.impl().autograd.get() : nullptr; }
 Meta& ensure_meta(const Tensor& t) {
@@ -361,6 +384,7 @@ void execute(const std::vector<Edge>& roots, const std::vector<Tensor>& root_gra
       if (i < f->retained.size() && !run.capture_only)
         for (auto& w : f->retained[i])
           if (auto impl = w.lock(); impl && grads[i].defined()) {
+            trace::grad_access(Tensor(impl));
             Meta& m = ensure_meta(Tensor(impl));
             m.grad = m.grad.defined() ? m.grad + grads[i] : (run.create_graph ? grads[i] : grads[i].detach().clone());
           }
@@ -465,6 +489,7 @@ void backward(const std::vector<Tensor>& tensors, const std::vector<Tensor>& gra
   execute(roots, roots_g, run);
   for (size_t i = 0; i < inputs.size(); ++i)
     if (reached[i].defined() && !meta_of(inputs[i])->retains_grad) {  // (retain_grad wrote it already)
+      trace::grad_access(inputs[i]);
       Tensor& g = meta_of(inputs[i])->grad;
       g = g.defined() ? g + reached[i] : (create_graph ? reached[i] : reached[i].detach().clone());
     }
@@ -500,10 +525,14 @@ bool Tensor::is_leaf() const {
 }
 const Tensor& Tensor::grad() const {
   static const Tensor undefined;
+  trace::grad_access(*this);
   Meta* m = meta_of(*this);
   return m ? m->grad : undefined;
 }
-Tensor& Tensor::mutable_grad() { return autograd::ensure_meta(*this).grad; }
+Tensor& Tensor::mutable_grad() {
+  trace::grad_access(*this);
+  return autograd::ensure_meta(*this).grad;
+}
 std::shared_ptr<autograd::Node> Tensor::grad_fn() const {
   Meta* m = meta_of(*this);
   return m ? m->grad_fn : nullptr;

@@ -54,6 +54,8 @@ class Fn : public Node, public std::enable_shared_from_this<Fn> {
   virtual std::vector<Tensor> apply(std::vector<Tensor> grads, bool create_graph) = 0;
   // Frees what the node saved (backward without retain_graph).
   virtual void release() {}
+  // Whether release() freed what the node saved (a backward through it would fail).
+  virtual bool spent() const { return false; }
 };
 
 // The edge a gradient of `t` flows into (null if t does not require grad).

@@ -47,6 +47,10 @@ namespace autograd {
 namespace detail {
 // Set once any tensor requires grad: until then nothing can record, at the cost of one load.
 extern std::atomic<bool> used;
+// Whether `t` carries gradient history a later backward() could still use: a leaf that requires
+// grad, or a result whose grad_fn has not been freed by a backward (compile() replays
+// cannot give a returned tensor that history).
+bool history_live(const Tensor& t);
 }  // namespace detail
 // Whether an op could record for autograd on this thread now: some tensor has required grad,
 // and grad mode is on.

@@ -116,6 +116,20 @@ class Recorder {
   // Autograd recorded `op` (an operand requires grad while grad mode is on): a replay of the
   // graph would return tensors without that history. The default ignores it.
   virtual void autograd_recorded(OpId op) {}
+  // The .grad of `t` is about to be read or replaced (Tensor::grad, mutable_grad, the autograd
+  // engine accumulating into it): a replay must read the .grad the call finds and leave the one
+  // the eager run would. The default ignores it.
+  virtual void grad_access(const Tensor& t) {}
+  // Host state a library keeps beside its tensors (kiln::optim's step counts and learning
+  // rates), which a replay must update and read as the eager run would. In the order recorded,
+  // before the graph that follows runs: `effect` is run again at each replay; `live_number`
+  // returns a 0-d float64 tensor holding read() now, which replays refill with read() (a graph
+  // input, never a constant); `host_guard` is checked at each replay, before any effect, and a
+  // false result traces again. `what` names the state for explain() and tells states apart.
+  // The defaults (no replay): nothing to record.
+  virtual void host_effect(std::function<void()> effect, std::string what) {}
+  virtual Tensor live_number(double now, std::function<double()> read, std::string what);
+  virtual void host_guard(std::function<bool()> holds, std::string what) {}
   // The user's code read `what` of `t` (dim: the dim for Size and Stride, else -1) at the code
   // address `pc`. The default ignores it (a recorder that does not replay needs no guards).
   virtual void metadata_read(const Tensor& t, Metadata what, int64_t dim, const void* pc) {}
@@ -183,6 +197,14 @@ Tensor traced(OpId op, std::initializer_list<Operand> inputs, Attrs&& attrs, Com
   return out;
 }
 inline std::vector<Attr> no_attrs() { return {}; }
+
+// The recorder hooks above, when tracing (no-ops otherwise; live_number then returns read()'s
+// value as a 0-d float64 tensor). A library calls host_guard first, then runs its effect and
+// calls host_effect with it, then reads numbers that depend on it with live_number.
+void grad_access(const Tensor& t);
+void host_effect(std::function<void()> effect, std::string what);
+Tensor live_number(std::function<double()> read, std::string what);
+void host_guard(std::function<bool()> holds, std::string what);
 
 // Reports a host access of `t` to the recorder, when tracing.
 void host_access(const Tensor& t, HostAccess what, const std::source_location& where,

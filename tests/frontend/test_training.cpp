@@ -1,0 +1,242 @@
+// Compiled training steps: compile(fn) where fn runs the forward, backward() and an optimizer
+// step. Each test runs the same step eagerly on a twin of the parameters and compares, call
+// after call, the losses, the parameters, their .grad and the optimizer's state.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "kiln/kiln.h"
+#include "kiln/optim.h"
+
+using namespace kiln;
+
+namespace {
+
+void expect_close(const Tensor& a, const Tensor& b, double tol = 1e-12) {
+  ASSERT_EQ(a.defined(), b.defined());
+  if (!a.defined()) return;
+  ASSERT_EQ(a.sizes().vec(), b.sizes().vec());
+  const double diff = (a.detach() - b.detach()).abs().max().item<double>();
+  const double scale = 1 + b.detach().abs().max().item<double>();
+  EXPECT_LE(diff, tol * scale) << "got\n" << a << "\nwant\n" << b;
+}
+
+// A small model's parameters, and a twin with the same values.
+struct Model {
+  Tensor w1, b1, w2;
+  explicit Model(uint64_t seed) {
+    manual_seed(seed);
+    w1 = (randn({6, 8}, kFloat64) * 0.3).requires_grad_();
+    b1 = zeros({8}, kFloat64).requires_grad_();
+    w2 = (randn({8, 3}, kFloat64) * 0.3).requires_grad_();
+  }
+  Model twin() const {
+    Model m = *this;
+    m.w1 = w1.detach().clone().requires_grad_();
+    m.b1 = b1.detach().clone().requires_grad_();
+    m.w2 = w2.detach().clone().requires_grad_();
+    return m;
+  }
+  std::vector<Tensor> params() const { return {w1, b1, w2}; }
+  Tensor loss(const Tensor& x, const Tensor& y) const {
+    Tensor h = gelu(x.matmul(w1) + b1);
+    Tensor logp = log_softmax(h.matmul(w2), 1);
+    return -(logp * y).sum(1).mean();
+  }
+};
+
+struct Batch {
+  Tensor x, y;
+};
+Batch batch(int i) {
+  manual_seed(100 + uint64_t(i));
+  Tensor x = randn({5, 6}, kFloat64);
+  Tensor y = softmax(randn({5, 3}, kFloat64), 1);  // soft targets
+  return {x, y};
+}
+
+// The usual training step: zero_grad, forward, backward, step; returns the loss.
+std::function<Tensor(const Tensor&, const Tensor&)> train_step(Model& m, optim::Optimizer& o) {
+  return [&m, &o](const Tensor& x, const Tensor& y) {
+    o.zero_grad();
+    Tensor loss = m.loss(x, y);
+    loss.backward();
+    o.step();
+    return loss;
+  };
+}
+
+void expect_same_params(const Model& a, const Model& b) {
+  for (size_t i = 0; i < a.params().size(); ++i) {
+    SCOPED_TRACE("parameter " + std::to_string(i));
+    expect_close(a.params()[i], b.params()[i]);
+    expect_close(a.params()[i].grad(), b.params()[i].grad());
+  }
+}
+
+}  // namespace
+
+// A hand-written SGD step: forward, backward, an update under NoGradGuard, the gradients set to
+// none. Traced once, then every call replays it: the gradients flow through the compiled graph.
+TEST(CompiledTraining, ManualSgdStepReplays) {
+  Model m(1), e = m.twin();
+  const double lr = 0.1;
+  auto step_of = [lr](Model& mm) {
+    return [&mm, lr](const Tensor& x, const Tensor& y) {
+      Tensor loss = mm.loss(x, y);
+      loss.backward();
+      {
+        NoGradGuard no_grad;
+        for (Tensor p : mm.params()) {
+          p.sub_(p.grad() * lr);
+          p.mutable_grad() = Tensor();
+        }
+      }
+      return loss;
+    };
+  };
+  auto eager_step = step_of(e);
+  auto compiled = compile(step_of(m));
+  for (int i = 0; i < 6; ++i) {
+    Batch b = batch(i);
+    Tensor got = compiled(b.x, b.y), want = eager_step(b.x, b.y);
+    expect_close(got, want);
+    expect_same_params(m, e);
+  }
+  EXPECT_EQ(compiled.stats().compiles, 1u) << compiled.explain();
+  EXPECT_EQ(compiled.stats().hits, 5u) << compiled.explain();
+}
+
+// Gradients accumulate across calls, as eager's do: the first call leaves a new .grad, later
+// calls add into the one they find (read as a graph input, written in place).
+TEST(CompiledTraining, GradientsAccumulateAcrossCalls) {
+  Model m(2), e = m.twin();
+  auto f = compile([&](const Tensor& x, const Tensor& y) {
+    Tensor loss = m.loss(x, y);
+    loss.backward();
+    return loss.detach();
+  });
+  for (int i = 0; i < 5; ++i) {
+    Batch b = batch(i);
+    Tensor got = f(b.x, b.y);
+    Tensor want = e.loss(b.x, b.y);
+    want.backward();
+    expect_close(got, want);
+    expect_same_params(m, e);
+  }
+  // Call 1 left new gradients; call 2 found them defined (a second trace); calls 3-5 replay.
+  EXPECT_EQ(f.stats().compiles, 2u) << f.explain();
+  EXPECT_EQ(f.stats().hits, 3u) << f.explain();
+  // A .grad set to none outside is seen: the first trace serves again.
+  for (Tensor p : m.params()) p.mutable_grad() = Tensor();
+  for (Tensor p : e.params()) p.mutable_grad() = Tensor();
+  Batch b = batch(9);
+  f(b.x, b.y);
+  e.loss(b.x, b.y).backward();
+  expect_same_params(m, e);
+  EXPECT_EQ(f.stats().compiles, 2u) << f.explain();
+}
+
+// The whole training step with kiln::optim inside: zero_grad, forward, backward, step. The
+// optimizers' host state (step counts, the learning rate a schedule changes) is replayed.
+void check_optimizer_step(const std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor>)>& make,
+                          int steps, uint64_t max_compiles) {
+  Model m(3), e = m.twin();
+  auto opt = make(m.params());
+  auto eopt = make(e.params());
+  optim::StepLR sched(*opt, 2, 0.5), esched(*eopt, 2, 0.5);
+  auto compiled = compile(train_step(m, *opt));
+  auto eager = train_step(e, *eopt);
+  for (int i = 0; i < steps; ++i) {
+    SCOPED_TRACE("step " + std::to_string(i));
+    Batch b = batch(i);
+    expect_close(compiled(b.x, b.y), eager(b.x, b.y));
+    expect_same_params(m, e);
+    sched.step();
+    esched.step();
+  }
+  EXPECT_LE(compiled.stats().compiles, max_compiles) << compiled.explain();
+  EXPECT_GE(compiled.stats().hits, uint64_t(steps) - max_compiles) << compiled.explain();
+}
+
+TEST(CompiledTraining, SgdMomentumWithScheduleReplays) {
+  // (trace 1 makes the momentum buffers: not kept; trace 2 finds them and the .grads defined)
+  check_optimizer_step(
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::SGD>(std::move(p), optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3));
+      },
+      8, 2);
+}
+
+TEST(CompiledTraining, AdamWWithScheduleReplays) {
+  check_optimizer_step(
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::AdamW>(std::move(p), optim::AdamWOptions(0.01).weight_decay(0.1));
+      },
+      8, 2);
+}
+
+TEST(CompiledTraining, AdamAmsgradFusedReplays) {
+  check_optimizer_step(
+      [](std::vector<Tensor> p) {
+        return std::make_unique<optim::Adam>(std::move(p), optim::AdamOptions(0.01).amsgrad(true).fused(true));
+      },
+      6, 2);
+}
+
+// An option changed between calls is host state the graph was traced with: the call traces
+// again rather than replay the old value.
+TEST(CompiledTraining, ChangedOptionsTraceAgain) {
+  Model m(4), e = m.twin();
+  optim::SGD opt(m.params(), optim::SGDOptions(0.1).momentum(0.5));
+  optim::SGD eopt(e.params(), optim::SGDOptions(0.1).momentum(0.5));
+  auto f = compile(train_step(m, opt));
+  auto g = train_step(e, eopt);
+  for (int i = 0; i < 6; ++i) {
+    if (i == 3) {
+      static_cast<optim::SGDOptions&>(opt.param_groups()[0].options()).momentum(0.8);
+      static_cast<optim::SGDOptions&>(eopt.param_groups()[0].options()).momentum(0.8);
+    }
+    Batch b = batch(i);
+    expect_close(f(b.x, b.y), g(b.x, b.y));
+    expect_same_params(m, e);
+  }
+  EXPECT_NE(f.explain().str().find("host state changed: SGD options"), std::string::npos) << f.explain();
+}
+
+// A tensor made during the call and kept outside it (not returned) is not something a replay
+// would update: such a trace is not kept, every call is right, and the budget bounds the traces.
+TEST(CompiledTraining, TensorsKeptOutsideTheCallAreNeverStale) {
+  Tensor kept;
+  CompileOptions o;
+  o.recompile_limit = 3;
+  auto f = compile(
+      [&](const Tensor& x) {
+        kept = x * 2;
+        return x + 1;
+      },
+      o);
+  for (int i = 0; i < 8; ++i) {
+    Tensor x = full({3}, double(i), kFloat64);
+    expect_close(f(x), x + 1);
+    expect_close(kept, x * 2);
+  }
+  EXPECT_LE(f.stats().compiles, 4u);
+  EXPECT_NE(f.explain().str().find("not kept"), std::string::npos) << f.explain();
+}
+
+// A function whose result still carries live gradient history (backward() runs after the call)
+// runs eagerly: a replay could not give the result that history.
+TEST(CompiledTraining, LiveHistoryRunsEagerlyAndSaysWhy) {
+  Model m(5), e = m.twin();
+  auto f = compile([&](const Tensor& x, const Tensor& y) { return m.loss(x, y); });
+  for (int i = 0; i < 3; ++i) {
+    Batch b = batch(i);
+    Tensor loss = f(b.x, b.y);
+    ASSERT_TRUE(loss.requires_grad());
+    loss.backward();
+    e.loss(b.x, b.y).backward();
+    expect_same_params(m, e);
+  }
+  EXPECT_NE(f.explain().str().find("gradient history is still live"), std::string::npos) << f.explain();
+}

@@ -411,6 +411,15 @@ class Fuser {
   // of each root's readers, not every pair); a group that writes a root is not a reader of it
   // here (its reads sit around its own write, where a sibling's read cannot join soundly); a
   // group stops trying once it is full or after kMaxSiblingFailures refusals.
+  // A value of one element read by two groups saves no memory traffic when they merge: an
+  // optimizer's learning rate read by every parameter's update would otherwise merge them all
+  // into one kernel of dozens of streams, which ran at half the copy rate of one per parameter.
+  static bool one_element(const ir::Value* v) {
+    int64_t n = 1;
+    for (int64_t d : v->type.sizes) n *= d;
+    return n <= 1;
+  }
+
   void merge_siblings() {
     auto eligible = [&](size_t g) {
       return groups_[g].alive && groups_[g].kind != NodeClass::Opaque && groups_[g].kind != NodeClass::Control;
@@ -425,7 +434,7 @@ class Fuser {
         if (n.op == OpId::Copy) w.push_back(a_.facts(n.inputs[0]).root);
         for (const ir::Value* v : n.inputs)
           if (!v->producer || classify(*v->producer) == NodeClass::Free || classify(*v->producer) == NodeClass::Data)
-            if (!(v->producer && v->producer->op == OpId::Constant && !v->producer->attr("data")))
+            if (!(v->producer && v->producer->op == OpId::Constant && !v->producer->attr("data")) && !one_element(v))
               r.push_back(a_.facts(v).root);
       }
       for (auto* list : {&r, &w}) {

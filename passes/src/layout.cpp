@@ -85,6 +85,39 @@ std::vector<int64_t> layout_in_order(const StoreSpace& st, const std::vector<int
   return out;
 }
 
+// A column reduction (x.sum(0) of a row-major x, a bias gradient): the reduced dims run
+// innermost, but an operand runs contiguously along the last kept dim K, and none that varies
+// along K runs so along a reduced one. A free store that spans the reduced dims (a value of the row fused beside the sum) is
+// then laid out as such an operand is, in the order of its strides: the backend's by-columns
+// code writes it along the run it reads, where row-major in loop order would write it a
+// column at a time (a [1024, 1024] gradient took 8 ms so, against 0.7 for its neighbours).
+// Empty when the kernel is not one.
+std::vector<int> column_order(const LoopSpace& s, const std::vector<int>& order) {
+  const size_t kept = order.size() - std::min(order.size(), s.red.size());
+  if (s.red.empty() || kept == 0) return {};
+  const int K = order[kept - 1];
+  const std::vector<int64_t>* like = nullptr;
+  for (const auto& l : s.loads) {
+    for (int d : s.red)  // (one broadcast along K is a value per row: it may run along the rows)
+      if (l[size_t(K)] != 0 && (l[size_t(d)] == 1 || l[size_t(d)] == -1)) return {};
+    if (!like && l[size_t(K)] == 1) like = &l;
+  }
+  if (!like) return {};
+  std::vector<int> mem(s.S.size());
+  std::iota(mem.begin(), mem.end(), 0);
+  std::stable_sort(mem.begin(), mem.end(), [&](int x, int y) {
+    auto key = [&](int d) { return (*like)[size_t(d)] == 0 ? INT64_MAX : std::abs((*like)[size_t(d)]); };
+    return key(x) > key(y);
+  });
+  return mem;
+}
+
+bool spans_reduced(const LoopSpace& s, const StoreSpace& st) {
+  for (size_t k = 0; k < st.sizes.size() && k < st.sdim.size(); ++k)
+    if (st.sizes[k] != 1 && st.sdim[k] >= 0 && reduced(s, st.sdim[k])) return true;
+  return false;
+}
+
 // The loops: groups of S dims in the loop order, merged where every operand walks them as one
 // (the outer dim's stride is the inner one's times its size) and both are reduced or both kept.
 void form_loops(const LoopSpace& s, const LayoutPolicy& pol, LoopPlan& p) {
@@ -116,8 +149,12 @@ void form_loops(const LoopSpace& s, const LayoutPolicy& pol, LoopPlan& p) {
 LoopPlan plan_loops(const LoopSpace& space, const LayoutPolicy& policy) {
   LoopPlan p;
   p.order = order_loops(space, policy);
+  const std::vector<int> columns = policy.temp_layouts ? column_order(space, p.order) : std::vector<int>();
   for (const StoreSpace& st : space.stores) {
-    p.layouts.push_back(st.free && policy.temp_layouts ? layout_in_order(st, p.order) : st.strides);
+    const bool by_columns = !columns.empty() && spans_reduced(space, st);
+    p.layouts.push_back(!st.free || !policy.temp_layouts ? st.strides
+                        : by_columns                      ? layout_in_order(st, columns)
+                                                          : layout_in_order(st, p.order));
     p.store_st.push_back(over_space(st.sizes, p.layouts.back(), st.sdim, space.S.size()));
   }
   form_loops(space, policy, p);

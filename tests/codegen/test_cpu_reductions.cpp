@@ -862,3 +862,46 @@ TEST(CpuOpsReductionEdgeCases, NarrowColumnReductionsSplitAlongTheRows) {
     }
   }
 }
+
+// A reduction by columns with a value of every element stored beside it (a gradient and its bias
+// gradient: g = x * 2 + 1 stored, g.sum(0) reduced, as backward graphs fuse them): layout lays the
+// stored value out as x is, and the by-columns code writes it element by element in its pass over
+// the rows. Wide and narrow (split along the rows) outputs, narrowed and transposed inputs, on 1,
+// 2 and 3 threads, against eager; and the by-columns code is checked to be taken.
+TEST(CpuOpsReductionEdgeCases, ColumnReductionsStoreTheirRowValuesAlongTheColumns) {
+  const Fn fn = [](const V& in) {
+    const Tensor& x = in[0];
+    Tensor g = x * 2 + 1;
+    return V{g.sum({0}), g, (g * x).sum({0})};
+  };
+  struct Shape {
+    std::vector<int64_t> sizes;
+    Layout layout;
+  };
+  const std::vector<Shape> shapes = {{{1024, 512}, Layout::Contiguous}, {{333, 1000}, Layout::Contiguous},
+                                     {{300, 64}, Layout::Contiguous},    {{1001, 130}, Layout::Narrowed},
+                                     {{257, 33}, Layout::Contiguous}};
+  for (DType dt : {kFloat32, kFloat64, kBFloat16}) {
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(std::string(name(dt)) + " [" + std::to_string(s.sizes[0]) + ", " + std::to_string(s.sizes[1]) +
+                   "] " + layout_name(s.layout));
+      Inputs inputs = [&, dt](int call) {
+        return V{make(dt, s.sizes, s.layout, 77 + uint64_t(dt) + uint64_t(call), Values::NearOne, Specials::None)};
+      };
+      {
+        kiln::testing::ScopedEnv t("KILN_NUM_THREADS", "2");
+        auto f = compile(fn, cpu_options());
+        (void)f(inputs(0));
+        passes::Module m = passes::optimize(ir::parse(f.explain(inputs(0)).graphs.at(0).text));
+        // (the by-columns code's accumulator block, in the IR kiln writes)
+        const std::string ir = codegen::emit_cpu(*m.program, codegen::CpuEmit::LlvmRaw);
+        EXPECT_NE(ir.find("acc.cols"), std::string::npos) << codegen::emit_cpu(*m.program, codegen::CpuEmit::Code);
+      }
+      for (const char* threads : {"1", "2", "3"}) {
+        kiln::testing::ScopedEnv t("KILN_NUM_THREADS", threads);
+        SCOPED_TRACE(std::string(threads) + " threads");
+        check(fn, inputs, Expect{});
+      }
+    }
+  }
+}

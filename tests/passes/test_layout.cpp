@@ -50,6 +50,26 @@ TEST(Layout, AStoreWhoseLayoutIsFixedDominatesTheLoads) {
   EXPECT_EQ(p.extents, (std::vector<int64_t>{4, 16}));
 }
 
+TEST(Layout, AColumnReductionsRowValuesAreLaidOutAsItsOperand) {
+  // g = x * 2 stored beside g.sum(0), x a contiguous [32, 8]: the reduced dim 0 runs inside the
+  // kept dim 1, and the free store of g spans both. It is laid out as x is (row-major), so that
+  // the by-columns code writes it along the run it reads; in loop order it would be column-major.
+  StoreSpace sums{{8}, {1}, {1}, true};
+  StoreSpace g = store({32, 8}, {8, 1}, 2, true);
+  LoopSpace s{{32, 8}, {0}, {{8, 1}}, {sums, g}};
+  LoopPlan p = plan_loops(s, kAll);
+  EXPECT_EQ(p.order, (std::vector<int>{1, 0}));
+  EXPECT_EQ(p.layouts[1], (std::vector<int64_t>{8, 1}));
+  EXPECT_EQ(p.layouts[0], (std::vector<int64_t>{1}));
+  // A row reduction (x.sum(1): the operand runs along the reduced dim) keeps the loop order's.
+  StoreSpace rows{{32}, {1}, {0}, true};
+  LoopSpace r{{32, 8}, {1}, {{8, 1}}, {rows, store({32, 8}, {1, 32}, 2, true)}};
+  EXPECT_EQ(plan_loops(r, kAll).layouts[1], (std::vector<int64_t>{8, 1}));
+  // So does one whose operand runs contiguously along no kept dim.
+  LoopSpace t{{32, 8}, {0}, {{1, 32}}, {sums, g}};
+  EXPECT_EQ(plan_loops(t, kAll).layouts[1], (std::vector<int64_t>{1, 32}));
+}
+
 TEST(Layout, ReducedDimsRunInnermostAndNeverMergeWithKeptOnes) {
   // x.sum(0) of a contiguous [32, 8]: the reduced dim 0 goes inside the kept dim 1.
   StoreSpace out{{8}, {1}, {1}, true};

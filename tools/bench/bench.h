@@ -40,6 +40,19 @@ struct RepPolicy {
 void time_interleaved(std::vector<Timed*> variants, const RepPolicy& policy);
 
 double median(std::vector<double> v);
+// The median of `reps` timed calls of f, in ms, after 3 untimed ones (kiln-programs, kiln-train).
+double median_ms(const std::function<void()>& f, int reps);
+// kiln-programs' and kiln-train's command line: [--reps N] [--explain] [--list] [NAME...], each
+// NAME one of `known` (name, what), which --list prints. Returns the status to exit with, or -1
+// to go on with `reps`, `explain` and `names` set.
+struct ProgramArgs {
+  int reps = 20;
+  bool explain = false;
+  std::vector<std::string> names;  // empty: every program
+  bool wanted(const std::string& name) const;
+};
+int parse_program_args(int argc, char** argv, const char* tool,
+                       const std::vector<std::pair<std::string, std::string>>& known, ProgramArgs& args);
 
 // ---- checks ----
 

@@ -35,6 +35,43 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+bool ProgramArgs::wanted(const std::string& name) const {
+  return names.empty() || std::find(names.begin(), names.end(), name) != names.end();
+}
+
+int parse_program_args(int argc, char** argv, const char* tool,
+                       const std::vector<std::pair<std::string, std::string>>& known, ProgramArgs& args) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--list") {
+      for (const auto& [name, what] : known) std::printf("%-16s %s\n", name.c_str(), what.c_str());
+      return 0;
+    }
+    if (a == "--reps" && i + 1 < argc) {
+      args.reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--explain") {
+      args.explain = true;
+    } else if (std::none_of(known.begin(), known.end(), [&](const auto& k) { return k.first == a; })) {
+      std::fprintf(stderr, "%s: no program '%s' (--list names them)\n", tool, a.c_str());
+      return 2;
+    } else {
+      args.names.push_back(a);
+    }
+  }
+  return -1;
+}
+
+double median_ms(const std::function<void()>& f, int reps) {
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    auto a = std::chrono::steady_clock::now();
+    f();
+    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  return median(std::move(t));
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;

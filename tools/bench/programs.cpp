@@ -21,7 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "bench.h"
+
 using namespace kiln;
+using bench::median_ms;
 
 namespace {
 
@@ -68,41 +71,17 @@ const std::vector<Program>& programs() {
   return list;
 }
 
-double median_ms(const std::function<void()>& f, int reps) {
-  for (int i = 0; i < 3; ++i) f();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    auto a = std::chrono::steady_clock::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 30;
-  std::vector<std::string> names;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--list")) {
-      for (const Program& p : programs()) std::printf("%-16s %s\n", p.name, p.what);
-      return 0;
-    }
-    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
-      continue;
-    }
-    names.push_back(argv[i]);
-  }
-  for (const std::string& n : names)
-    if (std::none_of(programs().begin(), programs().end(), [&](const Program& p) { return n == p.name; })) {
-      std::fprintf(stderr, "kiln-programs: no program '%s' (--list names them)\n", n.c_str());
-      return 2;
-    }
+  bench::ProgramArgs args;
+  args.reps = 30;
+  std::vector<std::pair<std::string, std::string>> known;
+  for (const Program& p : programs()) known.push_back({p.name, p.what});
+  if (int status = bench::parse_program_args(argc, argv, "kiln-programs", known, args); status >= 0) return status;
+  const int reps = args.reps;
   for (const Program& p : programs()) {
-    if (!names.empty() && std::find(names.begin(), names.end(), p.name) == names.end()) continue;
+    if (!args.wanted(p.name)) continue;
     manual_seed(0);
     const std::vector<Tensor> in = p.inputs();
     auto compiled = compile(p.run);

@@ -6,11 +6,11 @@ median of --reps), one line per program: "torch NAME eager E ms compiled C ms".
 Usage: programs_torch.py [--reps N] [--threads T] [NAME...]
 """
 import math
-import statistics
 import sys
-import time
 
 import torch
+
+from peer_timing import median_ms, parse_args
 
 
 def minmax_scale(x):
@@ -40,31 +40,8 @@ PROGRAMS = {
 }
 
 
-def median_ms(f, x, reps):
-    for _ in range(3):
-        f(x)
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        f(x)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def main(argv):
-    reps, threads, names = 30, 2, []
-    i = 0
-    while i < len(argv):
-        if argv[i] == "--reps":
-            reps, i = int(argv[i + 1]), i + 2
-        elif argv[i] == "--threads":
-            threads, i = int(argv[i + 1]), i + 2
-        else:
-            names.append(argv[i])
-            i += 1
-    for n in names:
-        if n not in PROGRAMS:
-            sys.exit(f"programs_torch.py: no program '{n}'")
+    reps, threads, names = parse_args(argv, PROGRAMS, 30, "programs_torch.py")
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     for name, (make, fn) in PROGRAMS.items():
@@ -72,8 +49,8 @@ def main(argv):
             continue
         x = make()
         compiled = torch.compile(fn)
-        eager = median_ms(fn, x, reps)
-        comp = median_ms(compiled, x, reps)
+        eager = median_ms(lambda: fn(x), reps)
+        comp = median_ms(lambda: compiled(x), reps)
         print(f"torch {name:16s} eager {eager:9.4f} ms  compiled {comp:9.4f} ms", flush=True)
 
 

@@ -194,20 +194,28 @@ void Emitter::outer_body() {
 // outer loop) in blocks of kColumns outputs whose accumulators are a stack array, each row of
 // the block read along K into them, the vector lanes along K. Output by output, every row is
 // a new cache line, and LLVM walked each column with gathers: [4096, 1024].sum(0) took 15 ms
-// compiled against eager's 0.4. Kernels with one pass of reductions, no scans and only
-// per-row stores, where a load runs contiguously along K and none along a reduction loop.
+// compiled against eager's 0.4. Kernels with one pass of reductions, no scans, per-row stores
+// and stores along the row that need no reduction (written in the pass, element by element: a
+// gradient fused beside its bias gradient, which layout lays out along K), where a load runs
+// contiguously along K and no operand that varies along K runs contiguously along a reduction
+// loop.
 static bool by_columns(const passes::Kernel& k, const KernelCode& code, int K) {
   const int rank = int(k.loops.size()), rf = K + 1;
   if (K < 0 || rf >= rank || code.depth != 1) return false;
   for (const Instr& in : code.code)
     if (in.op == EOp::Scan || in.op == EOp::RowIndex) return false;
   const RowPlan plan = row_plan(k, code, true);
-  if (!plan.in_row.empty() || !plan.early.empty()) return false;
+  if (!plan.in_row.empty()) return false;
   bool along_k = false;
   for (const passes::Access& a : k.loads) {
     along_k = along_k || (moves(a, size_t(K)) && a.strides[size_t(K)] == 1);
+    // (a load broadcast along K, one value per row of the block, may run along the rows)
     for (int d = rf; d < rank; ++d)
-      if (moves(a, size_t(d)) && std::abs(a.strides[size_t(d)]) == 1) return false;
+      if (moves(a, size_t(K)) && moves(a, size_t(d)) && std::abs(a.strides[size_t(d)]) == 1) return false;
+  }
+  for (size_t j : plan.early) {
+    const passes::Access& a = k.stores[j];
+    if (!moves(a, size_t(K)) || a.strides[size_t(K)] != 1) return false;
   }
   return along_k;
 }
@@ -261,6 +269,7 @@ void Emitter::columns(int K, Value* lo, Value* hi) {
           Value* a = B.CreateLoad(compute_type(in.type), at(r, c));
           B.CreateStore(combine(in, a, value(in.args[0])), at(r, c));
         }
+        store_all(plan.early);
         forget_all();
       });
     }, false, part_ == ReductionPart::Partial ? Hint::Interleaved : Hint::Scalar);

@@ -82,8 +82,10 @@ Key signature(std::span<const CallArg> args, const DynamicDims& dynamic) {
     k.push_back(alias);
     k.push_back(same);
   }
-  // While autograd records, what it records depends on which arguments require grad.
-  if (autograd::may_record()) {
+  // With grad mode on, what autograd records depends on which arguments require grad (grad
+  // mode itself, not whether any tensor has required grad yet: a function that makes the first
+  // such tensor would otherwise see its second call as a new signature).
+  if (is_grad_enabled()) {
     k.push_back(-100);
     for (const CallArg& a : args)
       if (a.is_tensor) k.push_back(a.tensor.requires_grad() ? 1 : 0);

@@ -240,3 +240,77 @@ TEST(CompiledTraining, LiveHistoryRunsEagerlyAndSaysWhy) {
   }
   EXPECT_NE(f.explain().str().find("gradient history is still live"), std::string::npos) << f.explain();
 }
+
+// JAX's transforms (transforms.h): grad, value_and_grad, argnums, nesting, and compiled.
+TEST(Transforms, GradAndValueAndGradMatchAutograd) {
+  manual_seed(21);
+  Tensor w = randn({4, 3}, kFloat64), x = randn({5, 4}, kFloat64);
+  auto loss = [](const Tensor& w, const Tensor& x) { return (x.matmul(w).tanh() * 0.5).sum(); };
+  Tensor wl = w.clone().requires_grad_(), xl = x.clone().requires_grad_();
+  Tensor want_value = loss(wl, xl);
+  std::vector<Tensor> want = autograd::grad({want_value}, {wl, xl});
+  expect_close(kiln::grad(loss)(w, x), want[0]);
+  auto [value, dw] = kiln::value_and_grad(loss)(w, x);
+  expect_close(value, want_value);
+  expect_close(dw, want[0]);
+  EXPECT_FALSE(value.requires_grad());
+  std::vector<Tensor> both = kiln::grad(loss, {1, 0})(w, x);
+  expect_close(both[0], want[1]);
+  expect_close(both[1], want[0]);
+  // The caller's tensors are untouched.
+  EXPECT_FALSE(w.requires_grad());
+  EXPECT_FALSE(w.grad().defined());
+  // An argument the result does not read gets zeros, as in JAX.
+  auto ignores_x = [](const Tensor& w, const Tensor& x) { return (w * w).sum(); };
+  std::vector<Tensor> g = kiln::grad(ignores_x, {0, 1})(w, x);
+  expect_close(g[0], w * 2);
+  expect_close(g[1], zeros_like(x));
+}
+
+TEST(Transforms, BadCallsSayWhy) {
+  Tensor w = randn({3}, kFloat64);
+  auto not_scalar = [](const Tensor& w) { return w * 2; };
+  try {
+    kiln::grad(not_scalar)(w);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grad"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("one-element"), std::string::npos) << e.what();
+  }
+  auto f = [](const Tensor& w, double s) { return (w * s).sum(); };
+  EXPECT_THROW(kiln::grad(f, {1})(w, 2.0), Error);
+  EXPECT_THROW(kiln::grad(f, {2})(w, 2.0), Error);
+  auto g = [](const Tensor& i) { return i.sum().to(kFloat64); };
+  EXPECT_THROW(kiln::grad(g)(arange(0, 3, 1, TensorOptions(kInt64))), Error);
+}
+
+TEST(Transforms, NestedGradGivesTheSecondDerivative) {
+  Tensor x = full({1}, 0.7, kFloat64);
+  auto cube = [](const Tensor& x) { return (x * x * x).sum(); };
+  auto d1 = kiln::grad(cube);
+  auto d2 = kiln::grad([&](const Tensor& x) { return d1(x).sum(); });
+  expect_close(d1(x), x * x * 3);
+  expect_close(d2(x), x * 6);
+}
+
+// compile(value_and_grad(f)): forward and backward traced into one graph and replayed.
+TEST(Transforms, CompiledTransformsReplay) {
+  manual_seed(22);
+  Tensor w = randn({6, 3}, kFloat64);
+  auto loss = [](const Tensor& w, const Tensor& x) { return gelu(x.matmul(w)).pow(2).mean(); };
+  auto step = compile(kiln::value_and_grad(loss));
+  auto both = compile(kiln::grad(loss, {0, 1}));
+  for (int i = 0; i < 4; ++i) {
+    Tensor x = randn({5, 6}, kFloat64);
+    auto [v, dw] = step(w, x);
+    auto [ev, edw] = kiln::value_and_grad(loss)(w, x);
+    expect_close(v, ev);
+    expect_close(dw, edw);
+    std::vector<Tensor> g = both(w, x), eg = kiln::grad(loss, {0, 1})(w, x);
+    expect_close(g[0], eg[0]);
+    expect_close(g[1], eg[1]);
+  }
+  EXPECT_EQ(step.stats().compiles, 1u) << step.explain();
+  EXPECT_EQ(step.stats().hits, 3u) << step.explain();
+  EXPECT_EQ(both.stats().hits, 3u) << both.explain();
+}

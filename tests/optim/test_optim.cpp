@@ -185,4 +185,58 @@ TEST(Optim, ALinearRegressionTrains) {
   EXPECT_NEAR(b.item<double>(), 0.25, 1e-2);
 }
 
+// A small MLP (GELU, log_softmax cross-entropy) trained 50 steps with SGD-momentum and with
+// AdamW in float32, from the weights and on the batches tests/optim/generate_training.py trained
+// PyTorch's with: kiln eager, and kiln with the whole step compiled (one joint graph, replayed),
+// each against PyTorch's losses step by step and its final weights.
+TEST(Optim, AnMlpTrainsAsPyTorchsDoesEagerAndCompiled) {
+  static const json data = [] {
+    std::ifstream in(KILN_OPTIM_TRAINING);
+    return json::parse(in);
+  }();
+  const auto& sizes = data["sizes"];
+  const int64_t batch = data["batch"][0], in = data["batch"][1], out = data["batch"][2];
+  auto f32 = [](const json& v, std::vector<int64_t> shape) {
+    return from_vector(v.get<std::vector<double>>(), shape).to(kFloat32);
+  };
+  for (const json& run : data["runs"]) {
+    for (bool compiled : {false, true}) {
+      const std::string kind = run["optimizer"];
+      SCOPED_TRACE(kind + (compiled ? " compiled" : " eager"));
+      std::vector<Tensor> params;
+      for (size_t i = 0; i < 4; ++i)
+        params.push_back(f32(data["params0"][i], sizes[i].get<std::vector<int64_t>>()).requires_grad_());
+      auto opt = make(kind, run["options"], params);
+      auto step = [&](const Tensor& x, const Tensor& y) {
+        opt->zero_grad();
+        Tensor h = gelu(x.matmul(params[0]) + params[1]);
+        Tensor loss = -(log_softmax(h.matmul(params[2]) + params[3], 1) * y).sum(1).mean();
+        loss.backward();
+        opt->step();
+        return loss;
+      };
+      auto fn = compile(step);
+      const auto& losses = run["losses"];
+      for (size_t k = 0; k < losses.size(); ++k) {
+        const size_t b = k % data["xs"].size();
+        Tensor x = f32(data["xs"][b], {batch, in}), y = f32(data["ys"][b], {batch, out});
+        const double got = (compiled ? fn(x, y) : step(x, y)).item<double>(), want = losses[k];
+        ASSERT_NEAR(got, want, 2e-5 * (1 + std::abs(want))) << "step " << k;
+      }
+      if (compiled) {
+        // (the first step's trace makes the optimizer's buffers and is not kept; the second's is)
+        EXPECT_LE(fn.stats().compiles, 2u) << fn.explain();
+        EXPECT_GE(fn.stats().hits, losses.size() - 2) << fn.explain();
+      }
+      for (size_t i = 0; i < 4; ++i) {
+        std::vector<float> got = params[i].detach().to_vector<float>();
+        std::vector<double> want = run["final"][i];
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t j = 0; j < got.size(); ++j)
+          ASSERT_NEAR(got[j], want[j], 1e-4 * (1 + std::abs(want[j]))) << "parameter " << i << " element " << j;
+      }
+    }
+  }
+}
+
 }  // namespace

@@ -27,6 +27,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -204,6 +205,18 @@ template <> struct Returns<Tensor> {
 template <> struct Returns<std::vector<Tensor>> {
   static std::vector<Tensor> flatten(std::vector<Tensor> v) { return v; }
   static std::vector<Tensor> unflatten(std::vector<Tensor>&& v) { return std::move(v); }
+};
+// value_and_grad(f, argnums)'s result (transforms.h): the value, then the gradients.
+template <> struct Returns<std::pair<Tensor, std::vector<Tensor>>> {
+  static std::vector<Tensor> flatten(std::pair<Tensor, std::vector<Tensor>> p) {
+    std::vector<Tensor> v{std::move(p.first)};
+    for (Tensor& t : p.second) v.push_back(std::move(t));
+    return v;
+  }
+  static std::pair<Tensor, std::vector<Tensor>> unflatten(std::vector<Tensor>&& v) {
+    Tensor first = std::move(v.at(0));
+    return {std::move(first), std::vector<Tensor>(std::make_move_iterator(v.begin() + 1), std::make_move_iterator(v.end()))};
+  }
 };
 template <typename... Ts> struct Returns<std::tuple<Ts...>> {
   static_assert((std::is_same_v<Ts, Tensor> && ...), "a compiled function may return a tuple of Tensors only");

@@ -12,6 +12,7 @@
 #include "kiln/runtime/symfloat.h"
 #include "kiln/runtime/tensor.h"
 #include "kiln/runtime/trace.h"
+#include "kiln/runtime/transforms.h"
 #include "kiln/compile.h"
 
 namespace kiln {

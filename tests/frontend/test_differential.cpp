@@ -107,3 +107,60 @@ TEST(Differential, SeedsComeFromTheBaseAndTheCount) {
 
 TEST(Differential, RandomProgramsReplayLikeEager) { check_random_programs(CompileOptions::Backend::Reference); }
 TEST(Differential, RandomProgramsCompiledForTheCpuMatchEager) { check_random_programs(CompileOptions::Backend::Cpu); }
+
+// The same random programs with backward: each input becomes a leaf, the program runs on
+// copies of them (it writes into its inputs), every float value it leaves is summed into one
+// loss (each weighted, so that no two cancel), and autograd gives the gradient of every input.
+// Compiled (forward and backward traced into one graph, compiled for the CPU) against eager,
+// within float32's tolerance, on three calls each. A program autograd refuses (an in-place
+// write into memory a node saved) must be refused the same way compiled.
+TEST(Differential, RandomProgramsGradientsCompiledMatchEager) {
+  const auto f32 = kiln::testing::tolerance(kFloat32);
+  CompileOptions opts;
+  opts.backend = CompileOptions::Backend::Cpu;
+  int checked = 0, refused = 0, replays = 0;
+  const auto [first, last] = kiln::testing::seed_range(120, "KILN_DIFFERENTIAL_PROGRAMS");
+  for (uint32_t seed = first; seed <= last; ++seed) {
+    Program p = make_program(seed);
+    auto loss_and_grads = [&p](const std::vector<Tensor>& in) {
+      std::vector<Tensor> leaves, copies;
+      for (const Tensor& t : in) {
+        leaves.push_back(t.detach().requires_grad_());
+        copies.push_back(leaves.back().clone());
+      }
+      std::vector<Tensor> live = run(p, copies);
+      Tensor loss = zeros({}, kFloat64);
+      for (size_t i = 0; i < live.size(); ++i)
+        if (is_floating(live[i].dtype())) loss = loss + live[i].sum().to(kFloat64) * (1.0 / double(i + 1));
+      std::vector<Tensor> grads = autograd::grad({loss}, leaves, {}, false, false, /*allow_unused=*/true);
+      std::vector<Tensor> out{loss.detach()};
+      for (size_t i = 0; i < grads.size(); ++i) out.push_back(grads[i].defined() ? grads[i] : zeros_like(in[i]));
+      return out;
+    };
+    auto f = compile(loss_and_grads, opts);
+    for (uint32_t call = 0; call < 3; ++call) {
+      std::vector<Tensor> in = make_inputs(p, seed, call);
+      std::vector<Tensor> want;
+      try {
+        want = loss_and_grads(in);
+      } catch (const Error&) {
+        EXPECT_THROW(f(in), Error) << "seed " << seed;
+        ++refused;
+        break;
+      }
+      std::vector<Tensor> got = f(in);
+      ASSERT_EQ(got.size(), want.size()) << "seed " << seed;
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_TRUE(kiln::testing::close(got[i], want[i], f32))
+            << "seed " << seed << (i == 0 ? " loss" : " gradient of input " + std::to_string(i - 1)) << "\ngot\n"
+            << got[i] << "\nwant\n" << want[i];
+      ++checked;
+    }
+    replays += int(f.stats().hits);
+  }
+  // (most programs are differentiable; a program with an item() guard, on the exact value,
+  // traces again at every call, as in the forward test)
+  EXPECT_GT(checked, int(last - first + 1) * 3 / 2);
+  EXPECT_GT(replays, checked / 4);
+  std::printf("gradients of %d calls checked, %d programs refused by autograd, %d replays\n", checked, refused, replays);
+}

@@ -418,6 +418,30 @@ void set_grads(const TreeNode& n, Env& env, const std::vector<Tensor>& returned)
     env.at(g.leaf).mutable_grad() = std::move(grad);
   }
 }
+// Gives the results that kept gradient history in the traced call the compiled backward as
+// their grad_fn ("CompiledFunctionBackward"): it holds what the forward saved and the leaves'
+// tensors until a backward without retain_graph frees it. A result sharing memory with an input
+// is copied first (its history must not become the input's).
+void attach_backward(const std::shared_ptr<BackwardPlan>& plan, Env& env, std::vector<Tensor>& returned) {
+  std::vector<Tensor> leaves, sources, outs;
+  for (Ref l : plan->leaves) leaves.push_back(env.at(l));
+  for (Ref s : plan->sources) sources.push_back(env.at(s));
+  std::unordered_set<const void*> inputs;
+  for (const auto* group : {&env.args, &env.captures})
+    for (const Tensor& t : *group)
+      if (t.defined()) inputs.insert(t.storage().get());
+  for (uint32_t k : plan->outputs) {
+    Tensor& o = returned.at(k);
+    if (inputs.count(o.storage().get())) o = o.clone();
+    outs.push_back(o);
+  }
+  autograd::detail::attach_function(
+      "CompiledFunctionBackward", outs, leaves, [plan, sources = std::move(sources)](const std::vector<Tensor>& grads) {
+        std::vector<Tensor> ins;
+        for (Ref r : plan->node->inputs) ins.push_back(r.space == Ref::Space::Arg ? grads.at(r.index) : sources.at(r.index));
+        return run_node(*plan->node, ins);
+      });
+}
 }  // namespace
 
 Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const CallArg> args) const {
@@ -536,6 +560,7 @@ Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const Call
     if (n->exit == Exit::Return) {
       for (Ref ref : n->returns) r.outputs.push_back(env.at(ref));
       if (!n->grad_sets.empty()) set_grads(*n, env, r.outputs);
+      if (n->backward) attach_backward(n->backward, env, r.outputs);
       r.ok = true;
       return r;
     }
@@ -683,10 +708,14 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
   breaks += tracer.breaks();
   std::unique_ptr<TreeNode> chain;
   tracer.check_end(outs);
-  if (tracer.not_replayable().empty() && tracer.not_kept().empty()) {
+  // (a compiled backward serves the traced sizes: under dynamic dims such a call runs eagerly)
+  if (tracer.needs_backward() && !generic) tracer.trace_backward(outs);
+  if (tracer.not_replayable().empty() && tracer.not_kept().empty() && !(generic && tracer.needs_backward())) {
     chain = tracer.finish(outs);
-    for (TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get())
+    for (TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
       compile_node(*n, opts);
+      if (n->backward) compile_node(*n->backward->node, opts);
+    }
     if (opts.speculate && opts.backend == CompileOptions::Backend::Compiled)
       for (TreeNode* n = chain.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get())
         if (n->exit != Exit::Return && !n->children[0].second->replay_checks())
@@ -719,7 +748,10 @@ std::vector<Tensor> Engine::State::trace(const Key& key, std::span<const CallArg
     return outs;
   }
   if (!chain) {
-    e.eager_reason = tracer.not_replayable();
+    e.eager_reason = !tracer.not_replayable().empty()
+                         ? tracer.not_replayable()
+                         : "it returns a tensor whose gradient history is still live, and its sizes are dynamic: a "
+                           "compiled backward serves one size";
     note("  not replayable: " + e.eager_reason + "; this signature runs eagerly from now on");
     return outs;
   }

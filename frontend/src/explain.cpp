@@ -24,6 +24,16 @@ void explain_entry(const Engine::State::Entry& e, Explanation& ex) {
     const TreeNode* n = stack.back();
     stack.pop_back();
     ex.graphs.push_back({ir::print(n->graph), count_ops(n->graph), backend_text(*n)});
+    if (n->backward) {
+      // The partition: the forward returns, after its results, the values the backward reads.
+      const BackwardPlan& b = *n->backward;
+      size_t saved = 0;
+      for (Ref r : b.sources) saved += r.space == Ref::Space::Value ? 1 : 0;
+      ex.graphs.push_back({ir::print(b.node->graph), count_ops(b.node->graph),
+                           "the backward of " + n->graph.name() + " (CompiledFunctionBackward, run by backward() after "
+                           "the call): " + std::to_string(saved) + " forward values saved for it, " +
+                               std::to_string(b.saved_bytes) + " bytes; " + backend_text(*b.node)});
+    }
     for (const SizeGuard& g : n->size_guards)
       ex.size_guards.push_back(n->graph.name() + ": " + describe_guard(g) + " (" + g.where + ")");
     if (!n->opaque.empty()) ex.size_guards.push_back(n->graph.name() + ": runs only at its traced sizes: " + n->opaque);

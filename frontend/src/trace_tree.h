@@ -194,6 +194,9 @@ struct TreeNode {
   std::vector<GradGuard> grad_guards;
   std::vector<HostOp> host_ops;
   std::vector<GradSet> grad_sets;
+  // A function whose result keeps gradient history (its backward runs after the call): the
+  // backward, traced into its own graph when the function was; replays attach it to the result.
+  std::shared_ptr<struct BackwardPlan> backward;
   bool has_effects() const {
     return std::any_of(host_ops.begin(), host_ops.end(), [](const HostOp& h) { return h.kind == HostOp::Kind::Effect; });
   }
@@ -256,7 +259,8 @@ struct TreeNode {
         outputs != other.outputs || exit != other.exit || returns != other.returns || guarded != other.guarded ||
         access != other.access || dd_inputs != other.dd_inputs || dd_output != other.dd_output ||
         opaque != other.opaque || symbols != other.symbols || size_guards.size() != other.size_guards.size() ||
-        grad_guards != other.grad_guards || grad_sets != other.grad_sets || host_ops.size() != other.host_ops.size())
+        grad_guards != other.grad_guards || grad_sets != other.grad_sets || host_ops.size() != other.host_ops.size() ||
+        bool(backward) != bool(other.backward) || (backward && !same_backward(other)))
       return false;
     for (size_t i = 0; i < host_ops.size(); ++i)
       if (!host_ops[i].same(other.host_ops[i])) return false;
@@ -265,6 +269,7 @@ struct TreeNode {
     // (equal hashes, then the graphs themselves: a hash collision must not merge two programs)
     return ir::structure_key(graph, generic) == ir::structure_key(other.graph, generic);
   }
+  bool same_backward(const TreeNode& other) const;  // (below BackwardPlan)
   bool has_size_guards() const { return !symbols.empty() || !size_guards.empty() || !opaque.empty(); }
   // Sets guarded_below on this node, the nodes below it and its alternatives; returns this
   // node's.
@@ -276,6 +281,26 @@ struct TreeNode {
     return below || alternative != nullptr;
   }
 };
+
+// The backward of a compiled forward whose result keeps gradient history (the partition of the
+// joint graph): the forward graph returns, besides its results, the values the backward reads
+// (`sources` that are Value slots: what is saved); the backward graph's inputs are the results'
+// gradients (argument k: of returned output outputs[k]) and its captures (capture i: sources[i],
+// a saved value or a tensor made before the call, a parameter); its outputs are the gradients
+// of `leaves`, in order.
+struct BackwardPlan {
+  std::unique_ptr<TreeNode> node;
+  std::vector<uint32_t> outputs;  // indices into the node's returns
+  std::vector<Ref> leaves;
+  std::vector<Ref> sources;
+  int64_t saved_bytes = 0;        // what the forward keeps for the backward
+};
+
+inline bool TreeNode::same_backward(const TreeNode& other) const {
+  const BackwardPlan &a = *backward, &b = *other.backward;
+  return a.outputs == b.outputs && a.leaves == b.leaves && a.sources == b.sources && a.node->hash == b.node->hash &&
+         ir::structure_key(a.node->graph, false) == ir::structure_key(b.node->graph, false);
+}
 
 // A size guard as text: "argument 0 size(0) >= 101".
 std::string describe_guard(const SizeGuard& g);

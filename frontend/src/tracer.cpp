@@ -78,6 +78,7 @@ Tracer::Tracer(std::span<const CallArg> args, std::vector<std::weak_ptr<TensorIm
     if (!args[i].is_tensor) continue;
     const Tensor& t = args[i].tensor;
     arg_index_.emplace(t.impl_ptr().get(), uint32_t(i));
+    arg_tensors_.push_back(t);
     ir::Value* v = tail_->graph.add_input("a" + std::to_string(i), type_of(t));
     tail_->inputs.push_back({Ref::Space::Arg, uint32_t(i)});
     // The same tensor passed twice is one value; its second input is unused.
@@ -395,13 +396,23 @@ std::string tensor_text(const Tensor& t) {
 void Tracer::check_end(const std::vector<Tensor>& outputs) {
   trace::Pause pause;
   if (!not_replayable_.empty()) return;
+  // Results whose gradient history is live (backward() through them runs after the call): a
+  // replay gives them a compiled backward (trace_backward), where the call is one graph.
   for (size_t i = 0; i < outputs.size(); ++i)
     if (outputs[i].defined() && autograd::detail::history_live(outputs[i])) {
-      not_replayable_ = "it returns " + tensor_text(outputs[i]) + " (output " + std::to_string(i) +
-                        ") whose gradient history is still live (backward() through it runs after the call): a replay "
-                        "would return it without that history. Call backward() inside the compiled function (its "
-                        "replays then write the .grad of the leaves), or compile under NoGradGuard for inference";
-      return;
+      std::string why;
+      if (!outputs[i].grad_fn()) why = "a tensor that requires grad made in the call, returned as it is";
+      else if (head_.get() != tail_) why = "the call has graph breaks";
+      for (size_t j = 0; j < i && why.empty(); ++j)
+        if (outputs[j].defined() && outputs[j].is_same(outputs[i])) why = "the same tensor is returned twice";
+      if (!why.empty()) {
+        not_replayable_ = "it returns " + tensor_text(outputs[i]) + " (output " + std::to_string(i) +
+                          ") whose gradient history is still live (backward() through it runs after the call), and " +
+                          why + ": a replay could not give it that history. Call backward() inside the compiled "
+                          "function, or compile under NoGradGuard for inference";
+        return;
+      }
+      live_outputs_.push_back(uint32_t(i));
     }
   // Host effects are replayed before their graph runs, and cannot be undone: no check may fail
   // after them.
@@ -424,6 +435,11 @@ void Tracer::check_end(const std::vector<Tensor>& outputs) {
     if (t.defined()) accounted.insert(t.impl_ptr().get());
   for (const GradLeaf& l : grad_leaves_)
     if (auto leaf = l.impl.lock(); leaf && Tensor(leaf).grad().defined()) accounted.insert(Tensor(leaf).grad().impl_ptr().get());
+  if (!live_outputs_.empty()) {  // (what the results' history saved: the backward's inputs)
+    std::vector<Tensor> live;
+    for (uint32_t i : live_outputs_) live.push_back(outputs[i]);
+    for (const TensorImpl* held : autograd::detail::history_holds(live)) accounted.insert(held);
+  }
   for (const auto& [impl, k] : known_) {
     auto sp = k.impl.lock();
     if (!sp || sp->serial < start_serial_ || accounted.count(impl)) continue;
@@ -432,6 +448,89 @@ void Tracer::check_end(const std::vector<Tensor>& outputs) {
                 "would not update it, so this trace is not kept and the next call traces again";
     return;
   }
+}
+
+void Tracer::trace_backward(const std::vector<Tensor>& outputs) {
+  if (live_outputs_.empty() || !not_replayable_.empty() || !not_kept_.empty()) return;
+  auto fail = [&](const std::string& why) {
+    not_replayable_ = "it returns a tensor whose gradient history is still live (backward() through it runs after the "
+                      "call), and its backward could not be traced: " + why;
+  };
+  // The leaves the gradients flow to: the arguments and captured tensors that require grad.
+  std::vector<Tensor> leaves;
+  std::vector<Ref> leaf_refs;
+  {
+    trace::Pause pause;
+    for (size_t i = 0; i < arg_tensors_.size(); ++i)
+      if (arg_tensors_[i].requires_grad()) {
+        leaves.push_back(arg_tensors_[i]);
+        leaf_refs.push_back(outside_ref(arg_tensors_[i]));
+      }
+    for (size_t i = 0; i < captures_.size(); ++i)
+      if (auto sp = captures_[i].lock(); sp && Tensor(sp).requires_grad() && !arg_index_.count(sp.get())) {
+        leaves.push_back(Tensor(sp));
+        leaf_refs.push_back({Ref::Space::Capture, uint32_t(i)});
+      }
+  }
+  if (leaves.empty()) return fail("no argument or captured tensor requires grad (a leaf made in the call?)");
+  // The backward, run once on stand-in gradients with a tracer of its own: its graph reads the
+  // forward's values and the parameters as captures, and the stand-ins as arguments.
+  std::vector<Tensor> live, stand_ins;
+  std::vector<CallArg> bargs;
+  for (uint32_t i : live_outputs_) {
+    live.push_back(outputs[i]);
+    stand_ins.push_back(ones_like(outputs[i]).detach());
+    CallArg a;
+    a.tensor = stand_ins.back();
+    a.is_tensor = true;
+    bargs.push_back(std::move(a));
+  }
+  Tracer b(bargs, {}, /*fullgraph=*/false);
+  std::vector<Tensor> grads;
+  try {
+    trace::Install install(&b);
+    grads = autograd::grad(live, leaves, stand_ins, /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
+  } catch (const Error& e) {
+    return fail(e.what());
+  }
+  std::vector<Tensor> returned;
+  std::vector<Ref> grad_leaves;
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (grads[i].defined()) {
+      returned.push_back(grads[i]);
+      grad_leaves.push_back(leaf_refs[i]);
+    }
+  if (returned.empty()) return fail("no leaf's gradient depends on the result");
+  b.check_end(returned);
+  if (!b.not_replayable().empty()) return fail(b.not_replayable());
+  if (!b.not_kept().empty()) return fail(b.not_kept());
+  if (b.breaks() > 0) return fail("the backward has graph breaks");
+  std::unique_ptr<TreeNode> chain = b.finish(returned);
+  if (!chain->children.empty()) return fail("the backward has graph breaks");
+  // Where each of the backward's captures comes from: a value of the forward (saved), or a
+  // tensor made before the call.
+  trace::Pause pause;
+  backward_ = std::make_shared<BackwardPlan>();
+  backward_->outputs = live_outputs_;
+  backward_->leaves = grad_leaves;
+  for (const std::weak_ptr<TensorImpl>& w : b.captures()) {
+    auto sp = w.lock();
+    if (!sp) return fail("a tensor it reads was released");
+    Tensor t(sp);
+    if (!made_here(t)) {
+      backward_->sources.push_back(outside_ref(t));
+      source_saved_.push_back(-1);
+      continue;
+    }
+    auto k = known_.find(sp.get());
+    if (k == known_.end() || k->second.impl.expired()) return fail("it reads a tensor the forward's trace did not see");
+    source_saved_.push_back(int(saved_.size()));
+    backward_->sources.push_back({Ref::Space::Value, 0});  // (finish() gives the slot)
+    saved_.push_back(t);
+    backward_->saved_bytes += t.numel() * int64_t(itemsize(t.dtype()));
+  }
+  chain->graph.set_name(tail_->graph.name() + "_backward");
+  backward_->node = std::move(chain);
 }
 
 std::unique_ptr<TreeNode> Tracer::finish(const std::vector<Tensor>& outputs) {
@@ -456,6 +555,10 @@ std::unique_ptr<TreeNode> Tracer::finish(const std::vector<Tensor>& outputs) {
       sets.push_back({{l.leaf, outside_ref(g)}, false});
     }
   }
+  if (backward_) {
+    // (the saved values come after the .grad values: their slots are found from there)
+    for (const Tensor& t : saved_) outs.push_back(value_of(t));
+  }
   if (outs.empty()) {
     // A function whose effect is writes into its arguments or captures (an optimizer step):
     // the last write-back into a graph input is the graph's output, which keeps the graph a
@@ -479,6 +582,11 @@ std::unique_ptr<TreeNode> Tracer::finish(const std::vector<Tensor>& outputs) {
   for (auto& [set, from_graph] : sets) {
     if (from_graph) set.source = Ref{Ref::Space::Value, tail_->outputs.at(extra++)};
     tail_->grad_sets.push_back(set);
+  }
+  if (backward_) {
+    for (size_t i = 0; i < backward_->sources.size(); ++i)
+      if (source_saved_[i] >= 0) backward_->sources[i] = {Ref::Space::Value, tail_->outputs.at(extra + size_t(source_saved_[i]))};
+    tail_->backward = backward_;
   }
   for (TreeNode* n = head_.get(); n; n = n->children.empty() ? nullptr : n->children[0].second.get()) {
     n->hash = ir::hash(n->graph);

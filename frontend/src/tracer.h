@@ -62,6 +62,11 @@ class Tracer final : public trace::Recorder {
   std::unique_ptr<TreeNode> finish(const std::vector<Tensor>& outputs);
   // Before finish(): whether the trace may be replayed (not_replayable) or kept (not_kept) at all.
   void check_end(const std::vector<Tensor>& outputs);
+  // Before finish(), when check_end found returned tensors with live gradient history: traces
+  // their backward into its own graph (a BackwardPlan that finish() puts on the Return node), or
+  // says in not_replayable() why it cannot.
+  void trace_backward(const std::vector<Tensor>& outputs);
+  bool needs_backward() const { return !live_outputs_.empty(); }
 
   // Non-empty when the trace cannot be replayed (data_ptr escaped to the host, a returned
   // tensor's gradient history is still live): the signature runs eagerly.
@@ -150,6 +155,11 @@ class Tracer final : public trace::Recorder {
   std::unordered_map<const TensorImpl*, Ref> grad_inputs_;  // a leaf's starting .grad -> its Grad slot
   uint32_t next_live_slot_ = 0;
   bool has_effects_ = false;
+  std::vector<Tensor> arg_tensors_;
+  std::vector<uint32_t> live_outputs_;        // returned outputs with live gradient history
+  std::shared_ptr<BackwardPlan> backward_;    // traced by trace_backward, finished by finish()
+  std::vector<Tensor> saved_;                 // the forward values the backward reads
+  std::vector<int> source_saved_;             // per backward capture: its index in saved_, or -1
 };
 
 // "file:line (function)" for a source location; for a code address, the enclosing symbol.

@@ -111,14 +111,15 @@ TEST(Differential, RandomProgramsCompiledForTheCpuMatchEager) { check_random_pro
 // The same random programs with backward: each input becomes a leaf, the program runs on
 // copies of them (it writes into its inputs), every float value it leaves is summed into one
 // loss (each weighted, so that no two cancel), and autograd gives the gradient of every input.
-// Compiled (forward and backward traced into one graph, compiled for the CPU) against eager,
-// within float32's tolerance, on three calls each. A program autograd refuses (an in-place
+// Compiled (forward and backward traced into one graph, compiled for the CPU), and with the
+// forward alone compiled and backward run after the call (its compiled backward), against
+// eager, within float32's tolerance, on three calls each. A program autograd refuses (an in-place
 // write into memory a node saved) must be refused the same way compiled.
 TEST(Differential, RandomProgramsGradientsCompiledMatchEager) {
   const auto f32 = kiln::testing::tolerance(kFloat32);
   CompileOptions opts;
   opts.backend = CompileOptions::Backend::Cpu;
-  int checked = 0, refused = 0, replays = 0;
+  int checked = 0, refused = 0, replays = 0, later_replays = 0;
   const auto [first, last] = kiln::testing::seed_range(120, "KILN_DIFFERENTIAL_PROGRAMS");
   for (uint32_t seed = first; seed <= last; ++seed) {
     Program p = make_program(seed);
@@ -137,7 +138,19 @@ TEST(Differential, RandomProgramsGradientsCompiledMatchEager) {
       for (size_t i = 0; i < grads.size(); ++i) out.push_back(grads[i].defined() ? grads[i] : zeros_like(in[i]));
       return out;
     };
+    // The forward alone compiled, its backward run after the call (a compiled backward attached
+    // to the loss): the inputs are the leaves.
+    auto forward = [&p](const std::vector<Tensor>& leaves) {
+      std::vector<Tensor> copies;
+      for (const Tensor& t : leaves) copies.push_back(t.clone());
+      std::vector<Tensor> live = run(p, copies);
+      Tensor loss = zeros({}, kFloat64);
+      for (size_t i = 0; i < live.size(); ++i)
+        if (is_floating(live[i].dtype())) loss = loss + live[i].sum().to(kFloat64) * (1.0 / double(i + 1));
+      return loss;
+    };
     auto f = compile(loss_and_grads, opts);
+    auto fwd = compile(forward, opts);
     for (uint32_t call = 0; call < 3; ++call) {
       std::vector<Tensor> in = make_inputs(p, seed, call);
       std::vector<Tensor> want;
@@ -149,18 +162,30 @@ TEST(Differential, RandomProgramsGradientsCompiledMatchEager) {
         break;
       }
       std::vector<Tensor> got = f(in);
+      std::vector<Tensor> leaves;
+      for (const Tensor& t : in) leaves.push_back(t.detach().clone().requires_grad_());
+      Tensor loss = fwd(leaves);
+      std::vector<Tensor> after = autograd::grad({loss}, leaves, {}, false, false, /*allow_unused=*/true);
+      after.insert(after.begin(), loss.detach());
       ASSERT_EQ(got.size(), want.size()) << "seed " << seed;
-      for (size_t i = 0; i < got.size(); ++i)
+      for (size_t i = 0; i < got.size(); ++i) {
+        const std::string what = i == 0 ? " loss" : " gradient of input " + std::to_string(i - 1);
         ASSERT_TRUE(kiln::testing::close(got[i], want[i], f32))
-            << "seed " << seed << (i == 0 ? " loss" : " gradient of input " + std::to_string(i - 1)) << "\ngot\n"
-            << got[i] << "\nwant\n" << want[i];
+            << "seed " << seed << what << "\ngot\n" << got[i] << "\nwant\n" << want[i];
+        Tensor later = after[i].defined() ? after[i] : zeros_like(want[i]);
+        ASSERT_TRUE(kiln::testing::close(later, want[i], f32))
+            << "seed " << seed << what << " (backward after the call)\ngot\n" << later << "\nwant\n" << want[i];
+      }
       ++checked;
     }
     replays += int(f.stats().hits);
+    later_replays += int(fwd.stats().hits);
   }
   // (most programs are differentiable; a program with an item() guard, on the exact value,
   // traces again at every call, as in the forward test)
   EXPECT_GT(checked, int(last - first + 1) * 3 / 2);
   EXPECT_GT(replays, checked / 4);
-  std::printf("gradients of %d calls checked, %d programs refused by autograd, %d replays\n", checked, refused, replays);
+  EXPECT_GT(later_replays, checked / 4);
+  std::printf("gradients of %d calls checked, %d programs refused by autograd, %d replays, %d with the backward "
+              "after the call\n", checked, refused, replays, later_replays);
 }

@@ -753,8 +753,8 @@ TEST(Soundness, WritesBeforeAFailingGuardAreUndoneAcrossCuts) {
 }
 
 // Autograd and compile(): a function that returns a tensor whose gradient history is still live
-// (backward() runs after the call) runs eagerly, so its results carry that history; a replay of
-// a compiled graph would return tensors without it. Calls under NoGradGuard still compile.
+// (backward() runs after the call) gives its results that history when replayed (a compiled
+// backward as their grad_fn), for captures and arguments that require grad alike.
 TEST(Soundness, CallsReadingTensorsThatRequireGradKeepTheirGradients) {
   Tensor w = randn({4, 3}, kFloat64).requires_grad_();
   auto f = compile([&](const Tensor& x) { return (x.matmul(w).tanh() * x.sum(1, true)).sum(); });
@@ -775,8 +775,8 @@ TEST(Soundness, CallsReadingTensorsThatRequireGradKeepTheirGradients) {
   Tensor xr = x.clone().requires_grad_();
   f(xr).backward();
   EXPECT_TRUE(xr.grad().defined());
-  EXPECT_GT(f.stats().eager_calls, 0u) << f.explain();
-  EXPECT_NE(f.explain().str().find("gradient history is still live"), std::string::npos) << f.explain();
+  // (replayed: the forward compiled, its backward compiled too and attached to the result)
+  EXPECT_GT(f.stats().hits, 0u) << f.explain();
 }
 
 TEST(Soundness, AGraphCompiledWithoutGradIsNotReplayedWhenItsCaptureNowRequiresGrad) {

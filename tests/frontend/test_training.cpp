@@ -225,20 +225,77 @@ TEST(CompiledTraining, TensorsKeptOutsideTheCallAreNeverStale) {
   EXPECT_NE(f.explain().str().find("not kept"), std::string::npos) << f.explain();
 }
 
-// A function whose result still carries live gradient history (backward() runs after the call)
-// runs eagerly: a replay could not give the result that history.
-TEST(CompiledTraining, LiveHistoryRunsEagerlyAndSaysWhy) {
+// The forward compiled, backward() after the call (as most PyTorch users write it): the trace
+// also traces the backward into a graph of its own, and every replay gives its result that
+// backward as grad_fn, holding the values the forward saved for it.
+TEST(CompiledTraining, ForwardCompiledBackwardAfterTheCall) {
   Model m(5), e = m.twin();
   auto f = compile([&](const Tensor& x, const Tensor& y) { return m.loss(x, y); });
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     Batch b = batch(i);
-    Tensor loss = f(b.x, b.y);
+    for (Tensor p : m.params()) p.mutable_grad() = Tensor();
+    for (Tensor p : e.params()) p.mutable_grad() = Tensor();
+    Tensor loss = f(b.x, b.y), want = e.loss(b.x, b.y);
     ASSERT_TRUE(loss.requires_grad());
+    expect_close(loss, want);
     loss.backward();
-    e.loss(b.x, b.y).backward();
+    want.backward();
     expect_same_params(m, e);
+    if (i > 0) {
+      EXPECT_EQ(loss.grad_fn()->name(), "CompiledFunctionBackward");
+      // A second backward through the freed graph is an error, as eager's is.
+      EXPECT_THROW(loss.backward(), Error);
+    }
   }
-  EXPECT_NE(f.explain().str().find("gradient history is still live"), std::string::npos) << f.explain();
+  EXPECT_EQ(f.stats().compiles, 1u) << f.explain();
+  EXPECT_EQ(f.stats().hits, 3u) << f.explain();
+  const std::string text = f.explain().str();
+  EXPECT_NE(text.find("graph0_backward"), std::string::npos) << text;
+  EXPECT_NE(text.find("forward values saved for it"), std::string::npos) << text;
+  // retain_graph keeps it: two backwards accumulate twice.
+  Batch b = batch(7);
+  for (Tensor p : m.params()) p.mutable_grad() = Tensor();
+  for (Tensor p : e.params()) p.mutable_grad() = Tensor();
+  Tensor loss = f(b.x, b.y), want = e.loss(b.x, b.y);
+  loss.backward({}, true);
+  loss.backward();
+  want.backward({}, true);
+  want.backward();
+  expect_same_params(m, e);
+  // A compiled backward is not differentiable again.
+  EXPECT_THROW(f(b.x, b.y).backward({}, true, /*create_graph=*/true), Error);
+}
+
+// Results of which backward() reaches one: the other's gradient counts as zeros. An argument
+// that requires grad gets its gradient too, and a leaf no result depends on gets none.
+TEST(CompiledTraining, CompiledForwardWithSeveralResultsAndArgumentLeaves) {
+  manual_seed(8);
+  Tensor w = randn({4, 3}, kFloat64).requires_grad_(), unused = randn({2}, kFloat64).requires_grad_();
+  auto fn = [&](const Tensor& x) {
+    Tensor h = x.matmul(w);
+    (void)unused;
+    return std::make_tuple(h.tanh().sum(), (h * h).mean(1));
+  };
+  auto f = compile(fn);
+  for (int i = 0; i < 3; ++i) {
+    Tensor x = randn({5, 4}, kFloat64).requires_grad_(), xe = x.detach().clone().requires_grad_();
+    Tensor we = w.detach().clone().requires_grad_();
+    w.mutable_grad() = Tensor();
+    auto [a, bvec] = f(x);
+    a.backward({}, /*retain_graph=*/true);
+    Tensor he = xe.matmul(we);
+    Tensor ae = he.tanh().sum(), be = (he * he).mean(1);
+    ae.backward({}, true);
+    expect_close(w.grad(), we.grad());
+    expect_close(x.grad(), xe.grad());
+    EXPECT_FALSE(unused.grad().defined());
+    // the second result's own backward, later, through the same saved values
+    bvec.sum().backward();
+    be.sum().backward();
+    expect_close(w.grad(), we.grad());
+    expect_close(x.grad(), xe.grad());
+  }
+  EXPECT_GE(f.stats().hits, 2u) << f.explain();
 }
 
 // JAX's transforms (transforms.h): grad, value_and_grad, argnums, nesting, and compiled.

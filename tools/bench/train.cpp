@@ -13,7 +13,8 @@
 // --explain prints each compiled step's explain() (its joint graph, what runs it) after its line.
 // Prints per program "kiln NAME eager E ms compiled C ms first F ms": the median of N steps
 // (default 20) after 3 untimed ones, and the time of the compiled step's first calls (those that
-// trace and compile: two, since the first step makes the optimizer's buffers). adam_step also
+// trace and compile: two, since the first step makes the optimizer's buffers); and a second line
+// with the forward alone compiled, backward() and the update after the call. adam_step also
 // prints its memory roofline: the bytes it must move at a STREAM copy's rate, measured in the run. Before timing,
 // the compiled and eager steps run 3 steps from the same weights and their losses must agree
 // (float32 tolerances); a mismatch exits with status 1.
@@ -209,23 +210,43 @@ int main(int argc, char** argv) {
     // Three steps from the same weights: the losses (or, for the update alone, a parameter)
     // must agree before any time is taken.
     double first = 0;
+    // The forward alone compiled, backward() and the update after the call (a compiled backward
+    // attached to the loss), as torch.compile(model) is mostly used.
+    manual_seed(0);
+    std::unique_ptr<Session> fwd = p.make();
+    Session* fs = fwd.get();
+    auto forward = compile([fs](const Tensor& x, const Tensor& y) { return fs->loss(x, y); });
+    auto forward_step = [&] {
+      fs->opt->zero_grad();
+      Tensor l = forward(fs->x, fs->y);
+      l.backward();
+      fs->opt->step();
+      return l.detach();
+    };
+    auto agree = [&](const Tensor& got, const Tensor& want, int i, const char* how) {
+      const double g = got.item<double>(), w = want.item<double>();
+      if (std::abs(g - w) <= 1e-4 * std::abs(w) + 1e-5) return true;
+      std::fprintf(stderr, "kiln-train: %s: step %d: %s loss %.9g, eager %.9g\n", p.name, i, how, g, w);
+      return false;
+    };
     for (int i = 0; i < 3; ++i) {
       Tensor got;
       const double t = ms_of([&] { got = compiled(cs->x, cs->y); });
       if (i < 2) first += t;
       Tensor want = eager->step(eager->x, eager->y);
       want = want.defined() ? want.detach() : eager->params[0].detach().sum();
-      const double g = got.item<double>(), w = want.item<double>();
-      if (!(std::abs(g - w) <= 1e-4 * std::abs(w) + 1e-5)) {
-        std::fprintf(stderr, "kiln-train: %s: step %d: compiled loss %.9g, eager %.9g\n", p.name, i, g, w);
-        return 1;
-      }
+      if (!agree(got, want, i, "compiled")) return 1;
+      if (!cs->step_only && !agree(forward_step(), want, i, "forward-compiled")) return 1;
     }
     const double e = median_ms([&] { eager->step(eager->x, eager->y); }, reps);
     const double c = median_ms([&] { compiled(cs->x, cs->y); }, reps);
     const CompileStats st = compiled.stats();
     std::printf("kiln %-16s eager %9.3f ms  compiled %9.3f ms  first %8.1f ms  (traces %llu, replays %llu)\n", p.name,
                 e, c, first, (unsigned long long)st.compiles, (unsigned long long)st.hits);
+    if (!cs->step_only) {
+      const double fc = median_ms([&] { forward_step(); }, reps);
+      std::printf("kiln %-16s forward compiled, backward and step after the call %9.3f ms\n", p.name, fc);
+    }
     if (cs->min_bytes > 0) {
       const double gbps = bench::stream_copy_gbps(env::num_threads());
       const double roof = cs->min_bytes / (gbps * 1e9) * 1e3;

@@ -100,6 +100,34 @@ class OpFn final : public Fn {
     released = true;
   }
   bool spent() const override { return released; }
+  void held(std::vector<const TensorImpl*>& out) const override {
+    for (const Saved& v : inputs)
+      if (v.value.defined()) out.push_back(v.value.impl_ptr().get());
+    for (const Saved& v : results)
+      if (v.value.defined()) out.push_back(v.value.impl_ptr().get());
+  }
+};
+
+// A node whose backward is a function of its outputs' gradients (a compiled backward program:
+// detail::attach_function).
+class FunctionFn final : public Fn {
+ public:
+  std::string label;
+  std::function<std::vector<Tensor>(const std::vector<Tensor>&)> backward;
+  std::vector<OperandInfo> out_info;  // per output: an undefined gradient is zeros of this
+  std::string name() const override { return label; }
+  std::vector<Tensor> apply(std::vector<Tensor> grads, bool create_graph) override {
+    KILN_CHECK(!create_graph, "autograd", label, ": a compiled function's backward is not differentiable again "
+               "(create_graph); call the function uncompiled for higher derivatives");
+    KILN_CHECK(bool(backward), "autograd", "trying to backward through the graph a second time: the tensors ", label,
+               " saved were freed by the first backward. Pass retain_graph=true to the first backward to backward "
+               "through the graph again.");
+    for (size_t k = 0; k < grads.size() && k < out_info.size(); ++k)
+      if (!grads[k].defined()) grads[k] = zeros(out_info[k].sizes, TensorOptions(out_info[k].dtype));
+    return backward(grads);
+  }
+  void release() override { backward = nullptr; }
+  bool spent() const override { return !backward; }
 };
 
 // A leaf's gradient sink: accumulates into its .grad.
@@ -133,7 +161,45 @@ std::vector<std::shared_ptr<Node>> Fn::next_functions() const {
   return out;
 }
 
+void become_output(Tensor& t, const std::shared_ptr<Fn>& n, uint32_t nr);
+
 namespace detail {
+void attach_function(std::string name, std::span<Tensor> outputs, const std::vector<Tensor>& inputs,
+                     std::function<std::vector<Tensor>(const std::vector<Tensor>&)> backward) {
+  auto n = std::make_shared<FunctionFn>();
+  n->label = std::move(name);
+  n->backward = std::move(backward);
+  n->sequence = next_sequence++;
+  n->outputs = uint32_t(outputs.size());
+  n->retained.resize(outputs.size());
+  for (const Tensor& t : inputs) {
+    n->next.push_back(edge_of(t));
+    n->operands.push_back({t.impl().sizes, t.dtype()});
+  }
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    Tensor& t = outputs[k];
+    n->out_info.push_back({t.impl().sizes, t.dtype()});
+    become_output(t, n, uint32_t(k));
+  }
+}
+
+std::vector<const TensorImpl*> history_holds(const std::vector<Tensor>& outputs) {
+  std::vector<const TensorImpl*> out;
+  std::vector<const Fn*> stack;
+  for (const Tensor& t : outputs)
+    if (Meta* m = meta_of(t); m && m->grad_fn) stack.push_back(m->grad_fn.get());
+  std::unordered_set<const Fn*> seen;
+  while (!stack.empty()) {
+    const Fn* f = stack.back();
+    stack.pop_back();
+    if (!seen.insert(f).second) continue;
+    f->held(out);
+    for (const Edge& e : f->next)
+      if (e.fn) stack.push_back(e.fn.get());
+  }
+  return out;
+}
+
 bool history_live(const Tensor& t) {
   Meta* m = meta_of(t);
   if (!m || !m->requires_grad) return false;
@@ -158,6 +224,16 @@ Meta& ensure_meta(const Tensor& t) {
   auto& m = t.impl().autograd;
   if (!m) m = std::make_shared<Meta>();
   return *m;
+}
+
+// `t` is output `nr` of node `n`: its history starts there.
+void become_output(Tensor& t, const std::shared_ptr<Fn>& n, uint32_t nr) {
+  Meta& m = ensure_meta(t);
+  m.requires_grad = true;
+  m.grad_fn = n;
+  m.output_nr = nr;
+  m.grad = Tensor();
+  m.retains_grad = false;
 }
 
 Edge edge_of(const Tensor& t) {
@@ -231,12 +307,7 @@ void set_history(const std::shared_ptr<OpFn>& n, std::span<Tensor> outputs) {
     if (!t.defined()) continue;
     if (saves) n->results[i].save(t, true, uint32_t(i));
     if (!is_floating(t.dtype())) continue;  // indices and bools never require grad
-    Meta& m = ensure_meta(t);
-    m.requires_grad = true;
-    m.grad_fn = n;
-    m.output_nr = uint32_t(i);
-    m.grad = Tensor();
-    m.retains_grad = false;
+    become_output(t, n, uint32_t(i));
   }
 }
 }  // namespace

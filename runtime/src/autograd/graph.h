@@ -56,6 +56,8 @@ class Fn : public Node, public std::enable_shared_from_this<Fn> {
   virtual void release() {}
   // Whether release() freed what the node saved (a backward through it would fail).
   virtual bool spent() const { return false; }
+  // The tensors the node keeps (what it saved), appended to `out`.
+  virtual void held(std::vector<const TensorImpl*>& out) const {}
 };
 
 // The edge a gradient of `t` flows into (null if t does not require grad).

@@ -14,7 +14,9 @@
 // gradients are reduced to each operand's shape (broadcasting) and cast to its dtype.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,15 @@ extern std::atomic<bool> used;
 // grad, or a result whose grad_fn has not been freed by a backward (compile() replays
 // cannot give a returned tensor that history).
 bool history_live(const Tensor& t);
+// The tensors the gradient history of `outputs` keeps alive (what its nodes saved).
+std::vector<const TensorImpl*> history_holds(const std::vector<Tensor>& outputs);
+// Makes `outputs` the outputs of one backward node named `name` (their grad_fn; output k its
+// output k), whose gradients flow to `inputs` (as an op's do to its operands): `backward` takes
+// the outputs' gradients (an undefined one as zeros) and returns one per input (undefined:
+// none). A backward without retain_graph frees `backward` and what it holds. compile() uses it
+// for a compiled forward whose backward runs after the call.
+void attach_function(std::string name, std::span<Tensor> outputs, const std::vector<Tensor>& inputs,
+                     std::function<std::vector<Tensor>(const std::vector<Tensor>&)> backward);
 }  // namespace detail
 // Whether an op could record for autograd on this thread now: some tensor has required grad,
 // and grad mode is on.

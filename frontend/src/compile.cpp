@@ -445,6 +445,9 @@ void attach_backward(const std::shared_ptr<BackwardPlan>& plan, Env& env, std::v
 }  // namespace
 
 Engine::State::Replay Engine::State::replay(const Entry& e, std::span<const CallArg> args) const {
+  // A replay records nothing for autograd (a result that needs history gets its compiled
+  // backward explicitly): the reference executor's eager ops write into parameters as kernels do.
+  AutoGradMode no_grad(false);
   Replay r;
   if (!e.root && !e.not_kept.empty()) {
     r.why = "the last trace was not kept: " + e.not_kept;

@@ -298,7 +298,7 @@ void Tracer::split_if_long() {
 // gradient history outlives the call.
 void Tracer::autograd_recorded(OpId) {}
 
-void Tracer::grad_access(const Tensor& t) {
+void Tracer::grad_access(const Tensor& t, bool overwrite) {
   if (!not_replayable_.empty() || made_here(t)) return;
   const TensorImpl* impl = t.impl_ptr().get();
   for (const GradLeaf& l : grad_leaves_)
@@ -306,6 +306,12 @@ void Tracer::grad_access(const Tensor& t) {
   KILN_CHECK(!parent_, "compile", "a kiln::cond branch read or changed the .grad of a tensor made before the call; "
              "read it outside the branch and pass it as an operand");
   const Ref leaf = outside_ref(t);
+  if (overwrite) {
+    // Replaced before any read: the .grad the call finds does not matter (no guard), and the
+    // call's last .grad is always set.
+    grad_leaves_.push_back({leaf, t.impl_ptr(), std::weak_ptr<TensorImpl>(), true});
+    return;
+  }
   const Tensor& g = t.grad();  // (recording is paused: no hook)
   grad_leaves_.push_back({leaf, t.impl_ptr(), g.defined() ? g.impl_ptr() : nullptr, g.defined()});
   tail_->grad_guards.push_back({leaf, g.defined()});

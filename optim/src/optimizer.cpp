@@ -44,10 +44,13 @@ void Optimizer::add_param_group(const OptimizerParamGroup& group) {
 void Optimizer::zero_grad(bool set_to_none) {
   for (OptimizerParamGroup& g : groups_)
     for (Tensor& p : g.params()) {
-      if (!p.grad().defined()) continue;
       if (set_to_none) {
-        p.mutable_grad() = Tensor();
-      } else {
+        // (without reading it: a compiled step that starts here does not depend on it)
+        autograd::detail::set_grad(p, Tensor());
+        continue;
+      }
+      if (!p.grad().defined()) continue;
+      {
         NoGradGuard no_grad;
         p.mutable_grad() = p.grad().detach();
         p.mutable_grad().zero_();
@@ -65,10 +68,18 @@ namespace {
 std::vector<OptimizerParamGroup> one_group(std::vector<Tensor> params) {
   return {OptimizerParamGroup(std::move(params))};
 }
-// The buffer `name` of a parameter's state: zeros like it on first use.
+// The buffer `name` of a parameter's state: zeros like it on first use. Made while a step is
+// traced, it is host state to the trace (a captured tensor the step writes), so the first
+// step's trace serves every later step.
 Tensor& buffer(ParamState& s, const char* name, const Tensor& like) {
   Tensor& b = s.buffers[name];
-  if (!b.defined()) b = zeros_like(like);
+  if (!b.defined()) {
+    {
+      trace::Pause pause;
+      b = zeros_like(like);
+    }
+    trace::outside_state(b);
+  }
   return b;
 }
 }  // namespace

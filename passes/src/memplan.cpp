@@ -136,6 +136,14 @@ bool in_place_pair(const Kernel& k, int from, int to, const KernelProgram& p) {
     }
   if (!r || !w || k.kind == KernelKind::Opaque || k.kind == KernelKind::Control) return false;
   if (itemsize(p.buffers[size_t(from)].dtype) != itemsize(p.buffers[size_t(to)].dtype)) return false;
+  // A store broadcast along a loop (a value over a smaller shape, fused into a kernel over a
+  // larger one, written once per broadcast element) writes each element several times: a later
+  // visit would read what an earlier one wrote in place (an optimizer's bias update fused into
+  // its weight's update read its new moments back as garbage).
+  // (a reduction's per-row store, one per row after its passes, is the case above)
+  const size_t kept = k.kind == KernelKind::Elementwise ? k.loops.size() : size_t(std::max(k.reduce_from, 0));
+  for (size_t d = 0; d < kept && d < k.loops.size(); ++d)
+    if (k.loops[d] > 1 && (d >= w->sizes.size() || w->sizes[d] == 1 || w->strides[d] == 0)) return false;
   Access rs = *r;
   rs.buffer = w->buffer;
   return rs.same_index(*w) && !r->storage_relative;

@@ -70,11 +70,14 @@ Tensor Recorder::live_number(double now, std::function<double()>, std::string) {
   return scalar_tensor(now, TensorOptions(kFloat64));
 }
 
-void grad_access(const Tensor& t) {
+void grad_access(const Tensor& t, bool overwrite) {
   if (Recorder* r = tls_recorder) {
     Pause p;
-    r->grad_access(t);
+    r->grad_access(t, overwrite);
   }
+}
+void outside_state(const Tensor& t) {
+  if (tls_recorder) t.impl().serial = 0;  // (older than every trace)
 }
 void host_effect(std::function<void()> effect, std::string what) {
   if (Recorder* r = tls_recorder) {

@@ -224,7 +224,7 @@ TEST(Optim, AnMlpTrainsAsPyTorchsDoesEagerAndCompiled) {
         ASSERT_NEAR(got, want, 2e-5 * (1 + std::abs(want))) << "step " << k;
       }
       if (compiled) {
-        // (the first step's trace makes the optimizer's buffers and is not kept; the second's is)
+        // (SGD's first step makes its momentum buffers and that trace is not kept; AdamW's is kept)
         EXPECT_LE(fn.stats().compiles, 2u) << fn.explain();
         EXPECT_GE(fn.stats().hits, losses.size() - 2) << fn.explain();
       }

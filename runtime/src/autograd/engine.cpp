@@ -183,6 +183,11 @@ void attach_function(std::string name, std::span<Tensor> outputs, const std::vec
   }
 }
 
+void set_grad(const Tensor& t, Tensor g) {
+  trace::grad_access(t, /*overwrite=*/true);
+  ensure_meta(t).grad = std::move(g);
+}
+
 std::vector<const TensorImpl*> history_holds(const std::vector<Tensor>& outputs) {
   std::vector<const TensorImpl*> out;
   std::vector<const Fn*> stack;

@@ -53,6 +53,9 @@ extern std::atomic<bool> used;
 // grad, or a result whose grad_fn has not been freed by a backward (compile() replays
 // cannot give a returned tensor that history).
 bool history_live(const Tensor& t);
+// Sets t's .grad to `g` without reading it (optim's zero_grad(set_to_none)): a compiled call
+// that does so first does not depend on the .grad it finds.
+void set_grad(const Tensor& t, Tensor g);
 // The tensors the gradient history of `outputs` keeps alive (what its nodes saved).
 std::vector<const TensorImpl*> history_holds(const std::vector<Tensor>& outputs);
 // Makes `outputs` the outputs of one backward node named `name` (their grad_fn; output k its

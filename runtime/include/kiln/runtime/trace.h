@@ -118,8 +118,9 @@ class Recorder {
   virtual void autograd_recorded(OpId op) {}
   // The .grad of `t` is about to be read or replaced (Tensor::grad, mutable_grad, the autograd
   // engine accumulating into it): a replay must read the .grad the call finds and leave the one
-  // the eager run would. The default ignores it.
-  virtual void grad_access(const Tensor& t) {}
+  // the eager run would. `overwrite`: replaced without being read (zero_grad's set to none), so
+  // the .grad the call finds does not matter. The default ignores it.
+  virtual void grad_access(const Tensor& t, bool overwrite) {}
   // Host state a library keeps beside its tensors (kiln::optim's step counts and learning
   // rates), which a replay must update and read as the eager run would. In the order recorded,
   // before the graph that follows runs: `effect` is run again at each replay; `live_number`
@@ -201,10 +202,16 @@ inline std::vector<Attr> no_attrs() { return {}; }
 // The recorder hooks above, when tracing (no-ops otherwise; live_number then returns read()'s
 // value as a 0-d float64 tensor). A library calls host_guard first, then runs its effect and
 // calls host_effect with it, then reads numbers that depend on it with live_number.
-void grad_access(const Tensor& t);
+void grad_access(const Tensor& t, bool overwrite = false);
 void host_effect(std::function<void()> effect, std::string what);
 Tensor live_number(std::function<double()> read, std::string what);
 void host_guard(std::function<bool()> holds, std::string what);
+
+// `t`, made while a function is traced, is host state kept beside the traced tensors (an
+// optimizer's moment, made zero on its first step): to the trace it is a tensor made before
+// the call (read and written as a captured tensor), not a value of the graph. Make it with
+// recording paused.
+void outside_state(const Tensor& t);
 
 // Reports a host access of `t` to the recorder, when tracing.
 void host_access(const Tensor& t, HostAccess what, const std::source_location& where,

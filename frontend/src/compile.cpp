@@ -399,15 +399,20 @@ void run_host_ops(const TreeNode& n, Env& env) {
   }
 }
 
+// The memory of the call's arguments and captured tensors.
+std::unordered_set<const void*> input_storages(const Env& env) {
+  std::unordered_set<const void*> out;
+  for (const auto* group : {&env.args, &env.captures})
+    for (const Tensor& t : *group)
+      if (t.defined()) out.insert(t.storage().get());
+  return out;
+}
+
 // Leaves each touched leaf's .grad as the eager run left it. A .grad is a tensor of its own, as
 // eager's are (a program may hand out one buffer for equal values, or an input): those are copied.
 void set_grads(const TreeNode& n, Env& env, const std::vector<Tensor>& returned) {
-  std::unordered_set<const void*> taken;
+  std::unordered_set<const void*> taken = input_storages(env);
   for (const Tensor& t : returned)
-    if (t.defined()) taken.insert(t.storage().get());
-  for (const Tensor& t : env.args)
-    if (t.defined()) taken.insert(t.storage().get());
-  for (const Tensor& t : env.captures)
     if (t.defined()) taken.insert(t.storage().get());
   for (const GradSet& g : n.grad_sets) {
     Tensor grad;
@@ -426,10 +431,7 @@ void attach_backward(const std::shared_ptr<BackwardPlan>& plan, Env& env, std::v
   std::vector<Tensor> leaves, sources, outs;
   for (Ref l : plan->leaves) leaves.push_back(env.at(l));
   for (Ref s : plan->sources) sources.push_back(env.at(s));
-  std::unordered_set<const void*> inputs;
-  for (const auto* group : {&env.args, &env.captures})
-    for (const Tensor& t : *group)
-      if (t.defined()) inputs.insert(t.storage().get());
+  const std::unordered_set<const void*> inputs = input_storages(env);
   for (uint32_t k : plan->outputs) {
     Tensor& o = returned.at(k);
     if (inputs.count(o.storage().get())) o = o.clone();

@@ -293,11 +293,6 @@ void Tracer::split_if_long() {
   n->children[0].first.clear();
 }
 
-// Autograd recording is the eager run's business: the ops it records are traced as they run
-// (forward and, when the function calls backward(), backward), and finish() checks that no
-// gradient history outlives the call.
-void Tracer::autograd_recorded(OpId) {}
-
 void Tracer::grad_access(const Tensor& t, bool overwrite) {
   if (!not_replayable_.empty() || made_here(t)) return;
   const TensorImpl* impl = t.impl_ptr().get();

@@ -40,7 +40,6 @@ class Tracer final : public trace::Recorder {
                       std::function<Tensor(std::span<const Tensor>)> replay,
                       const std::source_location& where) override;
   void metadata_read(const Tensor& t, trace::Metadata what, int64_t dim, const void* pc) override;
-  void autograd_recorded(OpId op) override;
   void grad_access(const Tensor& t, bool overwrite) override;
   void host_effect(std::function<void()> effect, std::string what) override;
   Tensor live_number(double now, std::function<double()> read, std::string what) override;

@@ -319,7 +319,6 @@ void set_history(const std::shared_ptr<OpFn>& n, std::span<Tensor> outputs) {
 
 void attach(OpId op, std::span<const trace::Operand> in, const std::function<std::vector<Attr>()>& attrs,
             std::span<Tensor> outputs) {
-  if (trace::Recorder* r = trace::active()) r->autograd_recorded(op);
   if (derivative(op).kind == Derivative::Kind::NotDifferentiable) return;
   set_history(make_node(op, in, attrs, outputs), outputs);
 }
@@ -351,7 +350,6 @@ Tensor before_inplace(const Tensor& self, OpId id, std::string_view op) {
 
 void attach_inplace(Tensor& self, OpId op, std::span<const trace::Operand> in,
                     const std::function<std::vector<Attr>()>& attrs) {
-  if (trace::Recorder* r = trace::active()) r->autograd_recorded(op);
   Meta& m = ensure_meta(self);
   if (derivative(op).kind == Derivative::Kind::NotDifferentiable) {
     m.requires_grad = false;

@@ -113,9 +113,6 @@ class Recorder {
   virtual void data_dependent(std::string_view op, std::span<const Tensor> inputs, const Tensor& output,
                               std::function<Tensor(std::span<const Tensor>)> replay,
                               const std::source_location& where) = 0;
-  // Autograd recorded `op` (an operand requires grad while grad mode is on): a replay of the
-  // graph would return tensors without that history. The default ignores it.
-  virtual void autograd_recorded(OpId op) {}
   // The .grad of `t` is about to be read or replaced (Tensor::grad, mutable_grad, the autograd
   // engine accumulating into it): a replay must read the .grad the call finds and leave the one
   // the eager run would. `overwrite`: replaced without being read (zero_grad's set to none), so
